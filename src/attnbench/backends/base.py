@@ -1,0 +1,82 @@
+"""The backend contract: `check` says whether a case can run (a reason, never an exception),
+`plan` prepares it (may allocate, sync, build metadata; timed on the host as `plan_us`) and
+returns a `PlannedRun` whose `run` is zero-argument, allocation-free and CUDA-graph capturable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.hardware import DeviceInfo
+    from attnbench.workload.inputs import AttentionInputs
+    from attnbench.workload.spec import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """Why a backend cannot run a case: a value, recorded as an `unsupported` row."""
+
+    reason: str
+
+
+class BackendUnavailable(Exception):
+    """The backend's library is missing or cannot load here (not a failure of a case)."""
+
+
+def _identity(out: torch.Tensor) -> torch.Tensor:
+    return out
+
+
+@dataclass
+class PlannedRun:
+    """What `Backend.plan` returns.
+
+    `run()` launches the kernel(s) and returns the output in the backend's native layout;
+    `unpack(out)` turns it into `[total_q, num_qo_heads, head_dim]` for the accuracy gate (it may
+    allocate: it is never timed).
+    """
+
+    run: Callable[[], torch.Tensor]
+    resolved: str = ""
+    """The variant that actually ran, e.g. FlashInfer's `resolved_backend` (`fa2`, `fa3`)."""
+    details: dict[str, str | int | float | bool] = field(default_factory=dict)
+    """Knobs and facts worth keeping in the row (padded, contiguous-cache, num_splits...)."""
+    unpack: Callable[[torch.Tensor], torch.Tensor] = _identity
+    out: torch.Tensor | None = None
+    """The output buffer `run` writes, if fixed: poisoned with NaN before the accuracy check."""
+    q_effective: torch.Tensor | None = None
+    """The query values the kernel really saw, if it quantised them (FA3 fp8 needs fp8 q):
+    the reference then uses these, so the gate measures kernel error, not quantisation error."""
+    precision: str = ""
+    """Lowest precision on the output path (e.g. `fp8_e4m3` when P is fp8); sets the error
+    budget. Empty: the output dtype."""
+    extra_bytes: int = 0
+    """Bytes the kernel moves beyond the spec's minimum (padding, a contiguous copy...)."""
+    workspace_bytes: int = 0
+    graph_safe: bool = True
+    """False when `run` cannot be captured in a CUDA graph (then it is timed eagerly)."""
+    replan: Callable[[], None] | None = None
+    """The per-step planning work (e.g. `wrapper.plan(...)`), re-run to time `plan_us`: in
+    serving it runs once per decode step and is shared by all layers. None: no per-step plan."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One backend variant, e.g. `flashinfer:tc` or `sdpa:cudnn`."""
+
+    name: str
+    devices: tuple[str, ...]
+    """Device types it runs on: ("cuda",) or ("cpu", "cuda")."""
+
+    def available(self) -> str | None:
+        """None if the library loads here, else why not (with the install hint)."""
+        ...
+
+    def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None: ...
+
+    def plan(self, spec: WorkloadSpec, inputs: AttentionInputs) -> PlannedRun: ...

@@ -1,0 +1,24 @@
+"""The `attnbench` command line: parsing and wiring only. Each command lives in its own module
+and imports torch and the kernel libraries inside the command, so `attnbench --help` is instant.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="attnbench",
+    help="Measure, check and choose LLM-serving attention kernels on this machine.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+from attnbench.cli import info, run  # noqa: E402  (commands register themselves on `app`)
+
+__all__ = ["app", "info", "main", "run"]
+
+
+def main() -> None:
+    app()

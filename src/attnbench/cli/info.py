@@ -1,0 +1,156 @@
+"""Commands that describe this machine and the configuration: backends, hw, config, models,
+suites."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from attnbench.cli import app
+from attnbench.cli.common import console, fail, note
+
+
+@app.command()
+def backends(
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N.")] = "auto",
+) -> None:
+    """Each backend variant: whether it can run here, and why not."""
+    from attnbench.backends import all_backends
+    from attnbench.hardware import detect, resolve_device
+
+    try:
+        dev, why = resolve_device(device)
+    except ValueError as exc:
+        fail(str(exc))
+    if why:
+        note(why)
+    info = detect(dev)
+    table = Table(title=f"backends on {info.name}", header_style="bold")
+    table.add_column("variant")
+    table.add_column("runs here")
+    table.add_column("why not / notes", overflow="fold")
+    for b in all_backends():
+        try:
+            reason = b.available()
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        if reason is None and info.kind not in b.devices:
+            reason = f"needs {' or '.join(b.devices)}; this is {info.kind}"
+        ok = reason is None
+        table.add_row(b.name, "[green]yes[/]" if ok else "[red]no[/]", reason or "")
+    console.print(table)
+
+
+@app.command()
+def hw(
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N.")] = "auto",
+    quick: Annotated[bool, typer.Option(help="Smaller, faster ceiling measurements.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Also write the facts as JSON here.")] = None,
+) -> None:
+    """This device's facts, spec-sheet peaks and ceilings measured now."""
+    from attnbench.hardware import detect, measure_ceilings, resolve_device
+
+    try:
+        dev, why = resolve_device(device)
+    except ValueError as exc:
+        fail(str(exc))
+    if why:
+        note(why)
+    info = detect(dev)
+    with console.status("measuring copy bandwidth and matmul throughput"):
+        ceilings = measure_ceilings(info, quick=quick or info.kind == "cpu")
+    table = Table(title=f"{info.name}", header_style="bold", show_header=False)
+    table.add_column("fact")
+    table.add_column("value", overflow="fold")
+    table.add_row("compute capability", f"sm{info.sm}" if info.sm else "-")
+    table.add_row("SMs / threads", str(info.num_sms))
+    table.add_row("L2", f"{info.l2_bytes / 2**20:.0f} MiB" if info.l2_bytes else "-")
+    table.add_row("memory", f"{info.memory_bytes / 2**30:.1f} GiB" if info.memory_bytes else "-")
+    sheet = info.spec_sheet
+    copy = ceilings.copy_bandwidth_gbps
+    frac = (
+        f" ({copy / sheet.bandwidth_gbps:.0%} of spec {sheet.bandwidth_gbps:.0f})" if sheet else ""
+    )
+    table.add_row("copy bandwidth (measured)", f"{copy:.0f} GB/s{frac}")
+    for dtype, tf in ceilings.matmul_tflops.items():
+        spec_tf = sheet.tflops.get(dtype) if sheet else None
+        frac = f" ({tf / spec_tf:.0%} of spec {spec_tf:.0f})" if spec_tf else ""
+        table.add_row(f"matmul {dtype} (measured)", f"{tf:.1f} TFLOP/s{frac}")
+    for k, v in ceilings.method.items():
+        table.add_row(f"method: {k}", v)
+    console.print(table)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(
+            json.dumps({"device": info.as_dict(), "ceilings": ceilings.as_dict()}, indent=2)
+        )
+
+
+@app.command()
+def config(
+    config_file: Annotated[Path | None, typer.Option("--config", help="Settings TOML.")] = None,
+) -> None:
+    """Every resolved setting and where it came from (cli, env, .env, attnbench.toml, default)."""
+    from attnbench.config import ConfigError, Settings, load_settings
+
+    try:
+        settings, sources = load_settings({}, config_file=config_file)
+    except ConfigError as exc:
+        fail(str(exc))
+    table = Table(title="attnbench settings", header_style="bold")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    table.add_column("source")
+    table.add_column("meaning", style="dim", overflow="fold")
+    for name, field in Settings.model_fields.items():
+        value = getattr(settings, name)
+        src = sources[name]
+        style = "dim" if src == "default" else "cyan"
+        table.add_row(
+            name, str(value), f"[{style}]{src}[/]", " ".join((field.description or "").split())
+        )
+    console.print(table)
+
+
+@app.command()
+def models() -> None:
+    """Known model shapes (heads, head_dim, layers) for --model, with --tp sharding."""
+    from attnbench.workload.models import MODELS
+
+    table = Table(title="models", header_style="bold")
+    for col in ("model", "num_qo_heads", "num_kv_heads", "head_dim", "layers", "valid --tp"):
+        table.add_column(col)
+    for m in MODELS.values():
+        tps = []
+        for tp in (1, 2, 4, 8, 16):
+            try:
+                m.shard(tp)
+                tps.append(str(tp))
+            except ValueError:
+                pass
+        table.add_row(
+            m.name,
+            str(m.num_qo_heads),
+            str(m.num_kv_heads),
+            str(m.head_dim),
+            str(m.num_layers),
+            ",".join(tps),
+        )
+    console.print(table)
+
+
+@app.command()
+def suites() -> None:
+    """Built-in suites and what they hold."""
+    from attnbench.workload.suite import builtin_suites, load_suite
+
+    table = Table(title="suites", header_style="bold")
+    table.add_column("name")
+    table.add_column("description", overflow="fold")
+    for name in sorted(builtin_suites()):
+        table.add_row(name, load_suite(name).description)
+    console.print(table)

@@ -1,0 +1,241 @@
+"""`attnbench run`: settings -> cases -> sweep -> results file and table."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from attnbench.cli import app
+from attnbench.cli.common import console, fail, note
+
+if TYPE_CHECKING:
+    from attnbench.config import Settings
+    from attnbench.workload.spec import WorkloadSpec
+
+WORKLOAD_FIELDS = (
+    "batch_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "context_lengths",
+    "fp8_mode",
+    "page_size",
+    "model",
+    "tp",
+    "kinds",
+    "lengths",
+    "dtype",
+    "kv_dtype",
+    "kv_layout",
+    "append_len",
+    "prefill_tokens",
+)
+
+Opt = typer.Option
+
+
+@app.command()
+def run(
+    suite: Annotated[str | None, Opt(help="Built-in suite name or TOML path.")] = None,
+    backend: Annotated[
+        list[str] | None, Opt("--backend", "-b", help="Backend or variant; repeatable.")
+    ] = None,
+    model: Annotated[str | None, Opt(help="Model shape, e.g. llama-3.1-70b.")] = None,
+    tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
+    kind: Annotated[
+        list[str] | None, Opt("--kind", "-k", help="decode, prefill, append; repeatable.")
+    ] = None,
+    lengths: Annotated[
+        list[str] | None, Opt("--lengths", "-l", help="Length distribution; repeatable.")
+    ] = None,
+    batch_size: Annotated[int | None, Opt()] = None,
+    num_heads: Annotated[int | None, Opt("--num-heads", "--num-qo-heads")] = None,
+    num_kv_heads: Annotated[int | None, Opt()] = None,
+    head_dim: Annotated[int | None, Opt()] = None,
+    page_size: Annotated[int | None, Opt()] = None,
+    dtype: Annotated[str | None, Opt(help="float16 or bfloat16.")] = None,
+    kv_dtype: Annotated[
+        str | None, Opt(help="auto, float16, bfloat16, fp8_e4m3, fp8_e5m2.")
+    ] = None,
+    kv_layout: Annotated[str | None, Opt(help="NHD or HND.")] = None,
+    fp8_mode: Annotated[bool | None, Opt("--fp8-mode/--no-fp8-mode")] = None,
+    device: Annotated[str | None, Opt(help="auto, cpu, cuda, cuda:N.")] = None,
+    seed: Annotated[int | None, Opt()] = None,
+    out: Annotated[Path | None, Opt(help="Results file (JSONL).")] = None,
+    resume: Annotated[
+        bool | None, Opt("--resume/--no-resume", help="Skip cases finished in --out.")
+    ] = None,
+    timer: Annotated[str | None, Opt(help="auto, cpu, cuda-event, cuda-graph, fake.")] = None,
+    cold_l2: Annotated[bool | None, Opt("--cold-l2/--warm-l2")] = None,
+    max_time_ms: Annotated[float | None, Opt(help="Timed work per case.")] = None,
+    config: Annotated[Path | None, Opt(help="Settings TOML (default ./attnbench.toml).")] = None,
+) -> None:
+    """Benchmark every installed backend on a suite; write results/<run>.jsonl and a table."""
+    cli: dict[str, Any] = {
+        "suite": suite,
+        "backends": backend,
+        "model": model,
+        "tp": tp,
+        "kinds": kind,
+        "lengths": lengths,
+        "batch_size": batch_size,
+        "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "head_dim": head_dim,
+        "page_size": page_size,
+        "dtype": dtype,
+        "kv_dtype": kv_dtype,
+        "kv_layout": kv_layout,
+        "fp8_mode": fp8_mode,
+        "device": device,
+        "seed": seed,
+        "out": out,
+        "resume": resume,
+        "timer": timer,
+        "cold_l2": cold_l2,
+        "max_time_ms": max_time_ms,
+    }
+    execute(cli, config)
+
+
+def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
+    """The whole `run` pipeline; returns the results path. Exits with one line on bad input."""
+    from attnbench.config import ConfigError, load_settings
+
+    try:
+        settings, sources = load_settings(cli, config_file=config_file)
+    except ConfigError as exc:
+        fail(str(exc))
+
+    import torch
+
+    from attnbench.backends import select_backends
+    from attnbench.hardware import detect, measure_ceilings, resolve_device
+    from attnbench.results import Header, ResultWriter, finished_keys, provenance
+    from attnbench.sweep import SweepContext, run_sweep
+    from attnbench.table import results_table
+
+    try:
+        device, device_note = resolve_device(settings.device)
+    except ValueError as exc:
+        fail(str(exc))
+    if device_note:
+        note(device_note)
+    info = detect(device)
+    specs, suite_name = _cases(settings, sources, info.kind)
+    try:
+        backends = select_backends(settings.backends)
+    except ValueError as exc:
+        fail(str(exc))
+    if settings.backends == ["all"]:
+        backends = _runnable_here(backends, info.kind)
+
+    out_path = settings.out or _default_out(info.name, suite_name)
+    skip: set[tuple[str, str]] = set()
+    if settings.resume:
+        from attnbench.results import ResultsFileError
+
+        try:
+            skip = finished_keys(out_path)
+        except ResultsFileError as exc:
+            fail(f"--resume: {exc}")
+        note(f"resuming {out_path}: {len(skip)} finished rows kept")
+
+    console.print(
+        f"[bold]attnbench run[/] suite=[cyan]{suite_name}[/] cases={len(specs)} "
+        f"backends={len(backends)} device=[cyan]{info.name}[/] -> {out_path}"
+    )
+    with console.status("measuring this device's ceilings (copy bandwidth, matmul TFLOP/s)"):
+        ceilings = measure_ceilings(info, quick=info.kind == "cpu")
+    mm = ", ".join(f"{k} {v:.0f}" for k, v in ceilings.matmul_tflops.items())
+    console.print(f"ceilings: copy {ceilings.copy_bandwidth_gbps:.0f} GB/s; matmul TFLOP/s: {mm}")
+
+    run_id = out_path.stem
+    header = Header(
+        run_id=run_id,
+        provenance=provenance(),
+        settings=settings.model_dump(mode="json") | {"suite": suite_name},
+        device=info.as_dict(),
+        ceilings=ceilings.as_dict(),
+        spec_sheet=info.spec_sheet.__dict__ if info.spec_sheet else None,
+    )
+    rows = []
+    with ResultWriter(out_path) as writer, _progress() as progress:
+        writer.write(header)
+        task = progress.add_task("cases", total=len(specs) * len(backends))
+
+        def on_row(row: Any) -> None:
+            writer.write(row)
+            rows.append(row)
+            progress.update(task, advance=1, description=f"{row.backend} {row.status}")
+
+        ctx = SweepContext(
+            run_id=run_id,
+            info=info,
+            measure_cfg=settings.measure_config(),
+            ceilings=ceilings,
+            skip=skip,
+            on_row=on_row,
+        )
+        try:
+            run_sweep(specs, backends, ctx)
+        except KeyboardInterrupt:
+            progress.stop()
+            note(f"interrupted: {len(rows)} rows kept in {out_path}; finish with --resume")
+            raise typer.Exit(130) from None
+    shown = [r for r in rows if r.status != "unsupported"] or rows
+    console.print(results_table(shown, title=f"{suite_name} on {info.name}"))
+    counts = {s: sum(r.status == s for r in rows) for s in {r.status for r in rows}}
+    console.print(
+        "rows: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f" -> {out_path}"
+    )
+    del torch
+    return out_path
+
+
+def _cases(
+    settings: Settings, sources: dict[str, str], device_kind: str
+) -> tuple[list[WorkloadSpec], str]:
+    from attnbench.workload.suite import SuiteError, load_suite, settings_specs, suite_specs
+
+    custom = any(sources.get(f, "default") != "default" for f in WORKLOAD_FIELDS)
+    name = settings.suite
+    if name is None and not custom:
+        name = "default" if device_kind == "cuda" else "cpu"
+    try:
+        if name is not None:
+            suite = load_suite(name)
+            return suite_specs(suite, settings), suite.name
+        return settings_specs(settings), "custom"
+    except (SuiteError, ValueError) as exc:
+        fail(str(exc))
+
+
+def _runnable_here(backends: list[Any], device_kind: str) -> list[Any]:
+    kept = [b for b in backends if device_kind in b.devices]
+    dropped = sorted({b.name.split(":")[0] for b in backends if b not in kept})
+    if dropped:
+        note(f"skipping GPU-only backends on {device_kind}: {', '.join(dropped)}")
+    return kept
+
+
+def _default_out(device_name: str, suite: str) -> Path:
+    slug = "".join(c if c.isalnum() else "-" for c in device_name.lower()).strip("-") or "device"
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{stamp}_{slug}_{suite}.jsonl"
+
+
+def _progress() -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[progress.description]{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )

@@ -1,0 +1,363 @@
+"""Settings: one pydantic-settings class, read from (highest first) CLI flags, ATTNBENCH_*
+environment variables, a `.env` file, and `attnbench.toml`, then defaults.
+
+It keeps the brief's fields under the brief's names and defaults (batch_size=32, num_heads=32,
+num_kv_heads=8, head_dim=128, context_lengths=[1024, 4096, 16384, 65536], fp8_mode, page_size=16,
+device). Library code never reads Settings: the CLI turns them into frozen run configs.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+    TomlConfigSettingsSource,
+)
+
+from attnbench.measure.config import TIMERS, MeasureConfig, TimerName
+from attnbench.workload.spec import KINDS, Kind, KVLayout, normalize_dtype
+
+CONFIG_FILE = "attnbench.toml"
+ENV_PREFIX = "ATTNBENCH_"
+
+
+class ConfigError(ValueError):
+    """Invalid configuration: one line naming the field, the value and what is allowed."""
+
+
+def _split(value: Any) -> Any:
+    """Accept `a,b,c` (CLI, env) as well as lists (TOML) and JSON lists (env)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            import json
+
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                raise ValueError(f"not a valid JSON list: {text!r}") from None
+        return [v.strip() for v in text.split(",") if v.strip()]
+    return value
+
+
+def _split_semicolon(value: Any) -> Any:
+    """Length distributions contain commas (`1024,4096`); several are separated by `;`."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return _split(text)
+        return [v.strip() for v in text.split(";") if v.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Every knob of `attnbench run`. Field docstrings are the help text of `attnbench config`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        toml_file=CONFIG_FILE,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        validate_default=True,
+    )
+
+    # -- the brief's fields -------------------------------------------------------------------
+    batch_size: int = 32
+    """Concurrent requests per batch."""
+    num_heads: int = 32
+    """Query heads (FlashInfer: num_qo_heads) per GPU."""
+    num_kv_heads: int = 8
+    """KV heads per GPU (grouped-query attention when fewer than num_heads)."""
+    head_dim: int = 128
+    """Dimension of each head."""
+    context_lengths: Annotated[list[int], NoDecode] = [1024, 4096, 16384, 65536]
+    """KV lengths of the uniform batches (one case per length)."""
+    fp8_mode: bool = True
+    """Also run an fp8 e4m3 KV cache beside the 16-bit one (when kv_dtype is auto)."""
+    page_size: int = 16
+    """Tokens per KV-cache page."""
+    device: str = "auto"
+    """auto (first GPU, else CPU), cpu, cuda or cuda:N."""
+
+    # -- workload -----------------------------------------------------------------------------
+    model: str | None = None
+    """Take heads and layers from a known model (see `attnbench models`), sharded by tp."""
+    tp: int = 1
+    """Tensor-parallel degree: each GPU runs num_heads / tp query heads."""
+    kinds: Annotated[list[Kind], NoDecode] = ["decode"]
+    """Workload kinds: decode, prefill, append."""
+    lengths: Annotated[list[str] | None, NoDecode] = None
+    """Length distributions (see `attnbench lengths`), `;`-separated; default:
+    context_lengths plus the brief's mixed 256..64k batch."""
+    dtype: str = "bfloat16"
+    """Query/output dtype: float16 or bfloat16."""
+    kv_dtype: str = "auto"
+    """KV-cache dtype: auto (= dtype, plus fp8_e4m3 when fp8_mode), float16, bfloat16,
+    fp8_e4m3, fp8_e5m2."""
+    kv_layout: KVLayout = "NHD"
+    """KV-cache layout: NHD or HND."""
+    append_len: int = 16
+    """Query tokens per request for kind=append."""
+    prefill_tokens: int = 32768
+    """For prefill, batch size is capped so batch x length stays within this many tokens."""
+    seed: int = 0
+    """Seed of every random input."""
+
+    # -- what to run --------------------------------------------------------------------------
+    suite: str | None = None
+    """A suite name (see `attnbench suites`) or TOML path; overrides the workload fields."""
+    backends: Annotated[list[str], NoDecode] = ["all"]
+    """Backends or variants (`flashinfer`, `flashinfer:tc`, `sdpa:math`...), or all."""
+    out: Path | None = None
+    """Results file (JSONL); default results/<time>_<device>_<suite>.jsonl."""
+    resume: bool = False
+    """Skip cases already finished in --out."""
+
+    # -- measurement --------------------------------------------------------------------------
+    timer: TimerName = "auto"
+    """auto (CUDA graph where capturable, else CUDA events; perf_counter on CPU), cpu,
+    cuda-event, cuda-graph, fake."""
+    cold_l2: bool = True
+    """Flush L2 before each timed call."""
+    warmup_ms: float = 20.0
+    min_runs: int = 10
+    max_runs: int = 2000
+    max_time_ms: float = 400.0
+    """Timed work per case before giving up on the noise target."""
+    target_rel_ci: float = 0.01
+    """Stop when the median's 95% CI half-width is within this fraction of it."""
+
+    # -- validation ---------------------------------------------------------------------------
+    @field_validator("context_lengths", "kinds", "backends", mode="before")
+    @classmethod
+    def _comma_lists(cls, v: Any) -> Any:
+        return _split(v)
+
+    @field_validator("lengths", mode="before")
+    @classmethod
+    def _length_list(cls, v: Any) -> Any:
+        return _split_semicolon(v)
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        return normalize_dtype(v, allow_fp8=False)
+
+    @field_validator("kv_dtype")
+    @classmethod
+    def _kv_dtype(cls, v: str) -> str:
+        return "auto" if v.strip().lower() == "auto" else normalize_dtype(v, field="kv_dtype")
+
+    @field_validator("kv_layout", mode="before")
+    @classmethod
+    def _layout(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        d = v.strip().lower()
+        ok = d in ("auto", "cpu", "cuda") or (d.startswith("cuda:") and d[5:].isdigit())
+        if not ok:
+            raise ValueError("allowed: auto, cpu, cuda, cuda:N")
+        return d
+
+    @field_validator(
+        "batch_size",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "tp",
+        "append_len",
+        "prefill_tokens",
+        "min_runs",
+        "max_runs",
+    )
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("warmup_ms", "max_time_ms", "target_rel_ci")
+    @classmethod
+    def _positive_float(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be positive")
+        return v
+
+    @field_validator("context_lengths")
+    @classmethod
+    def _lengths_positive(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("needs at least one length")
+        if any(n <= 0 for n in v):
+            raise ValueError("every length must be a positive integer")
+        return v
+
+    @field_validator("page_size")
+    @classmethod
+    def _power_of_two(cls, v: int) -> int:
+        if v <= 0 or v & (v - 1):
+            raise ValueError("must be a power of two (1, 2, 4, ..., 16, 32, 64...)")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        from attnbench.workload.models import get_model
+
+        return get_model(v).name
+
+    @model_validator(mode="after")
+    def _heads(self) -> Settings:
+        if self.model is None and self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads={self.num_heads} is not divisible by num_kv_heads="
+                f"{self.num_kv_heads}; allowed num_kv_heads: divisors of {self.num_heads}"
+            )
+        if self.model is not None:
+            from attnbench.workload.models import get_model
+
+            get_model(self.model).shard(self.tp)
+        if self.min_runs > self.max_runs:
+            raise ValueError(f"min_runs={self.min_runs} exceeds max_runs={self.max_runs}")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            dotenv_settings,
+            TomlConfigSettingsSource(settings_cls),
+        )
+
+    # -- conversions --------------------------------------------------------------------------
+    def measure_config(self) -> MeasureConfig:
+        return MeasureConfig(
+            timer=self.timer,
+            cold_l2=self.cold_l2,
+            warmup_ms=self.warmup_ms,
+            min_runs=self.min_runs,
+            max_runs=self.max_runs,
+            max_time_ms=self.max_time_ms,
+            target_rel_ci=self.target_rel_ci,
+        )
+
+    def kv_dtypes(self) -> list[str]:
+        if self.kv_dtype != "auto":
+            return [self.kv_dtype]
+        return [self.dtype] + (["fp8_e4m3"] if self.fp8_mode else [])
+
+
+SOURCE_NAMES = ("cli", "env", ".env", CONFIG_FILE)
+
+
+def _field_label(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) if loc else "settings"
+
+
+def load_settings(
+    cli: dict[str, Any] | None = None, *, config_file: Path | None = None
+) -> tuple[Settings, dict[str, str]]:
+    """Build Settings from the CLI overrides and the other sources.
+
+    Returns the settings and, for each field, the source that set it (`cli`, `env`, `.env`,
+    `attnbench.toml` or `default`). Raises ConfigError with one readable line.
+    """
+    cli = {k: v for k, v in (cli or {}).items() if v is not None}
+    toml_path = config_file or Path(CONFIG_FILE)
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"config file {config_file}: not found")
+    if toml_path.is_file():
+        try:
+            toml_data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{toml_path}: invalid TOML: {exc}") from None
+        unknown = sorted(set(toml_data) - set(Settings.model_fields))
+        if unknown:
+            raise ConfigError(
+                f"{toml_path}: unknown field {unknown[0]!r}; allowed: "
+                + ", ".join(Settings.model_fields)
+            )
+
+    class _Settings(Settings):
+        model_config = SettingsConfigDict(toml_file=toml_path)
+
+    try:
+        settings = _Settings(**cli)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    except SettingsError as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    except ValueError as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    return settings, _sources(cli, toml_path)
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    label = _field_label(tuple(err["loc"]))
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        return f"{label}={err.get('input')!r} is not allowed; allowed: {expected}"
+    if err["type"] == "extra_forbidden":
+        return f"unknown setting {label!r}; allowed: {', '.join(Settings.model_fields)}"
+    if err.get("loc"):
+        return f"{label}={err.get('input')!r}: {msg}"
+    return msg
+
+
+def _sources(cli: dict[str, Any], toml_path: Path) -> dict[str, str]:
+    import os
+
+    from dotenv import dotenv_values
+
+    env = {k[len(ENV_PREFIX) :].lower() for k in os.environ if k.upper().startswith(ENV_PREFIX)}
+    dotenv = set()
+    if Path(".env").is_file():
+        dotenv = {
+            k[len(ENV_PREFIX) :].lower()
+            for k in dotenv_values(".env")
+            if k.upper().startswith(ENV_PREFIX)
+        }
+    toml: set[str] = set()
+    if toml_path.is_file():
+        toml = set(tomllib.loads(toml_path.read_text(encoding="utf-8")))
+    sources = {}
+    for name in Settings.model_fields:
+        if name in cli:
+            sources[name] = "cli"
+        elif name in env:
+            sources[name] = "env"
+        elif name in dotenv:
+            sources[name] = ".env"
+        elif name in toml:
+            sources[name] = str(toml_path)
+        else:
+            sources[name] = "default"
+    return sources
+
+
+__all__ = ["KINDS", "TIMERS", "ConfigError", "Settings", "load_settings"]

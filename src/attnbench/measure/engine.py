@@ -1,0 +1,142 @@
+"""The repeat engine: warm up, then time in batches until the median is known well enough.
+
+Algorithm (after triton's do_bench and nvbench's noise criterion):
+1. Pick the timer (CUDA graph for graph-safe GPU work, CUDA events otherwise, perf_counter on
+   CPU) and let it prepare the callable (graph capture; on failure fall back to events and say
+   why).
+2. Warm up for `warmup_ms` (at least two calls), which also estimates the time per call.
+3. Time batches of calls, each preceded by an L2 flush outside the timed region, until at least
+   `min_runs` samples exist and the 95% CI of the median is within `target_rel_ci` of it, or
+   `max_runs` samples or `max_time_ms` of timed work are reached (then `converged` is False).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from attnbench.measure.config import MeasureConfig
+from attnbench.measure.l2 import L2Flusher
+from attnbench.measure.stats import Stats, summarize
+from attnbench.measure.timers import (
+    CpuTimer,
+    CudaEventTimer,
+    CudaGraphTimer,
+    FakeTimer,
+    Fn,
+    Timer,
+)
+
+
+@dataclass
+class Measurement:
+    stats: Stats
+    samples_us: list[float]
+    timer: str
+    l2_policy: str
+    warmup_runs: int
+    converged: bool
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "timer": self.timer,
+            "l2_policy": self.l2_policy,
+            "warmup_runs": self.warmup_runs,
+            "repeats": self.stats.n,
+            "converged": self.converged,
+            "notes": self.notes,
+        }
+
+
+def choose_timer(cfg: MeasureConfig, device: torch.device, graph_safe: bool) -> Timer:
+    name = cfg.timer
+    if name == "fake":
+        return FakeTimer(cfg.fake_samples_us) if cfg.fake_samples_us else FakeTimer()
+    if device.type != "cuda":
+        return CpuTimer()
+    if name == "auto":
+        name = "cuda-graph" if graph_safe else "cuda-event"
+    if name == "cuda-graph" and graph_safe:
+        return CudaGraphTimer()
+    if name == "cpu":
+        return CpuTimer(sync_cuda=True)
+    return CudaEventTimer()
+
+
+def measure(
+    fn: Fn,
+    cfg: MeasureConfig,
+    *,
+    device: torch.device,
+    flusher: L2Flusher | None = None,
+    graph_safe: bool = True,
+) -> Measurement:
+    """Time `fn` as the module docstring describes and summarise the samples."""
+    notes: list[str] = []
+    timer = choose_timer(cfg, device, graph_safe)
+    if cfg.timer == "cuda-graph" and not graph_safe:
+        notes.append("backend not graph-capturable: timed with CUDA events")
+    try:
+        timed = timer.prepare(fn)
+    except Exception as exc:  # graph capture failed: time eagerly, record why
+        if not isinstance(timer, CudaGraphTimer):
+            raise
+        notes.append(f"graph capture failed ({type(exc).__name__}: {_short(exc)}); CUDA events")
+        torch.cuda.synchronize()
+        timer = CudaEventTimer()
+        timed = fn
+    flush: Callable[[], None] | None = (
+        flusher.flush if (cfg.cold_l2 and flusher is not None) else None
+    )
+    l2_policy = flusher.policy if flush is not None and flusher is not None else "warm"
+
+    if isinstance(timer, FakeTimer):
+        fake = timer.time(timed, max(cfg.min_runs, 1), None)
+        return Measurement(summarize(fake), fake, timer.name, l2_policy, 0, True, notes)
+
+    warmup_runs, per_call_ms = _warm_up(timer, timed, cfg.warmup_ms, device)
+    samples: list[float] = []
+    converged = False
+    batch = max(1, min(cfg.min_runs, cfg.max_runs))
+    while True:
+        samples += timer.time(timed, batch, flush)
+        stats = summarize(samples)
+        spent_ms = sum(samples) / 1e3
+        if len(samples) >= cfg.min_runs and stats.rel_ci <= cfg.target_rel_ci:
+            converged = True
+            break
+        if len(samples) >= cfg.max_runs or spent_ms >= cfg.max_time_ms:
+            break
+        left_ms = cfg.max_time_ms - spent_ms
+        per_call_ms = max(stats.median_us / 1e3, 1e-3)
+        batch = int(min(cfg.max_runs - len(samples), max(1, len(samples)), left_ms / per_call_ms))
+        batch = max(1, batch)
+    if not converged:
+        notes.append(
+            f"noise target not met: median 95% CI ±{stats.rel_ci:.1%} after {stats.n} runs"
+        )
+    return Measurement(stats, samples, timer.name, l2_policy, warmup_runs, converged, notes)
+
+
+def _warm_up(timer: Timer, fn: Fn, warmup_ms: float, device: torch.device) -> tuple[int, float]:
+    """Call `fn` for about `warmup_ms` (at least twice); return (calls, ms per call)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    runs = 0
+    t0 = time.perf_counter()
+    while True:
+        fn()
+        runs += 1
+        if runs >= 2:
+            sync()
+            elapsed_ms = (time.perf_counter() - t0) * 1e3
+            if elapsed_ms >= warmup_ms or runs >= 10_000:
+                return runs, elapsed_ms / runs
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text[:limit]

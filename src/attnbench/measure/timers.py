@@ -1,0 +1,115 @@
+"""Timers: each turns `n` calls of a zero-argument function into `n` samples in microseconds.
+
+- `CpuTimer`: host perf_counter around each call (synchronising CUDA if the call used it).
+- `CudaEventTimer`: a CUDA event pair around each call on the current stream.
+- `CudaGraphTimer`: captures the call once into a CUDA graph and times each replay with events,
+  which removes host launch overhead (what a serving engine's decode step sees).
+- `FakeTimer`: scripted samples, runs nothing; makes the pipeline testable without a GPU.
+
+Before each timed call the `flush` callback (if any) runs outside the timed region, e.g. a
+memset of twice the L2 size for cold-cache timing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from itertools import cycle, islice
+from typing import Protocol
+
+import torch
+
+Fn = Callable[[], object]
+Flush = Callable[[], None] | None
+
+
+class Timer(Protocol):
+    name: str
+
+    def prepare(self, fn: Fn) -> Fn:
+        """Return the callable to time (e.g. a graph replay); may raise if `fn` cannot be used."""
+        ...
+
+    def time(self, fn: Fn, n: int, flush: Flush) -> list[float]: ...
+
+
+class CpuTimer:
+    name = "cpu"
+
+    def __init__(self, sync_cuda: bool = False) -> None:
+        self._sync = torch.cuda.synchronize if sync_cuda else (lambda: None)
+
+    def prepare(self, fn: Fn) -> Fn:
+        return fn
+
+    def time(self, fn: Fn, n: int, flush: Flush) -> list[float]:
+        samples = []
+        for _ in range(n):
+            if flush is not None:
+                flush()
+            self._sync()
+            t0 = time.perf_counter()
+            fn()
+            self._sync()
+            samples.append((time.perf_counter() - t0) * 1e6)
+        return samples
+
+
+class CudaEventTimer:
+    name = "cuda-event"
+
+    def prepare(self, fn: Fn) -> Fn:
+        return fn
+
+    def time(self, fn: Fn, n: int, flush: Flush) -> list[float]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for start, end in zip(starts, ends, strict=True):
+            if flush is not None:
+                flush()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
+
+
+class CudaGraphTimer(CudaEventTimer):
+    """Capture `fn` once (after one eager warm-up call on a side stream), time replays."""
+
+    name = "cuda-graph"
+
+    def __init__(self) -> None:
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def prepare(self, fn: Fn) -> Fn:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+        self.graph = graph
+        return graph.replay
+
+
+class FakeTimer:
+    """Returns the scripted samples in a cycle; never calls `fn`."""
+
+    name = "fake"
+
+    def __init__(self, samples_us: Sequence[float] = (100.0, 101.0, 99.0, 100.5, 99.5)) -> None:
+        if not samples_us:
+            raise ValueError("FakeTimer needs at least one sample")
+        self._samples = list(samples_us)
+        self._it = cycle(self._samples)
+
+    def prepare(self, fn: Fn) -> Fn:
+        return fn
+
+    def time(self, fn: Fn, n: int, flush: Flush) -> list[float]:
+        return list(islice(self._it, n))

@@ -1,0 +1,327 @@
+"""The sweep: for each case and backend variant, check, plan, gate on accuracy, measure, store.
+
+    for spec in specs:                       (inputs and the fp64 reference built once per case)
+        for backend in backends:
+            available? check? -> plan (plan_us) -> poisoned run -> accuracy gate
+            -> measure(runner) -> metrics -> row (append, flush, fsync)
+
+Every failure becomes a row: `unsupported` (with the backend's reason), `mismatch` (wrong or
+non-finite output: never timed), `oom` (memory freed, the sweep goes on), `error` (the
+exception's type and message). Nothing here knows a particular library.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from attnbench import metrics
+from attnbench.accuracy import check_accuracy
+from attnbench.backends.base import Backend, PlannedRun
+from attnbench.backends.reference import reference_attention
+from attnbench.hardware import Ceilings, DeviceInfo
+from attnbench.measure.config import MeasureConfig
+from attnbench.measure.engine import measure
+from attnbench.measure.l2 import L2Flusher
+from attnbench.results import ResultRow, now_iso
+from attnbench.workload.inputs import AttentionInputs, make_inputs
+from attnbench.workload.spec import WorkloadSpec
+
+PLAN_REPEATS = 5
+
+
+@dataclass
+class SweepContext:
+    run_id: str
+    info: DeviceInfo
+    measure_cfg: MeasureConfig
+    ceilings: Ceilings | None = None
+    skip: set[tuple[str, str]] = field(default_factory=set)
+    """(case_id, backend) pairs to leave out (already finished, for --resume)."""
+    on_row: Callable[[ResultRow], None] = lambda row: None
+    _flusher: L2Flusher | None = None
+    _availability: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return self.info.torch_device
+
+    def flusher(self) -> L2Flusher:
+        if self._flusher is None:
+            self._flusher = L2Flusher(self.device, self.info.l2_bytes)
+        return self._flusher
+
+    def availability(self, backend: Backend) -> str | None:
+        if backend.name not in self._availability:
+            try:
+                self._availability[backend.name] = backend.available()
+            except Exception as exc:  # a library that crashes on import is unavailable
+                self._availability[backend.name] = f"{type(exc).__name__}: {exc}"[:300]
+        return self._availability[backend.name]
+
+
+def order_cases(specs: Iterable[WorkloadSpec]) -> list[WorkloadSpec]:
+    """Group cases that share compiled kernels (dtype, kv dtype, shape, layout, page size)
+    and sort by size within a group, so JIT modules and allocator blocks are reused."""
+    return sorted(
+        specs,
+        key=lambda s: (
+            s.dtype,
+            s.kv_dtype,
+            s.num_qo_heads,
+            s.num_kv_heads,
+            s.head_dim,
+            s.kv_layout,
+            s.page_size,
+            s.kind,
+            s.total_kv,
+            s.case_id,
+        ),
+    )
+
+
+def run_sweep(
+    specs: list[WorkloadSpec], backends: list[Backend], ctx: SweepContext
+) -> list[ResultRow]:
+    rows: list[ResultRow] = []
+    for spec in order_cases(specs):
+        todo = [b for b in backends if (spec.case_id, b.name) not in ctx.skip]
+        if todo:
+            rows += run_case(spec, todo, ctx)
+    return rows
+
+
+def run_case(spec: WorkloadSpec, backends: list[Backend], ctx: SweepContext) -> list[ResultRow]:
+    """All variants on one case; inputs and the reference are built once and shared."""
+    rows: list[ResultRow] = []
+
+    def emit(row: ResultRow) -> None:
+        rows.append(row)
+        ctx.on_row(row)
+
+    runnable: list[Backend] = []
+    for b in backends:
+        why = ctx.availability(b)
+        if why is None:
+            try:
+                unsupported = b.check(spec, ctx.info)
+                why = unsupported.reason if unsupported else None
+            except Exception as exc:
+                emit(_row(ctx, spec, b, "error", f"check failed: {_describe(exc)}"))
+                continue
+        if why is not None:
+            emit(_row(ctx, spec, b, "unsupported", why))
+        else:
+            runnable.append(b)
+    if not runnable:
+        return rows
+
+    inputs: AttentionInputs | None = None
+    oracle: torch.Tensor | None = None
+    try:
+        inputs = make_inputs(spec, ctx.device)
+        oracle = reference_attention(inputs)
+    except Exception as exc:
+        status = "oom" if _is_oom(exc) else "error"
+        for b in runnable:
+            emit(_row(ctx, spec, b, status, f"building inputs/reference: {_describe(exc)}"))
+        _free()
+        return rows
+
+    for b in runnable:
+        emit(run_backend(spec, b, inputs, oracle, ctx))
+        _free()
+    del inputs, oracle
+    _free()
+    return rows
+
+
+def run_backend(
+    spec: WorkloadSpec,
+    backend: Backend,
+    inputs: AttentionInputs,
+    oracle: torch.Tensor,
+    ctx: SweepContext,
+) -> ResultRow:
+    """One (case, variant): never raises; any failure is the returned row."""
+    dev = ctx.device
+    cuda = dev.type == "cuda"
+    planned: PlannedRun | None = None
+    try:
+        if cuda:
+            torch.cuda.synchronize(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+        base_mem = torch.cuda.memory_allocated(dev) if cuda else 0
+        planned = backend.plan(spec, inputs)
+        _sync(dev)
+        plan_us = _time_replan(planned, dev)
+
+        if planned.out is not None:
+            planned.out.fill_(float("nan"))
+        out = planned.run()
+        _sync(dev)
+        got = planned.unpack(out)
+        ref = oracle
+        if planned.q_effective is not None:
+            ref = reference_attention(inputs, q=planned.q_effective)
+        acc = check_accuracy(got, ref, planned.precision or spec.dtype)
+        del got, ref
+        details: dict[str, Any] = dict(planned.details)
+        if not acc.passed:
+            return _row(
+                ctx,
+                spec,
+                backend,
+                "mismatch",
+                acc.reason,
+                resolved=planned.resolved,
+                accuracy=acc.as_dict(),
+                details=details,
+            )
+
+        m = measure(
+            planned.run,
+            ctx.measure_cfg,
+            device=dev,
+            flusher=ctx.flusher(),
+            graph_safe=planned.graph_safe,
+        )
+        peak = (torch.cuda.max_memory_allocated(dev) - base_mem) if cuda else None
+        return _ok_row(ctx, spec, backend, planned, plan_us, m, acc.as_dict(), peak, details)
+    except Exception as exc:
+        status = "oom" if _is_oom(exc) else "error"
+        resolved = planned.resolved if planned is not None else ""
+        return _row(
+            ctx,
+            spec,
+            backend,
+            status,
+            _describe(exc),
+            resolved=resolved,
+            details={"traceback": _tb_tail(exc)} if status == "error" else {},
+        )
+    finally:
+        planned = None
+
+
+def _ok_row(
+    ctx: SweepContext,
+    spec: WorkloadSpec,
+    backend: Backend,
+    planned: PlannedRun,
+    plan_us: float,
+    m: Any,
+    accuracy: dict[str, Any],
+    peak: int | None,
+    details: dict[str, Any],
+) -> ResultRow:
+    latency_us = m.stats.median_us
+    nbytes = metrics.bytes_moved(spec)
+    nflops = metrics.flops(spec)
+    gbps = metrics.bandwidth_gbps(nbytes.total, latency_us)
+    tflops = metrics.tflops_per_s(nflops, latency_us)
+    ceil = ctx.ceilings
+    sheet = ctx.info.spec_sheet
+    mma_dtype = spec.dtype  # fp8 KV is dequantised to 16-bit for the math by most kernels
+    if planned.extra_bytes:
+        details["extra_bytes"] = planned.extra_bytes
+    if planned.workspace_bytes:
+        details["workspace_bytes"] = planned.workspace_bytes
+    return ResultRow(
+        run_id=ctx.run_id,
+        case_id=spec.case_id,
+        backend=backend.name,
+        resolved=planned.resolved,
+        status="ok",
+        reason="; ".join(m.notes),
+        spec=spec.model_dump(mode="json"),
+        latency_us=latency_us,
+        latency=m.stats.as_dict(),
+        plan_us=plan_us,
+        per_token_ms=metrics.per_token_ms(latency_us, plan_us, spec.num_layers),
+        bytes=nbytes.as_dict(),
+        flops=nflops,
+        bandwidth_gbps=gbps,
+        tflops=tflops,
+        bandwidth_frac_measured=metrics.fraction(gbps, ceil.copy_bandwidth_gbps if ceil else None),
+        bandwidth_frac_spec=metrics.fraction(gbps, sheet.bandwidth_gbps if sheet else None),
+        tflops_frac_measured=metrics.fraction(tflops, ceil.tflops_for(mma_dtype) if ceil else None),
+        tflops_frac_spec=metrics.fraction(tflops, sheet.tflops.get(mma_dtype) if sheet else None),
+        peak_memory_bytes=peak,
+        kv_cache_bytes=metrics.kv_cache_bytes(spec),
+        accuracy=accuracy,
+        measurement=m.as_dict(),
+        details=details,
+        timestamp=now_iso(),
+    )
+
+
+def _row(
+    ctx: SweepContext,
+    spec: WorkloadSpec,
+    backend: Backend,
+    status: str,
+    reason: str,
+    **extra: Any,
+) -> ResultRow:
+    return ResultRow(
+        run_id=ctx.run_id,
+        case_id=spec.case_id,
+        backend=backend.name,
+        status=status,
+        reason=reason,
+        spec=spec.model_dump(mode="json"),
+        kv_cache_bytes=metrics.kv_cache_bytes(spec),
+        timestamp=now_iso(),
+        **extra,
+    )
+
+
+def _time_replan(planned: PlannedRun, dev: torch.device) -> float:
+    """Host time of the per-step planning work, median of a few repeats (0 if none)."""
+    replan = planned.replan
+    if replan is None:
+        return 0.0
+    samples = []
+    for _ in range(PLAN_REPEATS):
+        _sync(dev)
+        t0 = time.perf_counter()
+        replan()
+        _sync(dev)
+        samples.append((time.perf_counter() - t0) * 1e6)
+    samples.sort()
+    return samples[len(samples) // 2]
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return (
+        isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError)
+        or "out of memory" in str(exc).lower()
+    )
+
+
+def _describe(exc: BaseException, limit: int = 400) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:limit]
+
+
+def _tb_tail(exc: BaseException, lines: int = 6) -> str:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return "".join(tb[-lines:])[-1500:]
+
+
+def _free() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,91 @@
+"""Terminal tables of result rows (rich)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.table import Table
+
+from attnbench.results import ResultRow
+
+STATUS_STYLE = {
+    "ok": "green",
+    "unsupported": "dim",
+    "mismatch": "bold red",
+    "error": "red",
+    "oom": "magenta",
+    "timeout": "magenta",
+}
+
+
+def fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+DTYPE_SHORT = {"float16": "fp16", "bfloat16": "bf16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+
+
+def short_case(spec: dict[str, Any]) -> str:
+    """`decode mixed(256..65536) bs32 bf16/e4m3`: what differs between cases of one suite."""
+    lens = spec.get("lengths") or f"ctx{max(spec['kv_lens'])}"
+    parts = [spec["kind"], lens, f"bs{len(spec['kv_lens'])}"]
+    if spec.get("model"):
+        parts.insert(1, spec["model"] + (f"/tp{spec['tp']}" if spec.get("tp", 1) > 1 else ""))
+    if spec["kind"] == "append":
+        parts.append(f"q{max(spec['qo_lens'])}")
+    if spec.get("tree"):
+        parts.append(spec["tree"]["name"])
+    if spec.get("shared_prefix_len"):
+        parts.append(f"prefix{spec['shared_prefix_len']}")
+    kv = DTYPE_SHORT.get(spec["kv_dtype"], spec["kv_dtype"])
+    parts.append(f"{DTYPE_SHORT.get(spec['dtype'], spec['dtype'])}/{kv}")
+    if spec.get("page_size", 16) != 16:
+        parts.append(f"p{spec['page_size']}")
+    if spec.get("kv_layout", "NHD") != "NHD":
+        parts.append(spec["kv_layout"])
+    if spec.get("label"):
+        parts.append(spec["label"])
+    return " ".join(parts)
+
+
+def results_table(rows: Iterable[ResultRow], title: str = "") -> Table:
+    """Case, variant, status, median latency, GB/s and TFLOP/s with their fractions of the
+    measured ceilings, and the accuracy gate's error."""
+    table = Table(title=title, show_lines=False, header_style="bold")
+    table.add_column("case", overflow="fold")
+    table.add_column("backend", overflow="fold")
+    table.add_column("ran", overflow="fold", style="dim")
+    table.add_column("status")
+    table.add_column("latency µs", justify="right")
+    table.add_column("±CI", justify="right", style="dim")
+    table.add_column("GB/s", justify="right")
+    table.add_column("%copy", justify="right")
+    table.add_column("TFLOP/s", justify="right")
+    table.add_column("%mm", justify="right")
+    table.add_column("rel err", justify="right", style="dim")
+    for r in rows:
+        style = STATUS_STYLE.get(r.status, "")
+        rel_ci = r.latency.get("rel_ci") if r.latency else None
+        err = r.accuracy.get("rel_l2_err") if r.accuracy else None
+        status = f"[{style}]{r.status}[/]" if style else r.status
+        if r.status != "ok" and r.reason:
+            status += f" [dim]{r.reason[:70]}[/]"
+        table.add_row(
+            short_case(r.spec),
+            r.backend,
+            r.resolved,
+            status,
+            fmt(r.latency_us, ".1f"),
+            pct(rel_ci) if rel_ci is not None else "-",
+            fmt(r.bandwidth_gbps, ".0f"),
+            pct(r.bandwidth_frac_measured),
+            fmt(r.tflops, ".1f"),
+            pct(r.tflops_frac_measured),
+            fmt(err, ".1e"),
+        )
+    return table

@@ -1,0 +1,130 @@
+"""Context-length distributions: how long each request's KV cache is in a batch.
+
+A distribution is written as a short string (CLI flag, env var, suite file):
+
+    1024,4096            fixed: one uniform batch per value (every request that long)
+    list:256,1024,65536  one batch with exactly these per-request lengths
+    uniform:256-8192     one batch, lengths uniform in [256, 8192]
+    lognormal:2048,1.0   one batch, lognormal with median 2048 and sigma 1.0 (clipped to 16..131072)
+    mixed                the brief's agent batch: log-uniform over 256..65536, both ends present
+    mixed:256-65536      the same with explicit bounds
+    trace:NAME[@N]       sampled from a real request trace (see `workload.traces`)
+
+Each string expands to one or more `LengthCase`s, each a tuple of per-request lengths.
+Sampling is seeded: the same string, batch size and seed give the same lengths everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_LEN = 1
+MAX_LEN = 1 << 20
+DISTRIBUTIONS = ("fixed (e.g. 1024,4096)", "list:", "uniform:", "lognormal:", "mixed", "trace:")
+
+
+@dataclass(frozen=True)
+class LengthCase:
+    label: str
+    """Readable description kept in the case id, e.g. `ctx4096` or `mixed(256..65536)`."""
+    kv_lens: tuple[int, ...]
+
+
+def parse_lengths(text: str, batch_size: int, seed: int) -> list[LengthCase]:
+    """Expand a distribution string into concrete batches (see the module docstring).
+
+    Raises ValueError naming the problem and the allowed forms.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size={batch_size} must be positive")
+    text = text.strip()
+    kind, _, arg = text.partition(":")
+    kind = kind.strip().lower()
+    rng = np.random.default_rng(seed)
+    if kind == "list":
+        lens = _ints(arg, "list")
+        return [LengthCase(f"list{len(lens)}", tuple(lens))]
+    if kind == "uniform":
+        lo, hi = _range(arg, "uniform")
+        drawn = rng.integers(lo, hi + 1, size=batch_size)
+        return [LengthCase(f"uniform({lo}..{hi})", _checked(drawn))]
+    if kind == "lognormal":
+        parts = [p for p in arg.split(",") if p.strip()]
+        if len(parts) != 2:
+            raise ValueError(
+                f"lengths={text!r}: lognormal needs MEDIAN,SIGMA, e.g. lognormal:2048,1"
+            )
+        median, sigma = _positive_float(parts[0], "median"), _positive_float(parts[1], "sigma")
+        raw = rng.lognormal(math.log(median), sigma, size=batch_size)
+        clipped = np.clip(np.rint(raw), 16, 131072).astype(np.int64)
+        return [LengthCase(f"lognormal({median:g},{sigma:g})", _checked(clipped))]
+    if kind in ("mixed", "agent"):
+        lo, hi = _range(arg, "mixed") if arg else (256, 65536)
+        return [LengthCase(f"mixed({lo}..{hi})", mixed_batch(batch_size, lo, hi, rng))]
+    if kind == "trace":
+        from attnbench.workload.traces import sample_decode_lengths
+
+        name, _, n = arg.partition("@")
+        if not name:
+            raise ValueError(f"lengths={text!r}: trace needs a name, e.g. trace:azure-code")
+        return sample_decode_lengths(name, batch_size, seed, limit=int(n) if n else None)
+    if kind in ("fixed", "") or text[:1].isdigit():
+        values = _ints(arg if kind == "fixed" else text, "fixed")
+        return [LengthCase(f"ctx{v}", (v,) * batch_size) for v in values]
+    raise ValueError(
+        f"lengths={text!r} is not a known distribution; allowed: {', '.join(DISTRIBUTIONS)}"
+    )
+
+
+def mixed_batch(batch_size: int, lo: int, hi: int, rng: np.random.Generator) -> tuple[int, ...]:
+    """The brief's heterogeneous agent batch: log-uniform lengths over [lo, hi].
+
+    The shortest and longest request are always present (a batch with one 64k analysis and one
+    256-token validation call is the point of the scenario), the rest are log-uniform between.
+    """
+    if batch_size == 1:
+        return (hi,)
+    inner = np.exp(rng.uniform(math.log(lo), math.log(hi), size=batch_size - 2))
+    lens = [lo, hi, *np.rint(inner).astype(int).tolist()]
+    perm = rng.permutation(batch_size)
+    return tuple(int(lens[i]) for i in perm)
+
+
+def _ints(arg: str, form: str) -> list[int]:
+    try:
+        values = [int(v) for v in arg.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ValueError(f"lengths: {form} expects comma-separated integers, got {arg!r}") from None
+    if not values:
+        raise ValueError(f"lengths: {form} needs at least one length")
+    for v in values:
+        if not MIN_LEN <= v <= MAX_LEN:
+            raise ValueError(f"lengths: {v} is out of range; allowed: {MIN_LEN}..{MAX_LEN}")
+    return values
+
+
+def _range(arg: str, form: str) -> tuple[int, int]:
+    lo_s, sep, hi_s = arg.partition("-")
+    if not sep:
+        raise ValueError(f"lengths: {form} needs LO-HI, e.g. {form}:256-65536, got {arg!r}")
+    lo, hi = _ints(lo_s, form)[0], _ints(hi_s, form)[0]
+    if lo > hi:
+        raise ValueError(f"lengths: {form} range {lo}-{hi} has LO > HI")
+    return lo, hi
+
+
+def _positive_float(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"lengths: lognormal {name} must be a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"lengths: lognormal {name} must be positive, got {text!r}")
+    return value
+
+
+def _checked(lens: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(max(MIN_LEN, min(MAX_LEN, v))) for v in lens.tolist())
