@@ -148,6 +148,7 @@ def run_backend(
     inputs: AttentionInputs,
     oracle: torch.Tensor,
     ctx: SweepContext,
+    knobs: dict[str, Any] | None = None,
 ) -> ResultRow:
     """One (case, variant): never raises; any failure is the returned row."""
     dev = ctx.device
@@ -158,7 +159,7 @@ def run_backend(
             torch.cuda.synchronize(dev)
             torch.cuda.reset_peak_memory_stats(dev)
         base_mem = torch.cuda.memory_allocated(dev) if cuda else 0
-        planned = backend.plan(spec, inputs)
+        planned = backend.plan(spec, inputs, knobs)
         _sync(dev)
         plan_us = _time_replan(planned, dev)
 

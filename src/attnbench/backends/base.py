@@ -5,7 +5,7 @@ returns a `PlannedRun` whose `run` is zero-argument, allocation-free and CUDA-gr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -72,6 +72,10 @@ class Backend(Protocol):
     name: str
     devices: tuple[str, ...]
     """Device types it runs on: ("cuda",) or ("cpu", "cuda")."""
+    knobs: Mapping[str, tuple[object, ...]]
+    """Tunable settings and their legal values, the default first (e.g. `num_splits`:
+    (0, 1, 2, 4, 8)). `attnbench tune` searches them; `plan` records the ones it used in
+    `PlannedRun.details`."""
 
     def available(self) -> str | None:
         """None if the library loads here, else why not (with the install hint)."""
@@ -79,4 +83,11 @@ class Backend(Protocol):
 
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None: ...
 
-    def plan(self, spec: WorkloadSpec, inputs: AttentionInputs) -> PlannedRun: ...
+    def plan(
+        self,
+        spec: WorkloadSpec,
+        inputs: AttentionInputs,
+        knobs: Mapping[str, object] | None = None,
+    ) -> PlannedRun:
+        """Prepare the case; `knobs` overrides defaults (values from `self.knobs`)."""
+        ...

@@ -9,6 +9,7 @@ before it is timed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 
@@ -92,6 +93,7 @@ class ReferenceBackend:
 
     name = "reference"
     devices = ("cpu", "cuda")
+    knobs: Mapping[str, tuple[object, ...]] = {}
 
     def available(self) -> str | None:
         return None
@@ -99,7 +101,12 @@ class ReferenceBackend:
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
         return None
 
-    def plan(self, spec: WorkloadSpec, inputs: AttentionInputs) -> PlannedRun:
+    def plan(
+        self,
+        spec: WorkloadSpec,
+        inputs: AttentionInputs,
+        knobs: Mapping[str, object] | None = None,
+    ) -> PlannedRun:
         def run() -> torch.Tensor:
             return reference_attention(inputs, accum_dtype=torch.float32)
 
