@@ -1,0 +1,21 @@
+"""Shared fixtures. Tests marked `gpu` skip unless CUDA is available (run them on the H200 with
+`pytest -m gpu`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def gpu_device() -> torch.device:
+    return torch.device("cuda:0")
