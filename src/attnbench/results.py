@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 SCHEMA_VERSION = 1
+MAX_SAMPLES = 256
 Status = Literal["ok", "unsupported", "error", "mismatch", "oom", "timeout"]
 STATUSES: tuple[str, ...] = ("ok", "unsupported", "error", "mismatch", "oom", "timeout")
 FINAL_STATUSES = frozenset({"ok", "unsupported", "mismatch"})
@@ -79,6 +80,8 @@ class ResultRow(BaseModel):
     """Median kernel time of one call (one layer)."""
     latency: dict[str, Any] | None = None
     """Full statistics: median, p10/p90, IQR, 95% CI of the median, outliers."""
+    samples_us: list[float] | None = None
+    """The timing samples (at most MAX_SAMPLES, evenly thinned), for `compare`'s tests."""
     plan_us: float | None = None
     per_token_ms: float | None = None
     """Model-level decode step on one GPU: plan + num_layers x run, in ms."""
@@ -100,6 +103,12 @@ class ResultRow(BaseModel):
     @property
     def key(self) -> tuple[str, str]:
         return (self.case_id, self.backend)
+
+
+def thin_samples(samples_us: list[float], limit: int = MAX_SAMPLES) -> list[float]:
+    """At most `limit` samples, evenly spaced in measurement order, rounded to 1 ns."""
+    step = max(1, -(-len(samples_us) // limit))
+    return [round(x, 3) for x in samples_us[::step]]
 
 
 def now_iso() -> str:

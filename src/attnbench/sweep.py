@@ -29,7 +29,7 @@ from attnbench.hardware import Ceilings, DeviceInfo
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
 from attnbench.measure.l2 import L2Flusher
-from attnbench.results import ResultRow, now_iso
+from attnbench.results import ResultRow, now_iso, thin_samples
 from attnbench.workload.inputs import AttentionInputs, make_inputs
 from attnbench.workload.spec import WorkloadSpec
 
@@ -244,6 +244,7 @@ def _ok_row(
         spec=spec.model_dump(mode="json"),
         latency_us=latency_us,
         latency=m.stats.as_dict(),
+        samples_us=thin_samples(m.samples_us),
         plan_us=plan_us,
         per_token_ms=metrics.per_token_ms(latency_us, plan_us, spec.num_layers),
         bytes=nbytes.as_dict(),
