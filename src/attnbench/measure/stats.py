@@ -70,10 +70,16 @@ def _z(confidence: float) -> float:
 def outlier_mask(samples: np.ndarray) -> np.ndarray:
     """True where the modified z-score |0.6745 (x - median) / MAD| exceeds 3.5."""
     med = np.median(samples)
-    mad = np.median(np.abs(samples - med))
-    if mad == 0:
+    dev = np.abs(samples - med)
+    mad = np.median(dev)
+    if mad > 0:
+        return np.asarray(0.6745 * dev / mad > OUTLIER_Z)
+    # More than half the samples equal the median (quantised timers): use the mean absolute
+    # deviation instead, scaled to match (Iglewicz and Hoaglin; IBM SPSS's 1.253314 factor).
+    mean_ad = float(dev.mean())
+    if mean_ad == 0:
         return np.zeros(len(samples), dtype=bool)
-    return np.asarray(np.abs(0.6745 * (samples - med) / mad) > OUTLIER_Z)
+    return np.asarray(dev / (1.253314 * mean_ad) > OUTLIER_Z)
 
 
 def summarize(samples_us: Sequence[float]) -> Stats:
