@@ -123,6 +123,17 @@ class Settings(BaseSettings):
     resume: bool = False
     """Skip cases already finished in --out."""
 
+    # -- where it runs ------------------------------------------------------------------------
+    gpus: str | None = None
+    """Worker processes on GPUs: all, N (the first N), or a list like 0,1 (0,0 puts two
+    workers on GPU 0). Default: one worker on the --device GPU."""
+    workers: int = 0
+    """CPU worker processes (0: run in this process). GPU runs always use workers."""
+    case_timeout_s: float = 600.0
+    """Kill a (case, variant) that runs longer than this in a worker (0: no limit)."""
+    ray: str | None = None
+    """Run cases as Ray tasks on this cluster address (`local` starts one here)."""
+
     # -- measurement --------------------------------------------------------------------------
     timer: TimerName = "auto"
     """auto (CUDA graph where capturable, else CUDA events; perf_counter on CPU), cpu,
@@ -187,6 +198,20 @@ class Settings(BaseSettings):
     def _positive(cls, v: int) -> int:
         if v <= 0:
             raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("workers")
+    @classmethod
+    def _non_negative(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must be 0 or more")
+        return v
+
+    @field_validator("case_timeout_s")
+    @classmethod
+    def _timeout(cls, v: float) -> float:
+        if not v >= 0:
+            raise ValueError("must be 0 (no limit) or a positive number of seconds")
         return v
 
     @field_validator("warmup_ms", "max_time_ms", "target_rel_ci")

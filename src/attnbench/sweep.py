@@ -45,6 +45,8 @@ class SweepContext:
     skip: set[tuple[str, str]] = field(default_factory=set)
     """(case_id, backend) pairs to leave out (already finished, for --resume)."""
     on_row: Callable[[ResultRow], None] = lambda row: None
+    on_start: Callable[[str], None] = lambda backend: None
+    """Called with the variant's name before each (case, variant) starts (for watchdogs)."""
     _flusher: L2Flusher | None = None
     _availability: dict[str, str | None] = field(default_factory=dict)
 
@@ -135,6 +137,7 @@ def run_case(spec: WorkloadSpec, backends: list[Backend], ctx: SweepContext) -> 
         return rows
 
     for b in runnable:
+        ctx.on_start(b.name)
         emit(run_backend(spec, b, inputs, oracle, ctx))
         _free()
     del inputs, oracle
@@ -272,10 +275,17 @@ def _row(
     reason: str,
     **extra: Any,
 ) -> ResultRow:
+    return failure_row(ctx.run_id, spec, backend.name, status, reason, **extra)
+
+
+def failure_row(
+    run_id: str, spec: WorkloadSpec, backend: str, status: str, reason: str, **extra: Any
+) -> ResultRow:
+    """A row without timings: unsupported, mismatch, error, oom or timeout."""
     return ResultRow(
-        run_id=ctx.run_id,
+        run_id=run_id,
         case_id=spec.case_id,
-        backend=backend.name,
+        backend=backend,
         status=status,
         reason=reason,
         spec=spec.model_dump(mode="json"),

@@ -19,7 +19,9 @@ _MODULES: dict[str, str] = {
     "flashinfer": "attnbench.backends.flashinfer",
     "flash-attn": "attnbench.backends.flash_attn",
     "cudnn": "attnbench.backends.cudnn",
+    "faulty": "attnbench.backends.faults",
 }
+"""Modules whose variants set `hidden = True` (fault injection) are left out of `all`."""
 
 __all__ = [
     "Backend",
@@ -56,7 +58,7 @@ def select_backends(names: list[str] | None) -> list[Backend]:
     ValueError listing what is allowed."""
     everything = all_backends()
     if not names or names == ["all"]:
-        return everything
+        return [b for b in everything if not getattr(b, "hidden", False)]
     chosen: list[Backend] = []
     for raw in names:
         name = raw.strip().lower()

@@ -71,6 +71,12 @@ def run(
     timer: Annotated[str | None, Opt(help="auto, cpu, cuda-event, cuda-graph, fake.")] = None,
     cold_l2: Annotated[bool | None, Opt("--cold-l2/--warm-l2")] = None,
     max_time_ms: Annotated[float | None, Opt(help="Timed work per case.")] = None,
+    gpus: Annotated[str | None, Opt(help="Workers on GPUs: all, N, or a list like 0,1.")] = None,
+    workers: Annotated[int | None, Opt(help="CPU worker processes (0: in this process).")] = None,
+    case_timeout_s: Annotated[
+        float | None, Opt("--case-timeout", help="Seconds before a hung case is killed.")
+    ] = None,
+    ray: Annotated[str | None, Opt(help="Ray cluster address, or `local`.")] = None,
     config: Annotated[Path | None, Opt(help="Settings TOML (default ./attnbench.toml).")] = None,
 ) -> None:
     """Benchmark every installed backend on a suite; write results/<run>.jsonl and a table."""
@@ -97,6 +103,10 @@ def run(
         "timer": timer,
         "cold_l2": cold_l2,
         "max_time_ms": max_time_ms,
+        "gpus": gpus,
+        "workers": workers,
+        "case_timeout_s": case_timeout_s,
+        "ray": ray,
     }
     execute(cli, config)
 
@@ -113,9 +123,9 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
     import torch
 
     from attnbench.backends import select_backends
-    from attnbench.hardware import detect, measure_ceilings, resolve_device
-    from attnbench.results import Header, ResultWriter, finished_keys, provenance
-    from attnbench.sweep import SweepContext, run_sweep
+    from attnbench.hardware import detect, resolve_device
+    from attnbench.results import ResultsFileError, ResultWriter, finished_keys
+    from attnbench.session import placement, run_session
     from attnbench.table import results_table
 
     try:
@@ -128,6 +138,8 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
     specs, suite_name = _cases(settings, sources, info.kind)
     try:
         backends = select_backends(settings.backends)
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        where = placement(info, settings.gpus, settings.workers, settings.ray, visible)
     except ValueError as exc:
         fail(str(exc))
     if settings.backends == ["all"]:
@@ -136,52 +148,43 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
     out_path = settings.out or _default_out(info.name, suite_name)
     skip: set[tuple[str, str]] = set()
     if settings.resume:
-        from attnbench.results import ResultsFileError
-
         try:
             skip = finished_keys(out_path)
         except ResultsFileError as exc:
             fail(f"--resume: {exc}")
         note(f"resuming {out_path}: {len(skip)} finished rows kept")
-
+    todo = sum((s.case_id, b.name) not in skip for s in specs for b in backends)
     console.print(
         f"[bold]attnbench run[/] suite=[cyan]{suite_name}[/] cases={len(specs)} "
-        f"backends={len(backends)} device=[cyan]{info.name}[/] -> {out_path}"
+        f"variants={len(backends)} device=[cyan]{info.name}[/] ({where.mode}) -> {out_path}"
     )
-    with console.status("measuring this device's ceilings (copy bandwidth, matmul TFLOP/s)"):
-        ceilings = measure_ceilings(info, quick=info.kind == "cpu")
-    mm = ", ".join(f"{k} {v:.0f}" for k, v in ceilings.matmul_tflops.items())
-    console.print(f"ceilings: copy {ceilings.copy_bandwidth_gbps:.0f} GB/s; matmul TFLOP/s: {mm}")
 
-    run_id = out_path.stem
-    header = Header(
-        run_id=run_id,
-        provenance=provenance(),
-        settings=settings.model_dump(mode="json") | {"suite": suite_name},
-        device=info.as_dict(),
-        ceilings=ceilings.as_dict(),
-        spec_sheet=info.spec_sheet.__dict__ if info.spec_sheet else None,
-    )
-    rows = []
+    rows: list[Any] = []
     with ResultWriter(out_path) as writer, _progress() as progress:
-        writer.write(header)
-        task = progress.add_task("cases", total=len(specs) * len(backends))
+        task = progress.add_task("starting", total=todo)
 
-        def on_row(row: Any) -> None:
-            writer.write(row)
-            rows.append(row)
-            progress.update(task, advance=1, description=f"{row.backend} {row.status}")
+        def write(item: Any) -> None:
+            writer.write(item)
+            if getattr(item, "type", "") == "header":
+                _print_ceilings(item.ceilings)
+                return
+            rows.append(item)
+            progress.update(task, advance=1, description=f"{item.backend} {item.status}")
 
-        ctx = SweepContext(
-            run_id=run_id,
-            info=info,
-            measure_cfg=settings.measure_config(),
-            ceilings=ceilings,
-            skip=skip,
-            on_row=on_row,
-        )
         try:
-            run_sweep(specs, backends, ctx)
+            run_session(
+                run_id=out_path.stem,
+                specs=specs,
+                backends=backends,
+                info=info,
+                where=where,
+                measure_cfg=settings.measure_config(),
+                settings=settings.model_dump(mode="json") | {"suite": suite_name},
+                skip=skip,
+                case_timeout_s=settings.case_timeout_s,
+                write=write,
+                on_status=lambda text: progress.update(task, description=text),
+            )
         except KeyboardInterrupt:
             progress.stop()
             note(f"interrupted: {len(rows)} rows kept in {out_path}; finish with --resume")
@@ -192,8 +195,16 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
     console.print(
         "rows: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f" -> {out_path}"
     )
-    del torch
     return out_path
+
+
+def _print_ceilings(ceilings: dict[str, Any] | None) -> None:
+    if not ceilings:
+        return
+    mm = ", ".join(f"{k} {v:.0f}" for k, v in ceilings.get("matmul_tflops", {}).items())
+    console.print(
+        f"ceilings: copy {ceilings['copy_bandwidth_gbps']:.0f} GB/s; matmul TFLOP/s: {mm}"
+    )
 
 
 def _cases(

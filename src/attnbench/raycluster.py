@@ -1,0 +1,91 @@
+"""Cases as Ray tasks: the same jobs as the local worker pool, on a Ray cluster.
+
+Each task runs one case (all its requested variants) on one GPU (`num_gpus=1`; Ray sets
+CUDA_VISIBLE_DEVICES) or one CPU, and returns its rows; the driver writes them as tasks finish.
+A task process measures its device's ceilings once and keeps them for later tasks. A task whose
+worker dies is retried once by Ray (`max_retries=1`); if it fails again, each of its variants
+becomes an `error` row. Needs `pip install 'attnbench[ray]'`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from attnbench.measure.config import MeasureConfig
+from attnbench.results import Header, ResultRow
+
+_CEILINGS: dict[str, Any] = {}
+
+
+def _run_job(
+    spec_json: dict[str, Any],
+    backend_names: tuple[str, ...],
+    run_id: str,
+    measure_cfg: MeasureConfig,
+    device_kind: str,
+) -> list[dict[str, Any]]:
+    """Body of a Ray task (also callable directly, which the tests do)."""
+    import socket
+
+    from attnbench.backends import select_backends
+    from attnbench.hardware import Ceilings, detect, measure_ceilings
+    from attnbench.sweep import SweepContext, run_case
+    from attnbench.workload.spec import WorkloadSpec
+
+    info = detect("cuda:0" if device_kind == "cuda" else "cpu")
+    key = f"{info.kind}:{info.name}"
+    if key not in _CEILINGS:
+        _CEILINGS[key] = measure_ceilings(info, quick=info.kind == "cpu")
+    ceilings: Ceilings = _CEILINGS[key]
+    rows: list[dict[str, Any]] = []
+    host = socket.gethostname()
+
+    def on_row(row: ResultRow) -> None:
+        row.details = {**row.details, "host": host, "ceilings": ceilings.as_dict()}
+        rows.append(row.model_dump(mode="json"))
+
+    ctx = SweepContext(
+        run_id=run_id, info=info, measure_cfg=measure_cfg, ceilings=ceilings, on_row=on_row
+    )
+    run_case(WorkloadSpec.model_validate(spec_json), select_backends(list(backend_names)), ctx)
+    return rows
+
+
+def run_on_ray(
+    address: str,
+    jobs: list[Any],
+    run_id: str,
+    measure_cfg: MeasureConfig,
+    device_kind: str,
+    write: Callable[[Header | ResultRow], None],
+) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("ray: not installed; pip install 'attnbench[ray]'") from None
+    from attnbench.sweep import failure_row
+    from attnbench.workload.spec import WorkloadSpec
+
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    gpus = 1 if device_kind == "cuda" else 0
+    task = ray.remote(num_gpus=gpus, num_cpus=1, max_retries=1)(_run_job)
+    pending = {task.remote(j.spec, j.backends, run_id, measure_cfg, device_kind): j for j in jobs}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            job = pending.pop(ref)
+            try:
+                rows = ray.get(ref)
+            except Exception as exc:  # the task died twice or raised: every variant is a row
+                spec = WorkloadSpec.model_validate(job.spec)
+                for name in job.backends:
+                    reason = f"ray task failed: {type(exc).__name__}: {exc}"[:400]
+                    write(failure_row(run_id, spec, name, "error", reason))
+                continue
+            for row in rows:
+                write(ResultRow.model_validate(row))
