@@ -34,6 +34,8 @@ def backends(
     table.add_column("runs here")
     table.add_column("why not / notes", overflow="fold")
     for b in all_backends():
+        if getattr(b, "hidden", False):
+            continue
         try:
             reason = b.available()
         except Exception as exc:
