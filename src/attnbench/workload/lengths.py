@@ -9,6 +9,11 @@ A distribution is written as a short string (CLI flag, env var, suite file):
     mixed                the brief's agent batch: log-uniform over 256..65536, both ends present
     mixed:256-65536      the same with explicit bounds
     trace:NAME[@N]       sampled from a real request trace (see `workload.traces`)
+    prompts:NAME[@N]     prompt lengths of requests drawn from a trace (for prefill)
+    skew:TOTAL[,LEVEL..] same total KV tokens, rising skew (see `workload.ragged`)
+    padded:DIST          every batch of DIST padded to its longest request
+    prefix:P+DIST        a P-token shared prefix plus per-request suffixes drawn from DIST
+    trace-prefix:NAME[,K]  the K longest prefixes shared by batch_size requests of a trace
 
 Each string expands to one or more `LengthCase`s, each a tuple of per-request lengths.
 Sampling is seeded: the same string, batch size and seed give the same lengths everywhere.
@@ -23,7 +28,19 @@ import numpy as np
 
 MIN_LEN = 1
 MAX_LEN = 1 << 20
-DISTRIBUTIONS = ("fixed (e.g. 1024,4096)", "list:", "uniform:", "lognormal:", "mixed", "trace:")
+DISTRIBUTIONS = (
+    "fixed (e.g. 1024,4096)",
+    "list:",
+    "uniform:",
+    "lognormal:",
+    "mixed",
+    "trace:",
+    "prompts:",
+    "skew:",
+    "padded:",
+    "prefix:",
+    "trace-prefix:",
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +48,9 @@ class LengthCase:
     label: str
     """Readable description kept in the case id, e.g. `ctx4096` or `mixed(256..65536)`."""
     kv_lens: tuple[int, ...]
+    shared_prefix_len: int = 0
+    """Tokens at the start of every request that all requests share (0: none); used by
+    kind=shared_prefix when the suite sets no shared_prefix_len."""
 
 
 def parse_lengths(text: str, batch_size: int, seed: int) -> list[LengthCase]:
@@ -70,13 +90,58 @@ def parse_lengths(text: str, batch_size: int, seed: int) -> list[LengthCase]:
         name, _, n = arg.partition("@")
         if not name:
             raise ValueError(f"lengths={text!r}: trace needs a name, e.g. trace:azure-code")
-        return sample_decode_lengths(name, batch_size, seed, limit=int(n) if n else None)
+        return sample_decode_lengths(name, batch_size, seed, limit=_limit(n, text))
+    if kind in ("prompts", "skew", "padded", "prefix", "trace-prefix"):
+        return _composite(kind, arg, text, batch_size, seed)
     if kind in ("fixed", "") or text[:1].isdigit():
         values = _ints(arg if kind == "fixed" else text, "fixed")
         return [LengthCase(f"ctx{v}", (v,) * batch_size) for v in values]
     raise ValueError(
         f"lengths={text!r} is not a known distribution; allowed: {', '.join(DISTRIBUTIONS)}"
     )
+
+
+def _composite(kind: str, arg: str, text: str, batch_size: int, seed: int) -> list[LengthCase]:
+    """The distributions of `workload.traces`, `.prefixes` and `.ragged`, and the wrappers."""
+    from attnbench.workload import prefixes, ragged, traces
+
+    if kind == "skew":
+        return ragged.parse_skew(arg, batch_size, seed)
+    if kind == "padded":
+        if not arg.strip():
+            raise ValueError(f"lengths={text!r}: padded needs a distribution, e.g. padded:mixed")
+        return [ragged.padded(c) for c in parse_lengths(arg, batch_size, seed)]
+    if kind == "prefix":
+        p_text, sep, rest = arg.partition("+")
+        if not sep or not p_text.strip().isdigit() or int(p_text) <= 0 or not rest.strip():
+            raise ValueError(
+                f"lengths={text!r}: prefix needs P+DIST (P shared tokens, then a suffix "
+                "distribution), e.g. prefix:16384+uniform:1-256"
+            )
+        p = int(p_text)
+        return [
+            LengthCase(f"prefix{p}+{c.label}", tuple(p + n for n in c.kv_lens), shared_prefix_len=p)
+            for c in parse_lengths(rest, batch_size, seed)
+        ]
+    name, _, rest = arg.partition("@") if kind == "prompts" else arg.partition(",")
+    if not name.strip():
+        raise ValueError(f"lengths={text!r}: {kind} needs a trace name, e.g. {kind}:mooncake-conv")
+    if kind == "prompts":
+        return traces.sample_prompt_lengths(name, batch_size, seed, limit=_limit(rest, text))
+    name, _, n = name.partition("@")
+    if rest.strip() and not rest.strip().isdigit():
+        raise ValueError(f"lengths={text!r}: trace-prefix takes NAME[@N][,K] with K an integer")
+    k = int(rest) if rest.strip() else 1
+    return prefixes.sample_prefix_cases(name, batch_size, seed, k, limit=_limit(n, text))
+
+
+def _limit(n: str, text: str) -> int | None:
+    """The `@N` request limit of a trace distribution."""
+    if not n.strip():
+        return None
+    if not n.strip().isdigit() or int(n) <= 0:
+        raise ValueError(f"lengths={text!r}: @N must be a positive integer, got {n!r}")
+    return int(n)
 
 
 def mixed_batch(batch_size: int, lo: int, hi: int, rng: np.random.Generator) -> tuple[int, ...]:

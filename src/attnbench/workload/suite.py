@@ -166,7 +166,8 @@ def settings_specs(
                             lengths=case.label,
                             label=label,
                         )
-                        specs.append(_make(kind, kv, qo_lens, common, trees, shared_prefix_len))
+                        prefix = shared_prefix_len or case.shared_prefix_len
+                        specs.append(_make(kind, kv, qo_lens, common, trees, prefix))
     return [sp for group in specs for sp in group]
 
 
