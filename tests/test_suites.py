@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+import torch
+
+from attnbench.config import Settings
+from attnbench.workload.ragged import length_stats, unpadded_label
+from attnbench.workload.spec import ITEMSIZE, WorkloadSpec
+from attnbench.workload.suite import builtin_suites, load_suite, suite_specs
+
+WORKLOAD_SUITES = ("ragged", "traces", "prefill", "trees", "shared_prefix", "brief70b")
+KV_BUDGET_BYTES = 40e9
+"""The largest case's KV cache must leave room on the 139 GiB H200 for backend copies."""
+
+
+def _specs(name: str) -> list[WorkloadSpec]:
+    return suite_specs(load_suite(name), Settings())
+
+
+def _kv_bytes(spec: WorkloadSpec) -> float:
+    return (
+        2
+        * spec.num_pages
+        * spec.page_size
+        * spec.num_kv_heads
+        * spec.head_dim
+        * (ITEMSIZE[spec.kv_dtype])
+    )
+
+
+@pytest.mark.parametrize("name", sorted(builtin_suites()))
+def test_every_builtin_suite_expands(name: str) -> None:
+    specs = _specs(name)
+    assert specs
+    assert len({s.case_id for s in specs}) == len(specs)
+
+
+@pytest.mark.parametrize("name", WORKLOAD_SUITES)
+def test_workload_suites_state_their_case_count_and_fit_in_memory(name: str) -> None:
+    suite = load_suite(name)
+    stated = re.search(r"(\d+) cases", suite.description)
+    assert stated, f"{name}: the description must state its case count"
+    specs = _specs(name)
+    assert len(specs) == int(stated.group(1))
+    assert max(_kv_bytes(s) for s in specs) < KV_BUDGET_BYTES
+
+
+def test_ragged_suite_pairs_equal_total_batches_with_padded_twins() -> None:
+    specs = _specs("ragged")
+    ragged = [s for s in specs if unpadded_label(s.lengths) is None]
+    pads = [s for s in specs if unpadded_label(s.lengths) is not None]
+    assert {s.total_kv for s in ragged} == {131072}
+    assert len(ragged) == 10  # 7 bf16 levels + uniform, mixed, giant with fp8
+    assert len(pads) == 6
+    by_label = {(s.lengths, s.kv_dtype): s for s in ragged}
+    for pad in pads:
+        twin = by_label[(unpadded_label(pad.lengths) or "", pad.kv_dtype)]
+        assert pad.kv_lens == (max(twin.kv_lens),) * twin.batch_size
+    skews = [length_stats(s.kv_lens).max_over_mean for s in ragged if s.kv_dtype == "bfloat16"]
+    assert skews == sorted(skews)
+    assert skews[0] == 1.0
+    assert skews[-1] > 30
+
+
+def test_brief70b_is_llama70b_at_tp8_across_batch_sizes() -> None:
+    specs = _specs("brief70b")
+    shapes = {(s.num_qo_heads, s.num_kv_heads, s.head_dim, s.num_layers) for s in specs}
+    assert shapes == {(8, 1, 128, 80)}
+    assert {s.batch_size for s in specs} == {1, 8, 32, 128, 256, 512}
+    assert Counter((s.dtype, s.kv_dtype) for s in specs) == {
+        ("bfloat16", "bfloat16"): 12,
+        ("bfloat16", "fp8_e4m3"): 12,
+        ("float16", "float16"): 3,
+    }
+    mixed512 = next(s for s in specs if s.batch_size == 512 and s.lengths.startswith("mixed"))
+    assert min(mixed512.kv_lens) == 256
+    assert max(mixed512.kv_lens) == 65536
+
+
+def test_trees_suite_covers_every_shape_and_context() -> None:
+    specs = _specs("trees")
+    grid = {(s.tree.name if s.tree else "", s.kv_lens[0] - s.qo_lens[0]) for s in specs}
+    shapes = ("chain-4", "sglang-8", "eagle1-26", "eagle2-60", "medusa-64")
+    assert grid == {(t, c) for t in shapes for c in (1024, 4096, 16384, 32768)}
+    assert all(s.kind == "tree" and s.batch_size == 16 for s in specs)
+
+
+def test_shared_prefix_suite_sweeps_p_and_n_and_uses_mooncake_groups() -> None:
+    specs = _specs("shared_prefix")
+    synthetic = {
+        (s.shared_prefix_len, s.batch_size) for s in specs if s.lengths.startswith("prefix")
+    }
+    assert synthetic == {(p, n) for p in (1024, 4096, 16384, 32768) for n in (8, 16, 32, 64, 128)}
+    real = [s for s in specs if s.lengths.startswith("trace-prefix")]
+    assert len(real) == 4
+    assert all(s.shared_prefix_len >= 16384 for s in real)
+    for s in specs:
+        assert s.kind == "shared_prefix"
+        assert 0 < s.shared_prefix_len < min(s.kv_lens)
+        assert s.shared_prefix_len % s.page_size == 0
+
+
+def test_traces_and_prefill_suites_draw_from_every_trace() -> None:
+    decode = _specs("traces")
+    names = {s.lengths for s in decode}
+    assert {"trace(azure-code)", "trace(azure-conv)", "trace(mooncake-conv)"} <= names
+    assert {s.batch_size for s in decode} == {32, 128}
+    prefill = _specs("prefill")
+    assert all(s.kind == "prefill" and s.total_q <= 65536 for s in prefill)
+    assert {s.lengths for s in prefill} >= {"prompts(mooncake-conv)", "ctx65536"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", WORKLOAD_SUITES)
+def test_the_largest_case_of_each_suite_materialises_on_the_gpu(
+    name: str, gpu_device: torch.device
+) -> None:
+    from attnbench.workload.inputs import make_inputs
+
+    biggest = max(_specs(name), key=_kv_bytes)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(gpu_device)
+    inputs = make_inputs(biggest, gpu_device)
+    assert inputs.kv_cache.is_cuda
+    assert inputs.q.shape[0] == biggest.total_q
+    peak = torch.cuda.max_memory_allocated(gpu_device)
+    del inputs
+    torch.cuda.empty_cache()
+    assert peak < 2.5 * KV_BUDGET_BYTES
