@@ -1,0 +1,178 @@
+"""FlashInfer decode paths: `BatchDecodeWithPagedKVCacheWrapper` and XQA.
+
+Both read the paged cache as it is (NHD or HND, the 5-D `[num_pages, 2, ...]` tensor). The
+decode wrapper is built in CUDA-graph mode by default (`use_cuda_graph=True` with fixed
+indptr/indices/last_page_len buffers), as serving engines build it; `plan` fills them.
+
+FP8 KV (0.7.4, decode.py `run`): `k_scale` multiplies `sm_scale` on the host, `v_scale`
+scales the output after the kernel (`out *= v_scale`, in place, so `run` stays
+allocation-free). XQA takes them fused: `bmm1_scale = k_scale / sqrt(head_dim)`,
+`bmm2_scale = v_scale`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from attnbench.backends.base import PlannedRun
+from attnbench.backends.flashinfer_common import (
+    WORKSPACE_BYTES,
+    dense_block_tables,
+    knob_details,
+    output_buffer,
+    workspace,
+    xqa_causal_mask,
+)
+from attnbench.backends.flashinfer_rules import Route
+from attnbench.workload.inputs import AttentionInputs, torch_dtype
+from attnbench.workload.spec import WorkloadSpec
+
+
+def plan_decode(
+    route: Route, spec: WorkloadSpec, inputs: AttentionInputs, knobs: dict[str, object]
+) -> PlannedRun:
+    """Build and plan a `BatchDecodeWithPagedKVCacheWrapper` for `route`."""
+    import flashinfer
+
+    use_graph = bool(knobs.get("use_cuda_graph", True))
+    buffers: dict[str, torch.Tensor] = {}
+    if use_graph:
+        buffers = {
+            "paged_kv_indptr_buffer": torch.empty_like(inputs.kv_indptr),
+            "paged_kv_indices_buffer": torch.empty_like(inputs.kv_indices),
+            "paged_kv_last_page_len_buffer": torch.empty_like(inputs.kv_last_page_len),
+        }
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        workspace(inputs.device),
+        spec.kv_layout,
+        use_cuda_graph=use_graph,
+        use_tensor_cores=route.use_tensor_cores,
+        backend=route.backend,
+        **buffers,
+    )
+    plan_kwargs: dict[str, Any] = {
+        "q_data_type": torch_dtype(spec.dtype),
+        "kv_data_type": torch_dtype(spec.kv_dtype),
+        "q_len_per_req": route.q_len_per_req,
+    }
+    if route.use_tensor_cores and route.backend == "fa2":
+        # Only the tensor-core (fa2 prefill) planner takes these; the CUDA-core one
+        # rejects fixed_split_size and ignores disable_split_kv.
+        plan_kwargs["disable_split_kv"] = bool(knobs.get("disable_split_kv", False))
+        plan_kwargs["fixed_split_size"] = knobs.get("fixed_split_size")
+
+    def replan() -> None:
+        wrapper.plan(
+            inputs.kv_indptr,
+            inputs.kv_indices,
+            inputs.kv_last_page_len,
+            spec.num_qo_heads,
+            spec.num_kv_heads,
+            spec.head_dim,
+            spec.page_size,
+            **plan_kwargs,
+        )
+
+    replan()
+    out = output_buffer(spec, inputs)
+    scales = {"k_scale": inputs.k_scale, "v_scale": inputs.v_scale} if spec.is_fp8 else {}
+    q, kv_cache = inputs.q, inputs.kv_cache
+
+    def run() -> torch.Tensor:
+        result: torch.Tensor = wrapper.run(q, kv_cache, out=out, **scales)
+        return result
+
+    kernel = "decode-cuda-core"
+    if route.use_tensor_cores or wrapper.use_tensor_cores:
+        kernel = "decode-tensor-core"
+    if wrapper.resolved_backend in ("cudnn", "trtllm-gen", "xqa"):
+        kernel = wrapper.resolved_backend
+    details: dict[str, str | int | float | bool] = {
+        "api": "BatchDecodeWithPagedKVCacheWrapper",
+        "backend_requested": route.backend,
+        "kernel": kernel,
+        "use_tensor_cores": bool(wrapper.use_tensor_cores),
+        "q_len_per_req": route.q_len_per_req,
+        "flashinfer": str(flashinfer.__version__),
+        **knob_details(route, knobs),
+    }
+    return PlannedRun(
+        run=run,
+        resolved=str(wrapper.resolved_backend),
+        details=details,
+        out=out,
+        workspace_bytes=WORKSPACE_BYTES,
+        replan=replan,
+    )
+
+
+def xqa_kernel(spec: WorkloadSpec, sm: int, q_len: int) -> str:
+    """Which XQA kernel runs (0.7.4 xqa.py): the SM90 fp8 GMMA one or the generic one."""
+    if spec.kv_dtype != "fp8_e4m3" or sm // 10 != 9 or spec.head_dim > 256:
+        return "mha"
+    if q_len > 1 and q_len * spec.group_size <= 32:  # SWAP_AB specialisation
+        return "mha"
+    return "mha_sm90"
+
+
+def plan_xqa(route: Route, spec: WorkloadSpec, inputs: AttentionInputs, sm: int) -> PlannedRun:
+    """Call `xqa_batch_decode_with_kv_cache` on a dense block table built here."""
+    import flashinfer
+    from flashinfer.decode import xqa_batch_decode_with_kv_cache
+
+    q_len = route.q_len_per_req
+    block_tables = dense_block_tables(inputs)
+    max_seq_len = block_tables.shape[1] * spec.page_size
+    mask = xqa_causal_mask(spec.batch_size, q_len, inputs.device) if q_len > 1 else None
+
+    def replan() -> None:
+        # XQA has no planner: the per-step host work is the dense page table.
+        block_tables.copy_(dense_block_tables(inputs))
+
+    ws = workspace(inputs.device, "xqa")
+    out = output_buffer(spec, inputs)
+    bmm1_scale = inputs.k_scale / math.sqrt(spec.head_dim)
+    bmm2_scale = inputs.v_scale
+    q, kv_cache, seq_lens = inputs.q, inputs.kv_cache, inputs.kv_lens
+    # xqa_batch_decode_with_kv_cache views q as [batch, q_len, heads, dim] for q_len > 1 and
+    # unsqueezes `out` the same way: hand it the same 4-D view of the fixed output.
+    out_arg = (
+        out.view(spec.batch_size, q_len, spec.num_qo_heads, spec.head_dim) if q_len > 1 else out
+    )
+
+    def run() -> torch.Tensor:
+        xqa_batch_decode_with_kv_cache(
+            q,
+            kv_cache,
+            ws,
+            block_tables,
+            seq_lens,
+            max_seq_len,
+            bmm1_scale=bmm1_scale,
+            bmm2_scale=bmm2_scale,
+            out=out_arg,
+            kv_layout=spec.kv_layout,
+            q_len_per_req=q_len,
+            mask=mask,
+        )
+        return out
+
+    kernel = xqa_kernel(spec, sm, q_len)
+    return PlannedRun(
+        run=run,
+        resolved="xqa",
+        details={
+            "api": "xqa_batch_decode_with_kv_cache",
+            "kernel": kernel,
+            "q_len_per_req": q_len,
+            "flashinfer": str(flashinfer.__version__),
+        },
+        out=out,
+        # The SM90 fp8 kernel multiplies in fp8 (q quantised inside, P in fp8).
+        precision=spec.kv_dtype if kernel == "mha_sm90" else "",
+        workspace_bytes=WORKSPACE_BYTES,
+        replan=replan,
+    )
