@@ -14,8 +14,14 @@ import pytest
 from attnbench.cli.run import execute
 from attnbench.results import read_results
 
-FAULTS = ["faulty:nan", "faulty:wrong", "faulty:raise", "faulty:jit", "faulty:oom",
-          "faulty:unavail"]
+FAULTS = [
+    "faulty:nan",
+    "faulty:wrong",
+    "faulty:raise",
+    "faulty:jit",
+    "faulty:oom",
+    "faulty:unavail",
+]
 EXPECTED = {
     "reference": ("ok", ""),
     "faulty:nan": ("mismatch", "NaN/Inf"),
@@ -38,8 +44,16 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _cli(out: Path, backends: list[str], **extra: object) -> dict[str, object]:
-    return {"device": "cpu", "backends": backends, "batch_size": 2, "lengths": ["32,48"],
-            "kv_dtype": "bfloat16", "timer": "fake", "out": out, **extra}
+    return {
+        "device": "cpu",
+        "backends": backends,
+        "batch_size": 2,
+        "lengths": ["32,48"],
+        "kv_dtype": "bfloat16",
+        "timer": "fake",
+        "out": out,
+        **extra,
+    }
 
 
 def _check(out: Path, backends: list[str], cases: int = 2) -> None:
@@ -73,9 +87,28 @@ def test_worker_pool_survives_hangs_and_crashes(tmp_path: Path) -> None:
 
 def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    args = [sys.executable, "-m", "attnbench", "run", "--device", "cpu", "--batch-size", "2",
-            "-l", "32,48,64", "--kv-dtype", "bf16", "--timer", "fake", "--out", str(out),
-            "-b", "reference", "-b", "faulty:hang"]
+    args = [
+        sys.executable,
+        "-m",
+        "attnbench",
+        "run",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "2",
+        "-l",
+        "32,48,64",
+        "--kv-dtype",
+        "bf16",
+        "--timer",
+        "fake",
+        "--out",
+        str(out),
+        "-b",
+        "reference",
+        "-b",
+        "faulty:hang",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until the first row is on disk
@@ -89,8 +122,9 @@ def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
     assert "interrupted" in output and "--resume" in output
     kept = read_results(out).rows
     assert [r.backend for r in kept] == ["reference"]
-    res = subprocess.run([*args[:-4], "-b", "reference", "--resume"], capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [*args[:-4], "-b", "reference", "--resume"], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     rows = read_results(out).rows
     assert sorted(r.spec["kv_lens"][0] for r in rows) == [32, 48, 64]

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from attnbench.cli.run import execute
+from attnbench.measure.config import MeasureConfig
 from attnbench.parallel import parse_gpus
 from attnbench.raycluster import _run_job
-from attnbench.measure.config import MeasureConfig
 from attnbench.results import read_results
 from attnbench.workload.spec import WorkloadSpec
 
@@ -36,9 +36,18 @@ def test_parse_gpus() -> None:
 @pytest.mark.slow
 def test_cpu_worker_pool_shards_cases_into_one_file(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    execute({"device": "cpu", "backends": ["reference"], "batch_size": 2,
-             "lengths": ["16,32,48,64"], "kv_dtype": "bfloat16", "timer": "fake",
-             "workers": 2, "out": out})
+    execute(
+        {
+            "device": "cpu",
+            "backends": ["reference"],
+            "batch_size": 2,
+            "lengths": ["16,32,48,64"],
+            "kv_dtype": "bfloat16",
+            "timer": "fake",
+            "workers": 2,
+            "out": out,
+        }
+    )
     f = read_results(out)
     assert len(f.rows) == 4 and all(r.status == "ok" for r in f.rows)
     assert f.header is not None and len(f.header.model_extra["workers"]) == 2
@@ -46,10 +55,12 @@ def test_cpu_worker_pool_shards_cases_into_one_file(tmp_path: Path) -> None:
 
 
 def test_ray_task_body_runs_a_case() -> None:
-    spec = WorkloadSpec(kind="decode", num_qo_heads=4, num_kv_heads=2, head_dim=16,
-                        kv_lens=(20, 7), qo_lens=(1, 1))
-    rows = _run_job(spec.model_dump(mode="json"), ("reference",), "r",
-                    MeasureConfig(timer="fake"), "cpu")
+    spec = WorkloadSpec(
+        kind="decode", num_qo_heads=4, num_kv_heads=2, head_dim=16, kv_lens=(20, 7), qo_lens=(1, 1)
+    )
+    rows = _run_job(
+        spec.model_dump(mode="json"), ("reference",), "r", MeasureConfig(timer="fake"), "cpu"
+    )
     assert [r["status"] for r in rows] == ["ok"]
 
 
@@ -59,14 +70,25 @@ def test_ray_local_cluster_runs_the_sweep(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        execute({"device": "cpu", "backends": ["reference", "faulty:raise"], "batch_size": 2,
-                 "lengths": ["16,32"], "kv_dtype": "bfloat16", "timer": "fake", "ray": "local",
-                 "out": out})
+        execute(
+            {
+                "device": "cpu",
+                "backends": ["reference", "faulty:raise"],
+                "batch_size": 2,
+                "lengths": ["16,32"],
+                "kv_dtype": "bfloat16",
+                "timer": "fake",
+                "ray": "local",
+                "out": out,
+            }
+        )
     finally:
         ray.shutdown()
     rows = read_results(out).rows
     assert sorted((r.backend, r.status) for r in rows) == [
-        ("faulty:raise", "error"), ("faulty:raise", "error"),
-        ("reference", "ok"), ("reference", "ok"),
+        ("faulty:raise", "error"),
+        ("faulty:raise", "error"),
+        ("reference", "ok"),
+        ("reference", "ok"),
     ]
     assert all("host" in r.details for r in rows)

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -26,6 +26,20 @@ from attnbench.measure.config import TIMERS, MeasureConfig, TimerName
 from attnbench.workload.spec import KINDS, Kind, KVLayout, normalize_dtype
 
 CONFIG_FILE = "attnbench.toml"
+MAX_CONTEXT = 1 << 22
+LIMITS = {
+    "batch_size": 1 << 16,
+    "num_heads": 1024,
+    "num_kv_heads": 1024,
+    "head_dim": 1024,
+    "tp": 1024,
+    "append_len": 1 << 16,
+    "prefill_tokens": 1 << 24,
+    "min_runs": 1 << 20,
+    "max_runs": 1 << 20,
+    "page_size": 1 << 16,
+}
+"""Upper bounds that keep a typo from asking for petabytes."""
 ENV_PREFIX = "ATTNBENCH_"
 
 
@@ -195,9 +209,10 @@ class Settings(BaseSettings):
         "max_runs",
     )
     @classmethod
-    def _positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError("must be a positive integer")
+    def _positive(cls, v: int, info: ValidationInfo) -> int:
+        limit = LIMITS.get(info.field_name or "", 1 << 31)
+        if not 0 < v <= limit:
+            raise ValueError(f"must be a positive integer up to {limit}")
         return v
 
     @field_validator("workers")
@@ -226,14 +241,14 @@ class Settings(BaseSettings):
     def _lengths_positive(cls, v: list[int]) -> list[int]:
         if not v:
             raise ValueError("needs at least one length")
-        if any(n <= 0 for n in v):
-            raise ValueError("every length must be a positive integer")
+        if any(not 0 < n <= MAX_CONTEXT for n in v):
+            raise ValueError(f"every length must be a positive integer up to {MAX_CONTEXT}")
         return v
 
     @field_validator("page_size")
     @classmethod
     def _power_of_two(cls, v: int) -> int:
-        if v <= 0 or v & (v - 1):
+        if v <= 0 or v & (v - 1) or v > LIMITS["page_size"]:
             raise ValueError("must be a power of two (1, 2, 4, ..., 16, 32, 64...)")
         return v
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_LEN = 1
-MAX_LEN = 1 << 20
+MAX_LEN = 1 << 22
+MAX_BATCH = 1 << 16
 DISTRIBUTIONS = (
     "fixed (e.g. 1024,4096)",
     "list:",
@@ -58,8 +59,8 @@ def parse_lengths(text: str, batch_size: int, seed: int) -> list[LengthCase]:
 
     Raises ValueError naming the problem and the allowed forms.
     """
-    if batch_size <= 0:
-        raise ValueError(f"batch_size={batch_size} must be positive")
+    if not 0 < batch_size <= MAX_BATCH:
+        raise ValueError(f"batch_size={batch_size} must be in 1..{MAX_BATCH}")
     text = text.strip()
     kind, _, arg = text.partition(":")
     kind = kind.strip().lower()

@@ -95,7 +95,8 @@ def _axes(group: dict[str, Any]) -> list[dict[str, Any]]:
     for k, v in group.items():
         keys.append(k)
         if k in SCALAR_LISTS:
-            values.append(v if v and isinstance(v[0], list) else [v])
+            nested = isinstance(v, list) and bool(v) and isinstance(v[0], list)
+            values.append(v if nested else [v])
         elif k == "trees":
             values.append([v])
         else:
@@ -124,7 +125,13 @@ def suite_specs(suite: Suite, base: Settings) -> list[WorkloadSpec]:
             try:
                 for spec in settings_specs(settings, **extras):
                     specs.setdefault(spec.case_id, spec)
-            except ValueError as exc:
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = ".".join(str(p) for p in err["loc"]) or "spec"
+                raise SuiteError(
+                    f"suite {suite.name}, group {gi}: {loc}={err.get('input')!r}: {err['msg']}"
+                ) from None
+            except (ValueError, TypeError) as exc:
                 raise SuiteError(f"suite {suite.name}, group {gi}: {exc}") from None
     return list(specs.values())
 
