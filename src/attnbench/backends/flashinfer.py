@@ -18,6 +18,7 @@ only inside `available()` and `plan()`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from attnbench.backends.base import PlannedRun, Unsupported
@@ -46,11 +47,11 @@ class FlashInferBackend:
 
     def available(self) -> str | None:
         """None if flashinfer imports here, else why not, with the install hint."""
-        try:
-            import flashinfer
-        except Exception as exc:  # ImportError, or a broken install failing on import
-            why = " ".join(str(exc).split())[:240]
-            return f"flashinfer not importable ({type(exc).__name__}: {why}); {INSTALL_HINT}"
+        why = _import_error()
+        if why is not None:
+            return why
+        import flashinfer
+
         if self.short == "xqa" and not hasattr(flashinfer.decode, "xqa_batch_decode_with_kv_cache"):
             return (
                 f"flashinfer {flashinfer.__version__} has no "
@@ -100,6 +101,17 @@ def _plan_route(
     if found.api == "ragged":
         return flashinfer_prefill.plan_ragged(found, spec, inputs, knobs)
     return flashinfer_prefill.plan_cascade(found, spec, inputs)
+
+
+@functools.cache
+def _import_error() -> str | None:
+    """Why `import flashinfer` fails here (None if it works); tried once per process."""
+    try:
+        import flashinfer  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install failing on import
+        why = " ".join(str(exc).split())[:240]
+        return f"flashinfer not importable ({type(exc).__name__}: {why}); {INSTALL_HINT}"
+    return None
 
 
 def _has_cudnn_frontend() -> bool:
