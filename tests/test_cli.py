@@ -24,21 +24,55 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_run_writes_a_results_file_and_table(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    res = runner.invoke(app, ["run", "--device", "cpu", "--backend", "reference", "--batch-size",
-                              "2", "--lengths", "64,128", "--kv-dtype", "bfloat16",
-                              "--timer", "fake", "--out", str(out)])
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--device",
+            "cpu",
+            "--backend",
+            "reference",
+            "--batch-size",
+            "2",
+            "--lengths",
+            "64,128",
+            "--kv-dtype",
+            "bfloat16",
+            "--timer",
+            "fake",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     f = read_results(out)
-    assert f.header is not None and f.header.ceilings is not None
+    assert f.header is not None
+    assert f.header.ceilings is not None
     assert [r.status for r in f.rows] == ["ok", "ok"]
     assert all(r.accuracy and r.accuracy["passed"] for r in f.rows)
-    assert "ctx64" in res.output and "reference" in res.output
+    assert "ctx64" in res.output
+    assert "reference" in res.output
 
 
 def test_resume_skips_finished_cases(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    args = ["run", "--device", "cpu", "-b", "reference", "--batch-size", "2", "-l", "64",
-            "--kv-dtype", "bf16", "--timer", "fake", "--out", str(out)]
+    args = [
+        "run",
+        "--device",
+        "cpu",
+        "-b",
+        "reference",
+        "--batch-size",
+        "2",
+        "-l",
+        "64",
+        "--kv-dtype",
+        "bf16",
+        "--timer",
+        "fake",
+        "--out",
+        str(out),
+    ]
     assert runner.invoke(app, args).exit_code == 0
     res = runner.invoke(app, [*args, "--resume", "-l", "64,96"])
     assert res.exit_code == 0, res.output
@@ -70,12 +104,14 @@ def test_config_shows_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     res = runner.invoke(app, ["config"])
     assert res.exit_code == 0
     line = next(ln for ln in res.output.splitlines() if "page_size" in ln)
-    assert "32" in line and "env" in line
+    assert "32" in line
+    assert "env" in line
 
 
 def test_backends_lists_reference() -> None:
     res = runner.invoke(app, ["backends", "--device", "cpu"])
-    assert res.exit_code == 0 and "reference" in res.output
+    assert res.exit_code == 0
+    assert "reference" in res.output
 
 
 def test_cli_import_is_light() -> None:
@@ -85,6 +121,7 @@ def test_cli_import_is_light() -> None:
 
 
 def test_python_dash_m() -> None:
-    out = subprocess.run([sys.executable, "-m", "attnbench", "--help"], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "attnbench", "--help"], capture_output=True, text=True, check=True
+    )
     assert "run" in out.stdout

@@ -19,15 +19,18 @@ def test_briefs_defaults() -> None:
     s, src = load_settings()
     assert (s.batch_size, s.num_heads, s.num_kv_heads, s.head_dim) == (32, 32, 8, 128)
     assert s.context_lengths == [1024, 4096, 16384, 65536]
-    assert s.page_size == 16 and s.fp8_mode is True
+    assert s.page_size == 16
+    assert s.fp8_mode is True
     assert set(src.values()) == {"default"}
 
 
 def test_precedence_cli_env_dotenv_toml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / "attnbench.toml").write_text("batch_size = 1\nhead_dim = 64\npage_size = 4\n"
-                                             "seed = 9\n")
-    (tmp_path / ".env").write_text("ATTNBENCH_BATCH_SIZE=2\nATTNBENCH_HEAD_DIM=96\n"
-                                   "ATTNBENCH_PAGE_SIZE=8\n")
+    (tmp_path / "attnbench.toml").write_text(
+        "batch_size = 1\nhead_dim = 64\npage_size = 4\nseed = 9\n"
+    )
+    (tmp_path / ".env").write_text(
+        "ATTNBENCH_BATCH_SIZE=2\nATTNBENCH_HEAD_DIM=96\nATTNBENCH_PAGE_SIZE=8\n"
+    )
     monkeypatch.setenv("ATTNBENCH_BATCH_SIZE", "3")
     monkeypatch.setenv("ATTNBENCH_HEAD_DIM", "256")
     s, src = load_settings({"batch_size": 4})

@@ -119,7 +119,8 @@ def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output
-    assert "interrupted" in output and "--resume" in output
+    assert "interrupted" in output
+    assert "--resume" in output
     kept = read_results(out).rows
     assert [r.backend for r in kept] == ["reference"]
     res = subprocess.run(

@@ -9,8 +9,13 @@ from attnbench.workload.spec import WorkloadSpec
 
 def _spec(**kw: object) -> WorkloadSpec:
     base: dict[str, object] = dict(
-        kind="decode", num_qo_heads=4, num_kv_heads=2, head_dim=16, kv_lens=(33, 16, 5),
-        qo_lens=(1, 1, 1), page_size=8,
+        kind="decode",
+        num_qo_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        kv_lens=(33, 16, 5),
+        qo_lens=(1, 1, 1),
+        page_size=8,
     )
     base.update(kw)
     return WorkloadSpec.model_validate(base)
@@ -30,21 +35,19 @@ def test_page_table_is_scattered_and_complete() -> None:
 def test_request_kv_gathers_the_right_tokens(layout: str) -> None:
     spec = _spec(kv_layout=layout)
     inp = make_inputs(spec)
-    k, v = inp.request_kv(0)
+    k, _v = inp.request_kv(0)
     assert k.shape == (33, 2, 16)
     # token 9 of request 0 lives in its second page at slot 1
     page = int(inp.kv_indices[1])
-    if layout == "NHD":
-        expected = inp.kv_cache[page, 0, 1]
-    else:
-        expected = inp.kv_cache[page, 0, :, 1]
+    expected = inp.kv_cache[page, 0, 1] if layout == "NHD" else inp.kv_cache[page, 0, :, 1]
     torch.testing.assert_close(k[9], expected)
 
 
 def test_inputs_are_reproducible_from_the_seed() -> None:
     a, b = make_inputs(_spec(seed=3)), make_inputs(_spec(seed=3))
     c = make_inputs(_spec(seed=4))
-    assert torch.equal(a.kv_cache, b.kv_cache) and torch.equal(a.q, b.q)
+    assert torch.equal(a.kv_cache, b.kv_cache)
+    assert torch.equal(a.q, b.q)
     assert not torch.equal(a.q, c.q)
 
 

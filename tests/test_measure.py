@@ -13,7 +13,8 @@ from attnbench.measure.timers import CpuTimer, FakeTimer
 def test_summary_statistics() -> None:
     s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert s.median_us == 3.0
-    assert s.min_us == 1.0 and s.max_us == 100.0
+    assert s.min_us == 1.0
+    assert s.max_us == 100.0
     assert s.num_outliers == 1
     assert s.ci_low_us <= s.median_us <= s.ci_high_us
 
@@ -31,7 +32,8 @@ def test_median_ci_covers_the_true_median() -> None:
 def test_outliers_by_modified_z() -> None:
     x = np.array([10.0] * 20 + [10.5, 9.5, 30.0])
     mask = outlier_mask(x)
-    assert mask.tolist()[-1] and mask.sum() == 1
+    assert mask.tolist()[-1]
+    assert mask.sum() == 1
 
 
 def test_summarize_rejects_bad_samples() -> None:
@@ -51,21 +53,25 @@ def test_engine_with_fake_timer_is_deterministic() -> None:
 
 def test_engine_stops_on_noise_target_or_budget() -> None:
     calls = []
-    cfg = MeasureConfig(timer="cpu", warmup_ms=1, min_runs=5, max_runs=50, max_time_ms=50,
-                        target_rel_ci=1.0)
+    cfg = MeasureConfig(
+        timer="cpu", warmup_ms=1, min_runs=5, max_runs=50, max_time_ms=50, target_rel_ci=1.0
+    )
     m = measure(lambda: calls.append(1), cfg, device=torch.device("cpu"))
-    assert m.converged and m.stats.n >= 5
+    assert m.converged
+    assert m.stats.n >= 5
     assert len(calls) >= m.stats.n + m.warmup_runs
     cfg = MeasureConfig(timer="cpu", warmup_ms=1, min_runs=5, max_runs=30, target_rel_ci=1e-9)
     m = measure(lambda: sum(range(2000)), cfg, device=torch.device("cpu"))
-    assert not m.converged and m.stats.n <= 30
+    assert not m.converged
+    assert m.stats.n <= 30
     assert "noise target not met" in m.notes[0]
 
 
 def test_cpu_timer_calls_flush_outside_timing() -> None:
     flushed = []
     samples = CpuTimer().time(lambda: None, 3, lambda: flushed.append(1))
-    assert len(samples) == 3 and len(flushed) == 3
+    assert len(samples) == 3
+    assert len(flushed) == 3
 
 
 def test_fake_timer_cycles() -> None:

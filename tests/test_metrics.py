@@ -9,8 +9,14 @@ from attnbench.workload.spec import TreeSpec, WorkloadSpec
 
 
 def _decode(**kw: object) -> WorkloadSpec:
-    base: dict[str, object] = dict(kind="decode", num_qo_heads=32, num_kv_heads=8, head_dim=128,
-                                   kv_lens=(4096,) * 64, qo_lens=(1,) * 64)
+    base: dict[str, object] = dict(
+        kind="decode",
+        num_qo_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        kv_lens=(4096,) * 64,
+        qo_lens=(1,) * 64,
+    )
     base.update(kw)
     return WorkloadSpec.model_validate(base)
 
@@ -25,22 +31,39 @@ def test_decode_kv_bytes_match_the_hand_count() -> None:
 
 
 def test_flops_causal_and_tree_counts() -> None:
-    prefill = WorkloadSpec(kind="prefill", num_qo_heads=2, num_kv_heads=1, head_dim=4,
-                           kv_lens=(4,), qo_lens=(4,))
+    prefill = WorkloadSpec(
+        kind="prefill", num_qo_heads=2, num_kv_heads=1, head_dim=4, kv_lens=(4,), qo_lens=(4,)
+    )
     assert metrics.attended_pairs(prefill) == 10  # 1+2+3+4
     assert metrics.flops(prefill) == 4 * 4 * 2 * 10
-    append = WorkloadSpec(kind="append", num_qo_heads=1, num_kv_heads=1, head_dim=4,
-                          kv_lens=(10,), qo_lens=(3,))
+    append = WorkloadSpec(
+        kind="append", num_qo_heads=1, num_kv_heads=1, head_dim=4, kv_lens=(10,), qo_lens=(3,)
+    )
     assert metrics.attended_pairs(append) == 8 + 9 + 10
-    tree = WorkloadSpec(kind="tree", num_qo_heads=1, num_kv_heads=1, head_dim=4, kv_lens=(13,),
-                        qo_lens=(3,), causal=False, tree=TreeSpec(name="t", parents=(-1, 0, 0)))
+    tree = WorkloadSpec(
+        kind="tree",
+        num_qo_heads=1,
+        num_kv_heads=1,
+        head_dim=4,
+        kv_lens=(13,),
+        qo_lens=(3,),
+        causal=False,
+        tree=TreeSpec(name="t", parents=(-1, 0, 0)),
+    )
     assert metrics.attended_pairs(tree) == 3 * 10 + (1 + 2 + 2)
     assert metrics.flops(_decode()) == 4 * 128 * 32 * 64 * 4096
 
 
 def test_shared_prefix_counts_the_prefix_once() -> None:
-    s = WorkloadSpec(kind="shared_prefix", num_qo_heads=8, num_kv_heads=8, head_dim=64,
-                     kv_lens=(1000, 1100), qo_lens=(1, 1), shared_prefix_len=800)
+    s = WorkloadSpec(
+        kind="shared_prefix",
+        num_qo_heads=8,
+        num_kv_heads=8,
+        head_dim=64,
+        kv_lens=(1000, 1100),
+        qo_lens=(1, 1),
+        shared_prefix_len=800,
+    )
     assert metrics.unique_kv_tokens(s) == 800 + 200 + 300
 
 
@@ -56,15 +79,19 @@ def test_rates_and_fractions() -> None:
 def test_accuracy_gate_passes_rounding_and_fails_wrong_answers() -> None:
     ref = torch.randn(64, 8, 32, dtype=torch.float64)
     ok = check_accuracy(ref.to(torch.bfloat16), ref, "bfloat16")
-    assert ok.passed and 0 < ok.rel_l2_err <= ok.budget
+    assert ok.passed
+    assert 0 < ok.rel_l2_err <= ok.budget
     wrong = ref.clone()
     wrong[0] += 1.0
     bad = check_accuracy(wrong.to(torch.bfloat16), ref, "bfloat16")
-    assert not bad.passed and "exceeds budget" in bad.reason
+    assert not bad.passed
+    assert "exceeds budget" in bad.reason
     nan = ref.clone()
     nan[3, 3, 3] = float("nan")
     res = check_accuracy(nan, ref, "bfloat16")
-    assert not res.passed and res.nonfinite == 1 and "NaN" in res.reason
+    assert not res.passed
+    assert res.nonfinite == 1
+    assert "NaN" in res.reason
 
 
 def test_fp8_rounding_budget_is_scale_invariant() -> None:

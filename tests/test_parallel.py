@@ -49,8 +49,11 @@ def test_cpu_worker_pool_shards_cases_into_one_file(tmp_path: Path) -> None:
         }
     )
     f = read_results(out)
-    assert len(f.rows) == 4 and all(r.status == "ok" for r in f.rows)
-    assert f.header is not None and len(f.header.model_extra["workers"]) == 2
+    assert len(f.rows) == 4
+    assert all(r.status == "ok" for r in f.rows)
+    assert f.header is not None
+    assert f.header.model_extra is not None
+    assert len(f.header.model_extra["workers"]) == 2
     assert {r.details["worker"] for r in f.rows} <= {0, 1}
 
 

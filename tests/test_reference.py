@@ -40,7 +40,8 @@ def naive(spec: WorkloadSpec, inputs) -> np.ndarray:  # type: ignore[no-untyped-
                     if ok:
                         allowed.append(t)
                 s = [
-                    float(np.dot(q[row + i, h], keys[t][kvh])) * inputs.k_scale
+                    float(np.dot(q[row + i, h], keys[t][kvh]))
+                    * inputs.k_scale
                     / math.sqrt(spec.head_dim)
                     for t in allowed
                 ]
@@ -58,11 +59,17 @@ CASES = {
     "decode-gqa": dict(kind="decode", kv_lens=(37, 5, 16), qo_lens=(1, 1, 1)),
     "prefill-causal": dict(kind="prefill", kv_lens=(9, 20), qo_lens=(9, 20)),
     "append": dict(kind="append", kv_lens=(30, 12), qo_lens=(4, 3)),
-    "hnd-page4": dict(kind="append", kv_lens=(30, 12), qo_lens=(4, 3), kv_layout="HND",
-                      page_size=4),
+    "hnd-page4": dict(
+        kind="append", kv_lens=(30, 12), qo_lens=(4, 3), kv_layout="HND", page_size=4
+    ),
     "fp8": dict(kind="decode", kv_lens=(33, 18), qo_lens=(1, 1), kv_dtype="fp8_e4m3"),
-    "tree": dict(kind="tree", kv_lens=(20, 9), qo_lens=(4, 4), causal=False,
-                 tree=TreeSpec(name="t4", parents=(-1, 0, 0, 1))),
+    "tree": dict(
+        kind="tree",
+        kv_lens=(20, 9),
+        qo_lens=(4, 4),
+        causal=False,
+        tree=TreeSpec(name="t4", parents=(-1, 0, 0, 1)),
+    ),
 }
 
 
@@ -77,8 +84,14 @@ def test_reference_matches_naive_formula(name: str) -> None:
 
 
 def test_reference_fp32_close_to_fp64() -> None:
-    spec = WorkloadSpec(kind="decode", num_qo_heads=8, num_kv_heads=2, head_dim=64,
-                        kv_lens=(300, 77), qo_lens=(1, 1))
+    spec = WorkloadSpec(
+        kind="decode",
+        num_qo_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        kv_lens=(300, 77),
+        qo_lens=(1, 1),
+    )
     inputs = make_inputs(spec)
     a = reference_attention(inputs)
     b = reference_attention(inputs, accum_dtype=torch.float32)

@@ -18,8 +18,14 @@ from attnbench.results import (
 
 
 def _row(case: str, status: str = "ok", **kw: object) -> ResultRow:
-    return ResultRow(run_id="r", case_id=case, backend="reference", status=status,  # type: ignore[arg-type]
-                     spec={"kind": "decode"}, **kw)
+    return ResultRow(
+        run_id="r",
+        case_id=case,
+        backend="reference",
+        status=status,  # type: ignore[arg-type]
+        spec={"kind": "decode"},
+        **kw,
+    )
 
 
 def _write(path: Path, rows: list[ResultRow]) -> None:
@@ -57,8 +63,10 @@ def test_torn_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ('{"type": "header", "schema_version": 99, "run_id": "x", "provenance": {}}\n',
-         "schema_version=99"),
+        (
+            '{"type": "header", "schema_version": 99, "run_id": "x", "provenance": {}}\n',
+            "schema_version=99",
+        ),
         ('{"hello": "world"}\n', "not an attnbench row"),
         ("[1, 2, 3]\n", "not an attnbench row"),
         ("not json at all\n{}\n", "not JSON"),
@@ -78,8 +86,14 @@ def test_foreign_or_future_files_give_one_line_errors(
 def test_bad_row_names_the_field(tmp_path: Path) -> None:
     p = tmp_path / "x.jsonl"
     header = {"type": "header", "schema_version": SCHEMA_VERSION, "run_id": "r", "provenance": {}}
-    row = {"type": "result", "run_id": "r", "case_id": "a", "backend": "b", "status": "great",
-           "spec": {}}
+    row = {
+        "type": "result",
+        "run_id": "r",
+        "case_id": "a",
+        "backend": "b",
+        "status": "great",
+        "spec": {},
+    }
     p.write_text(json.dumps(header) + "\n" + json.dumps(row) + "\n")
     with pytest.raises(ResultsFileError, match=r"x.jsonl:2: field status"):
         read_results(p)

@@ -9,7 +9,11 @@ from attnbench.workload.spec import WorkloadSpec, normalize_dtype
 
 def _spec(**kw: object) -> WorkloadSpec:
     base: dict[str, object] = dict(
-        kind="decode", num_qo_heads=32, num_kv_heads=8, head_dim=128, kv_lens=(100, 37),
+        kind="decode",
+        num_qo_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        kv_lens=(100, 37),
         qo_lens=(1, 1),
     )
     base.update(kw)
@@ -51,7 +55,7 @@ def test_normalize_dtype_aliases_and_errors() -> None:
     assert normalize_dtype("fp16") == "float16"
     assert normalize_dtype("BF16") == "bfloat16"
     assert normalize_dtype("e4m3") == "fp8_e4m3"
-    with pytest.raises(ValueError, match="allowed: float16, bfloat16$"):
+    with pytest.raises(ValueError, match=r"allowed: float16, bfloat16$"):
         normalize_dtype("e4m3", allow_fp8=False)
     with pytest.raises(ValueError, match="dtype='int8'"):
         normalize_dtype("int8")
