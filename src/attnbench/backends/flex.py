@@ -1,0 +1,200 @@
+"""FlexAttention (`torch.nn.attention.flex_attention`) over the packed, unpadded batch.
+
+The whole batch is one sequence: q `[1, Hq, total_q, D]` and K/V `[1, Hkv, total_kv, D]`
+gathered from the pages in plan, with a document-style `mask_mod` built from per-token request
+ids and positions (`masks.token_ids`): a query sees keys of its own request, bottom-right
+causal, or for kind=tree the whole context plus its tree ancestors. The block mask is built in
+plan (`create_block_mask`, compiled on GPU so the full Q x KV mask is never materialised) and
+rebuilding it is the per-step plan (`replan`). `flex_attention` is compiled once per process
+(`torch.compile`), with a recompile limit high enough for a sweep's shapes: a fall-back to the
+eager implementation would time a different (score-materialising) algorithm.
+
+Knobs: `compiled` (False: eager reference implementation, for tests), `block_m`/`block_n`
+(kernel_options BLOCK_M/BLOCK_N on GPU; 0 = the library's choice).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Any, cast
+
+import torch
+
+from attnbench.backends import kvgather
+from attnbench.backends.base import PlannedRun, Unsupported
+from attnbench.backends.masks import TokenIds, token_ids
+from attnbench.hardware import DeviceInfo
+from attnbench.workload.inputs import AttentionInputs
+from attnbench.workload.spec import WorkloadSpec
+
+EAGER_SCORES_BUDGET_BYTES = 4 << 30
+"""The eager implementation materialises fp32 scores `[Hq, total_q, total_kv]`."""
+RECOMPILE_LIMIT = 512
+
+
+def flex_available() -> str | None:
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except ImportError:
+        return f"torch {torch.__version__} has no FlexAttention (needs torch >= 2.5)"
+    return None
+
+
+@cache
+def compiled_flex() -> Callable[..., torch.Tensor]:
+    """`torch.compile(flex_attention)`, once per process."""
+    import torch._dynamo
+    from torch.nn.attention.flex_attention import flex_attention
+
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(int(getattr(cfg, name)), RECOMPILE_LIMIT))
+            break
+    for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(int(getattr(cfg, name)), 4 * RECOMPILE_LIMIT))
+            break
+    if hasattr(cfg, "fail_on_recompile_limit_hit"):
+        cfg.fail_on_recompile_limit_hit = True  # never time the eager fall-back silently
+    fn: Callable[..., torch.Tensor] = torch.compile(flex_attention, dynamic=False)
+    return fn
+
+
+def make_mask_mod(spec: WorkloadSpec, ids: TokenIds) -> Callable[..., torch.Tensor]:
+    """mask_mod(b, h, q_idx, kv_idx) -> bool tensor, over the packed batch (see module doc)."""
+    q_req, q_pos, q_node = ids.q_req, ids.q_pos, ids.q_node
+    kv_req, kv_pos, kv_node = ids.kv_req, ids.kv_pos, ids.kv_node
+    tree = ids.tree
+
+    if tree is not None:
+
+        def tree_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
+            node = kv_node[kv_idx]
+            ancestor = tree[q_node[q_idx], node.clamp(min=0)]
+            return (q_req[q_idx] == kv_req[kv_idx]) & ((node < 0) | ancestor)
+
+        return tree_mask
+    if spec.causal:
+
+        def causal_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
+            same = q_req[q_idx] == kv_req[kv_idx]
+            return same & (kv_pos[kv_idx] <= q_pos[q_idx])
+
+        return causal_mask
+
+    def document_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
+        return q_req[q_idx] == kv_req[kv_idx]
+
+    return document_mask
+
+
+def build_block_mask(spec: WorkloadSpec, ids: TokenIds, device: torch.device) -> Any:
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    kw: dict[str, Any] = {"device": device}
+    if device.type == "cuda" and "_compile" in inspect.signature(create_block_mask).parameters:
+        kw["_compile"] = True
+    mask_mod = make_mask_mod(spec, ids)
+    return create_block_mask(mask_mod, None, None, spec.total_q, spec.total_kv, **kw)
+
+
+class FlexBackend:
+    name = "flex"
+    devices = ("cpu", "cuda")
+    knobs: Mapping[str, tuple[object, ...]] = {
+        "compiled": (True, False),
+        "block_m": (0, 64, 128),
+        "block_n": (0, 64, 128),
+    }
+
+    def available(self) -> str | None:
+        return flex_available()
+
+    def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
+        if device.kind not in self.devices:
+            return Unsupported(f"flex runs on cpu or cuda, not {device.kind}")
+        if spec.is_fp8:
+            return Unsupported("flex has no fp8 KV path (dequantising in plan is no fp8 kernel)")
+        if spec.kv_dtype != spec.dtype:
+            return Unsupported(f"q dtype {spec.dtype} and KV dtype {spec.kv_dtype} differ")
+        return None
+
+    def plan(
+        self,
+        spec: WorkloadSpec,
+        inputs: AttentionInputs,
+        knobs: Mapping[str, object] | None = None,
+    ) -> PlannedRun:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        chosen = {k: v[0] for k, v in self.knobs.items()} | dict(knobs or {})
+        compiled = bool(chosen["compiled"])
+        scores = spec.num_qo_heads * spec.total_q * spec.total_kv * 4
+        if not compiled and scores > EAGER_SCORES_BUDGET_BYTES:
+            raise MemoryError(f"eager flex would materialise {scores / 2**30:.1f} GiB of scores")
+        dev = inputs.device
+        k, v = kvgather.packed_kv(inputs)  # [total_kv, Hkv, D]
+        q4 = inputs.q.transpose(0, 1).unsqueeze(0).contiguous()  # [1, Hq, total_q, D]
+        k4 = k.transpose(0, 1).unsqueeze(0).contiguous()
+        v4 = v.transpose(0, 1).unsqueeze(0).contiguous()
+        ids = token_ids(spec, dev)
+        block_mask = build_block_mask(spec, ids, dev)
+        options: dict[str, Any] = {}
+        if dev.type == "cuda":
+            for knob, option in (("block_m", "BLOCK_M"), ("block_n", "BLOCK_N")):
+                if chosen[knob]:
+                    options[option] = int(str(chosen[knob]))
+        eager = cast(Callable[..., Any], flex_attention)
+        fn: Callable[..., Any] = compiled_flex() if compiled else eager
+        kw: dict[str, Any] = {
+            "block_mask": block_mask,
+            "scale": 1.0 / math.sqrt(spec.head_dim),
+            "enable_gqa": spec.group_size > 1,
+        }
+        if options:
+            kw["kernel_options"] = options
+
+        def run() -> torch.Tensor:
+            out: torch.Tensor = fn(q4, k4, v4, **kw)
+            return out
+
+        run()  # compile here, not in a timed call
+
+        def replan() -> None:
+            build_block_mask(spec, ids, dev)
+
+        def unpack(out: torch.Tensor) -> torch.Tensor:
+            return out[0].transpose(0, 1)
+
+        details: dict[str, str | int | float | bool] = {
+            "compiled": compiled,
+            "kv_cache": "packed",
+            "mask": "tree" if ids.tree is not None else ("causal" if spec.causal else "document"),
+            "block_sparsity": round(_sparsity(block_mask), 4),
+        }
+        details.update({k.lower(): v for k, v in options.items()})
+        return PlannedRun(
+            run=run,
+            resolved="flex" + ("" if compiled else "-eager"),
+            details=details,
+            unpack=unpack,
+            graph_safe=compiled and dev.type == "cuda",
+            replan=replan,
+        )
+
+
+def _sparsity(block_mask: Any) -> float:
+    """Fraction of (q block, kv block) tiles the kernel skips, 0..1 (-1 if unknown)."""
+    try:
+        dense = block_mask.to_dense()  # [B, H, q_blocks, kv_blocks], nonzero = computed
+        return 1.0 - float((dense != 0).float().mean())
+    except Exception:
+        return -1.0
+
+
+def backends() -> list[FlexBackend]:
+    return [FlexBackend()]
