@@ -1,0 +1,305 @@
+"""Stored result rows as a pandas DataFrame, plus the grouping helpers that `report`, `compare`
+and `recommend` share. Reads files only: nothing here imports torch or touches a GPU.
+
+One DataFrame row per result row; the spec is flattened into columns (`kind`, `batch_size`,
+`kv_max`, `kv_cv`, `dtype`, `kv_dtype`, ...), the timing and accuracy fields are copied, and
+`samples_us` / `spec` stay as object columns for the statistics.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from attnbench.results import Header, ResultRow, read_results
+
+RESULTS_ENV = "ATTNBENCH_RESULTS"
+DEFAULT_DIR = Path("results")
+RESULT_SUFFIXES = (".jsonl",)
+EXTRA_SUFFIXES = (".json",)
+"""Other JSON documents next to results (fp8 numerics, replay): handed to report hooks."""
+
+SIXTEEN_BIT = ("float16", "bfloat16")
+
+
+class NoResultsError(ValueError):
+    """No results files where they were looked for; the message says where and what to do."""
+
+
+@dataclass
+class Loaded:
+    """Everything read from a set of files."""
+
+    frame: pd.DataFrame
+    headers: list[tuple[Path, Header]] = field(default_factory=list)
+    extras: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)
+
+
+def _expand(entry: str | Path) -> list[Path]:
+    p = Path(entry)
+    if p.is_dir():
+        return sorted(
+            q for q in p.iterdir() if q.suffix in RESULT_SUFFIXES + EXTRA_SUFFIXES and q.is_file()
+        )
+    if any(ch in str(entry) for ch in "*?["):
+        return [Path(q) for q in sorted(glob.glob(str(entry)))]
+    return [p]
+
+
+def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
+    """The files to read: the given paths (directories expand to their .jsonl/.json files),
+    else `$ATTNBENCH_RESULTS` (a file, directory or glob; several joined by the path
+    separator), else the committed `results/` of the current directory.
+
+    Raises NoResultsError when nothing is found, FileNotFoundError for a named file that is
+    not there.
+    """
+    if paths:
+        out: list[Path] = []
+        for entry in paths:
+            found = _expand(entry)
+            if not found or not all(f.exists() for f in found):
+                raise FileNotFoundError(f"{entry}: no such file or directory")
+            out += found
+        return out
+    env = os.environ.get(RESULTS_ENV, "").strip()
+    where = f"${RESULTS_ENV}={env}" if env else f"{DEFAULT_DIR}/ (in {Path.cwd()})"
+    entries = env.split(os.pathsep) if env else [str(DEFAULT_DIR)]
+    found = [f for e in entries if e for f in _expand(e) if f.is_file()]
+    if not any(f.suffix in RESULT_SUFFIXES for f in found):
+        raise NoResultsError(
+            f"no results files found in {where}; pass RESULTS files, set {RESULTS_ENV}, "
+            "or create some with `attnbench run`"
+        )
+    return found
+
+
+def load(paths: Iterable[Path]) -> Loaded:
+    """Read results files (JSONL) into one frame; `.json` documents are kept as extras.
+
+    Raises ResultsFileError (from `read_results`) for a file that is not a results file.
+    """
+    records: list[dict[str, Any]] = []
+    loaded = Loaded(frame=pd.DataFrame())
+    for path in paths:
+        loaded.paths.append(path)
+        if path.suffix in EXTRA_SUFFIXES:
+            loaded.extras.append(path)
+            continue
+        rf = read_results(path)
+        loaded.warnings += rf.warnings
+        for h in rf.headers:
+            loaded.headers.append((path, h))
+        header_by_run = {h.run_id: h for h in rf.headers}
+        for row in rf.rows:
+            header = header_by_run.get(row.run_id) or rf.header
+            records.append(flatten(row, header, path, len(records)))
+    loaded.frame = pd.DataFrame.from_records(records) if records else empty_frame()
+    return loaded
+
+
+def gpu_name(header: Header | None) -> str:
+    if header is None:
+        return "unknown"
+    name = header.device.get("name") or header.provenance.get("gpu") or "unknown"
+    return str(name)
+
+
+def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> dict[str, Any]:
+    """One result row as a flat record (spec fields, timing, accuracy, provenance)."""
+    spec = row.spec
+    kv = [int(n) for n in spec.get("kv_lens", [])] or [0]
+    qo = [int(n) for n in spec.get("qo_lens", [])] or [0]
+    kv_mean = float(np.mean(kv))
+    lat = row.latency or {}
+    acc = row.accuracy or {}
+    nbytes = (row.bytes or {}).get("total")
+    tree = spec.get("tree") or {}
+    meas = row.measurement or {}
+    return {
+        "order": order,
+        "source": path.name,
+        "gpu": gpu_name(header),
+        "run_id": row.run_id,
+        "case_id": row.case_id,
+        "backend": row.backend,
+        "library": row.backend.split(":")[0],
+        "resolved": row.resolved,
+        "status": row.status,
+        "reason": row.reason,
+        "kind": spec.get("kind", ""),
+        "model": spec.get("model") or "",
+        "tp": int(spec.get("tp", 1)),
+        "num_layers": int(spec.get("num_layers", 1)),
+        "num_qo_heads": int(spec.get("num_qo_heads", 0)),
+        "num_kv_heads": int(spec.get("num_kv_heads", 0)),
+        "head_dim": int(spec.get("head_dim", 0)),
+        "batch_size": len(kv),
+        "total_kv": int(sum(kv)),
+        "total_q": int(sum(qo)),
+        "kv_max": max(kv),
+        "kv_min": min(kv),
+        "kv_mean": kv_mean,
+        "kv_cv": float(np.std(kv) / kv_mean) if kv_mean > 0 else 0.0,
+        "skew": max(kv) / kv_mean if kv_mean > 0 else 1.0,
+        "uniform": min(kv) == max(kv),
+        "qo_max": max(qo),
+        "dtype": spec.get("dtype", ""),
+        "kv_dtype": spec.get("kv_dtype", ""),
+        "fp8": str(spec.get("kv_dtype", "")).startswith("fp8"),
+        "page_size": int(spec.get("page_size", 16)),
+        "kv_layout": spec.get("kv_layout", "NHD"),
+        "lengths": spec.get("lengths", ""),
+        "label": spec.get("label", ""),
+        "padded": is_padded(spec.get("label", ""), spec.get("lengths", "")),
+        "unpadded_lengths": unpadded(spec.get("lengths", "")),
+        "tree": tree.get("name", ""),
+        "tree_nodes": len(tree.get("parents", ())),
+        "shared_prefix_len": int(spec.get("shared_prefix_len", 0)),
+        "latency_us": row.latency_us,
+        "ci_low_us": lat.get("ci_low_us"),
+        "ci_high_us": lat.get("ci_high_us"),
+        "rel_ci": lat.get("rel_ci"),
+        "plan_us": row.plan_us,
+        "per_token_ms": row.per_token_ms,
+        "bytes_total": nbytes,
+        "flops": row.flops,
+        "intensity": (row.flops / nbytes) if row.flops and nbytes else None,
+        "bandwidth_gbps": row.bandwidth_gbps,
+        "tflops": row.tflops,
+        "bandwidth_frac_measured": row.bandwidth_frac_measured,
+        "tflops_frac_measured": row.tflops_frac_measured,
+        "bandwidth_frac_spec": row.bandwidth_frac_spec,
+        "tflops_frac_spec": row.tflops_frac_spec,
+        "rel_l2_err": acc.get("rel_l2_err"),
+        "budget": acc.get("budget"),
+        "acc_passed": acc.get("passed"),
+        "precision": acc.get("precision", ""),
+        "timer": meas.get("timer", ""),
+        "samples_us": row.samples_us,
+        "spec": spec,
+        "details": row.details,
+    }
+
+
+def empty_frame() -> pd.DataFrame:
+    cols = ["case_id", "backend", "status", "kind", "gpu", "latency_us", "spec", "samples_us"]
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+
+
+PADDED_PREFIX = "padded("
+
+
+def is_padded(label: str, lengths: str = "") -> bool:
+    """A row run on the padded twin of a ragged batch: lengths `padded(X)` (the `padded:`
+    distribution of `workload.ragged`) or a suite label saying `padded`."""
+    return lengths.startswith(PADDED_PREFIX) or "padded" in label.lower()
+
+
+def unpadded(lengths: str) -> str:
+    """`padded(X)` -> `X`; any other lengths label unchanged."""
+    if lengths.startswith(PADDED_PREFIX) and lengths.endswith(")"):
+        return lengths[len(PADDED_PREFIX) : -1]
+    return lengths
+
+
+def latest(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (gpu, case, backend): the last one read (a resumed run supersedes)."""
+    if frame.empty:
+        return frame
+    return frame.sort_values("order").drop_duplicates(["gpu", "case_id", "backend"], keep="last")
+
+
+def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows that passed the accuracy gate and were timed."""
+    if frame.empty:
+        return frame
+    ok = latest(frame)
+    return ok[(ok["status"] == "ok") & ok["latency_us"].notna()]
+
+
+def spec_key(spec: dict[str, Any], drop: Iterable[str] = ()) -> str:
+    """A stable key for "the same case except `drop`" (e.g. kv_dtype for fp8 pairs)."""
+    dropped = set(drop)
+    return json.dumps({k: v for k, v in spec.items() if k not in dropped}, sort_keys=True)
+
+
+def add_key(frame: pd.DataFrame, name: str, drop: Iterable[str]) -> pd.DataFrame:
+    """A copy of `frame` with column `name` = gpu + spec_key(spec, drop)."""
+    out = frame.copy()
+    dropped = tuple(drop)
+    out[name] = [
+        f"{g}|{spec_key(s, dropped)}" for g, s in zip(out["gpu"], out["spec"], strict=True)
+    ]
+    return out
+
+
+def shape_label(r: pd.Series | dict[str, Any]) -> str:
+    """`llama-3.1-70b/tp8` or `h32/8 d128`: the head shape of a row."""
+    if r["model"]:
+        return str(r["model"]) + (f"/tp{r['tp']}" if int(r["tp"]) > 1 else "")
+    return f"h{r['num_qo_heads']}/{r['num_kv_heads']} d{r['head_dim']}"
+
+
+DTYPE_SHORT = {"float16": "fp16", "bfloat16": "bf16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+
+
+def dtype_label(r: pd.Series | dict[str, Any]) -> str:
+    d, kv = str(r["dtype"]), str(r["kv_dtype"])
+    return f"{DTYPE_SHORT.get(d, d)}/{DTYPE_SHORT.get(kv, kv)}"
+
+
+def human_tokens(n: float) -> str:
+    """1024 -> 1k, 65536 -> 64k, 1500 -> 1.5k."""
+    if n >= 1024 and n % 1024 == 0:
+        return f"{int(n) // 1024}k"
+    if n >= 1000:
+        return f"{n / 1024:.1f}k"
+    return f"{n:.0f}"
+
+
+def fmt_us(us: float | None) -> str:
+    if us is None or (isinstance(us, float) and math.isnan(us)):
+        return "-"
+    if us >= 1000:
+        return f"{us / 1000:.2f} ms"
+    return f"{us:.1f} µs"
+
+
+def provenance_label(headers: Sequence[tuple[Path, Header]], gpu: str | None = None) -> str:
+    """One line for figure footers: GPU, library versions, date of the (latest) run."""
+    chosen = [h for _, h in headers if gpu is None or gpu_name(h) == gpu] or [h for _, h in headers]
+    if not chosen:
+        return "no provenance"
+    h = chosen[-1]
+    prov = h.provenance
+    parts = [gpu or gpu_name(h)]
+    if prov.get("torch"):
+        parts.append(f"torch {prov['torch']}")
+    if prov.get("cuda"):
+        parts.append(f"CUDA {prov['cuda']}")
+    libs = prov.get("libraries") or {}
+    parts += [f"{k} {v}" for k, v in libs.items() if k != "torch"]
+    if prov.get("git_sha"):
+        parts.append(f"attnbench {prov.get('attnbench', '')}@{prov['git_sha']}".strip())
+    parts.append(str(prov.get("time", ""))[:10] or "undated")
+    return " · ".join(p for p in parts if p)
+
+
+def ceilings_for(headers: Sequence[tuple[Path, Header]], gpu: str) -> dict[str, Any]:
+    """The measured ceilings of the latest run on `gpu` ({} when none were recorded)."""
+    for _, h in reversed(list(headers)):
+        if gpu_name(h) == gpu and h.ceilings:
+            return dict(h.ceilings)
+    return {}
