@@ -1,0 +1,226 @@
+"""`attnbench report`, `compare` and `recommend`: stored results in, decisions out (no GPU)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from attnbench.cli import app
+from attnbench.cli.common import console, fail, note
+
+if TYPE_CHECKING:
+    from attnbench.analysis import Loaded
+    from attnbench.compare import Comparison
+    from attnbench.report import Block
+
+ResultsArg = Annotated[
+    list[Path] | None,
+    typer.Argument(
+        help="Results files or folders (default: $ATTNBENCH_RESULTS, else ./results/*.jsonl). "
+        ".json documents (fp8 numerics, replay) are passed to the report's sections."
+    ),
+]
+
+
+def _load(results: list[Path] | None) -> Loaded:
+    from attnbench.analysis import NoResultsError, load, resolve_paths
+    from attnbench.results import ResultsFileError
+
+    try:
+        loaded = load(resolve_paths(results))
+    except (NoResultsError, FileNotFoundError, ResultsFileError) as exc:
+        fail(str(exc))
+    for w in loaded.warnings:
+        note(w)
+    return loaded
+
+
+@app.command()
+def report(
+    results: ResultsArg = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path(
+        "attnbench-report"
+    ),
+) -> None:
+    """Markdown + self-contained HTML report with plots, from stored results."""
+    from attnbench.report import write_report
+
+    loaded = _load(results)
+    with console.status("building the report (figures, statistics)"):
+        md, page = write_report(loaded, out)
+    console.print(f"report: {md} and {page} ({len(loaded.frame)} rows)")
+
+
+@app.command()
+def compare(
+    a: Annotated[Path, typer.Argument(help="Baseline results file or folder.")],
+    b: Annotated[Path, typer.Argument(help="New results file or folder.")],
+    threshold: Annotated[
+        str, typer.Option(help="Exit 1 when a significant slowdown exceeds this (5% or 0.05).")
+    ] = "5%",
+    noise_floor: Annotated[
+        str, typer.Option(help="Differences below this are never called.")
+    ] = "1%",
+    show_all: Annotated[bool, typer.Option("--all", help="List ties too.")] = False,
+) -> None:
+    """Per (case, backend): B/A with a 95% CI; faster/slower only when significant and beyond
+    the noise. Exit 1 on a regression past --threshold or ok -> failed; 2 on bad input."""
+    from attnbench.compare import compare_frames, parse_threshold
+
+    try:
+        thr, floor = parse_threshold(threshold), parse_threshold(noise_floor)
+    except ValueError as exc:
+        fail(str(exc))
+    fa, fb = _load([a]).frame, _load([b]).frame
+    if fa.empty or fb.empty:
+        fail(f"{a if fa.empty else b}: no result rows to compare")
+    comp = compare_frames(fa, fb, threshold=thr, noise_floor=floor)
+    if not any(e.status_a and e.status_b for e in comp.entries):
+        fail(f"{a} and {b} share no (case, backend) pair: nothing to compare")
+    _print_comparison(comp, show_all)
+    raise typer.Exit(1 if comp.regressions else 0)
+
+
+_STYLE = {"faster": "green", "slower": "red", "broken": "bold red", "fixed": "green"}
+
+
+def _print_comparison(comp: Comparison, show_all: bool) -> None:
+    from rich.table import Table
+
+    from attnbench.analysis import fmt_us
+    from attnbench.table import short_case
+
+    quiet = {"tie", "still failing"}
+    shown = [
+        e for e in comp.entries if show_all or len(comp.entries) <= 40 or e.outcome not in quiet
+    ]
+    t = Table(title=f"B vs A ({comp.gpus[1]} vs {comp.gpus[0]})", header_style="bold")
+    for col in ("case", "backend", "A", "B", "B/A [95% CI]", "p", "verdict"):
+        t.add_column(col, justify="right" if col in ("A", "B", "p") else "left", overflow="fold")
+    order = {"broken": 0, "slower": 1, "status changed": 2, "faster": 3, "fixed": 4}
+    for e in sorted(shown, key=lambda e: (order.get(e.outcome, 9), e.case_id, e.backend)):
+        est = e.estimate
+        ratio = f"{est.ratio:.3f} [{est.ci_low:.3f}-{est.ci_high:.3f}]" if est else "-"
+        p = f"{est.p_value:.3g}" if est and est.p_value is not None else "-"
+        verdict = str(e.outcome)
+        if e.outcome in ("broken", "fixed", "status changed"):
+            verdict += f" ({e.status_a} -> {e.status_b})"
+        if e.regression:
+            verdict += " REGRESSION"
+        style = _STYLE.get(e.outcome, "")
+        t.add_row(
+            short_case(e.spec) if e.spec else e.case_id,
+            e.backend,
+            fmt_us(e.median_a_us),
+            fmt_us(e.median_b_us),
+            ratio,
+            p,
+            f"[{style}]{verdict}[/]" if style else verdict,
+        )
+    console.print(t)
+    if len(shown) < len(comp.entries):
+        console.print(f"({len(comp.entries) - len(shown)} ties not listed; --all lists them)")
+    counts = comp.counts()
+    console.print("summary: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if comp.overall:
+        o = comp.overall
+        console.print(
+            f"overall B/A geomean {o.ratio:.3f} (95% CI {o.ci_low:.3f}-{o.ci_high:.3f}) over "
+            f"{o.method.split()[-2]} timed pairs: {o.verdict}"
+        )
+    for n in comp.notes:
+        note(n)
+    thr = f"{100 * comp.threshold:g}%"
+    if comp.regressions:
+        console.print(
+            f"[bold red]{len(comp.regressions)} regression(s)[/] (slower beyond "
+            f"{thr} and significant, or ok -> failed): exit 1"
+        )
+    else:
+        console.print(f"no regression beyond {thr}: exit 0")
+
+
+@app.command()
+def recommend(
+    results: ResultsArg = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the decision as JSON.")
+    ] = None,
+) -> None:
+    """Decision matrix per workload class, crossovers, hybrid plan and vLLM/SGLang flags,
+    all derived from rows that passed the accuracy gate."""
+    from attnbench.hybrid import recommend as decide
+    from attnbench.report_sections import recommendation_blocks
+
+    loaded = _load(results)
+    with console.status("ranking backends (bootstrap confidence intervals)"):
+        recs = decide(loaded.frame)
+    if not recs:
+        fail("no row passed the accuracy gate: nothing to recommend from")
+    for rec in recs:
+        console.rule(f"[bold]{rec.gpu}")
+        for block in recommendation_blocks(rec):
+            _print_block(block)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps([_as_json(r) for r in recs], indent=2) + "\n")
+        console.print(f"decision written to {json_out}")
+
+
+def _rich(text: str) -> str:
+    from rich.markup import escape
+
+    return re.sub(r"\*\*(.+?)\*\*", r"[bold]\1[/]", escape(str(text)))
+
+
+def _print_block(block: Block) -> None:
+    from rich.table import Table as RichTable
+
+    from attnbench.report import Code, Table, Text
+
+    if isinstance(block, Text):
+        console.print(_rich(block.markdown), soft_wrap=True)
+    elif isinstance(block, Code):
+        console.print(block.text, style="cyan", soft_wrap=True, highlight=False)
+    elif isinstance(block, Table):
+        t = RichTable(title=block.caption or None, header_style="bold", show_lines=True)
+        for h in block.headers:
+            t.add_column(str(h), overflow="fold")
+        for row in block.rows:
+            t.add_row(*(_rich(c) for c in row))
+        console.print(t)
+
+
+def _as_json(rec: Any) -> dict[str, Any]:
+    from attnbench.engines import export
+
+    plan = rec.plan
+    return {
+        "gpu": rec.gpu,
+        "classes": [
+            {
+                "class": r.cls.name,
+                "rule": r.cls.rule,
+                "cases": r.n_cases,
+                "winner": r.winner,
+                "runner_up": r.runner_up,
+                "margin": None if r.margin is None else r.margin.__dict__,
+                "tie": r.is_tie,
+                "standings": [s.__dict__ for s in r.standings],
+                "crossovers": [c.__dict__ for c in r.crossovers],
+            }
+            for r in rec.classes
+        ],
+        "plan": {
+            "prefill_backend": plan.prefill_backend,
+            "decode_backend": plan.decode_backend,
+            "kv_dtype": plan.kv_dtype,
+            "page_size": plan.page_size,
+            "choices": [c.__dict__ for c in plan.choices],
+        },
+        "engines": [{"engine": e.engine, "args": e.args, "notes": e.notes} for e in export(plan)],
+    }

@@ -1,0 +1,418 @@
+"""Figures of the report, each a PNG (bytes) or None when its rows do not exist.
+
+Every function takes the ok rows of one GPU (`analysis.ok_rows`), draws with matplotlib's Agg
+backend (imported inside the function: `import attnbench.plots` stays cheap) and stamps the
+figure with `label` (GPU, library versions, date) under the plot.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from attnbench.analysis import add_key, dtype_label, human_tokens, shape_label
+from attnbench.compare import SEED, Timing, geomean_ratio
+from attnbench.recommend import padding_cost, short_batch
+
+KIND_MARKERS = {"decode": "o", "prefill": "^", "append": "s", "tree": "D", "shared_prefix": "P"}
+MAX_PANELS = 4
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def colors(backends: Sequence[str]) -> dict[str, Any]:
+    """One stable color per backend (sorted names over tab10, then tab20)."""
+    plt = _plt()
+    names = sorted(set(backends))
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {b: cmap(i % cmap.N) for i, b in enumerate(names)}
+
+
+def _figure(ncols: int, nrows: int = 1, width: float = 6.0, height: float = 4.2) -> Any:
+    plt = _plt()
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    return fig, [ax for row in axes for ax in row]
+
+
+def _finish(fig: Any, title: str, label: str) -> bytes:
+    fig.suptitle(title, fontsize=13, fontweight="bold")
+    width_in, height_in = fig.get_size_inches()
+    lines = textwrap.wrap(label, width=int(width_in * 15)) or [""]
+    fig.text(0.5, 0.003, "\n".join(lines), ha="center", va="bottom", fontsize=8, color="#555555")
+    foot = (0.16 * len(lines) + 0.08) / height_in
+    for ax in fig.axes:
+        if ax.get_visible() and ax.get_yscale() == "log":
+            _log_labels(ax)
+    fig.tight_layout(rect=(0, foot, 1, 1 - 0.3 / height_in))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def _log_labels(ax: Any) -> None:
+    """Plain numbers (30, 100, 2000) on a log y axis instead of 3x10^1; minor ticks labelled
+    only when the axis spans about a decade or less."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    lo, hi = ax.get_ylim()
+    few = lo > 0 and math.log10(hi / lo) <= 1.3
+    ax.yaxis.set_minor_formatter(plain if few else NullFormatter())
+
+
+def _tokens_axis(ax: Any) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_tokens(v)))
+
+
+def _err(g: pd.DataFrame) -> np.ndarray:
+    """Error bars [2, n] from the median's 95% CI (zero where unknown)."""
+    lo = g["latency_us"] - g["ci_low_us"].astype(float).fillna(g["latency_us"])
+    hi = g["ci_high_us"].astype(float).fillna(g["latency_us"]) - g["latency_us"]
+    out: np.ndarray = np.clip(np.vstack([lo, hi]).astype(float), 0, None)
+    return out
+
+
+def _group_title(r: pd.Series) -> str:
+    return f"{r['kind']} {shape_label(r)} bs{r['batch_size']} {dtype_label(r)} p{r['page_size']}"
+
+
+def _lines(ax: Any, rows: pd.DataFrame, x: str, cmap: dict[str, Any], dashed: bool = False) -> None:
+    for backend, g in rows.groupby("backend"):
+        g = g.sort_values(x)
+        name = str(backend) + (" (padded)" if dashed else "")
+        ax.errorbar(
+            g[x],
+            g["latency_us"],
+            yerr=_err(g),
+            label=name,
+            color=cmap[str(backend)],
+            marker="o",
+            ms=4,
+            lw=1.5,
+            capsize=2,
+            ls="--" if dashed else "-",
+            mfc="none" if dashed else None,
+        )
+
+
+def latency_vs_context(ok: pd.DataFrame, label: str) -> bytes | None:
+    """Decode latency vs context length per backend: uniform batches, one panel per shape."""
+    rows = ok[(ok["kind"] == "decode") & ok["uniform"] & ~ok["padded"]]
+    if rows.empty or rows["kv_max"].nunique() < 2:
+        return None
+    keys = ["model", "num_qo_heads", "num_kv_heads", "head_dim", "batch_size", "dtype", "kv_dtype"]
+    keys += ["page_size"]
+    groups = sorted(rows.groupby(keys), key=lambda kv: (-kv[1]["kv_max"].nunique(), str(kv[0])))
+    groups = [g for g in groups if g[1]["kv_max"].nunique() >= 2][:MAX_PANELS]
+    cmap = colors(rows["backend"])
+    ncols = min(2, len(groups))
+    fig, axes = _figure(ncols, math.ceil(len(groups) / ncols))
+    for ax, (_, g) in zip(axes, groups, strict=False):
+        _lines(ax, g, "kv_max", cmap)
+        _tokens_axis(ax)
+        ax.set_yscale("log")
+        ax.set_xlabel("context length per request (tokens)")
+        ax.set_ylabel("latency per call (µs, median, 95% CI)")
+        ax.set_title(_group_title(g.iloc[0]), fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in axes[len(groups) :]:
+        ax.set_visible(False)
+    return _finish(fig, "Decode latency vs context length", label)
+
+
+def roofline(ok: pd.DataFrame, ceilings: dict[str, Any], label: str) -> bytes | None:
+    """Roofline (TFLOP/s vs FLOP/byte) with the measured copy and matmul ceilings, plus the
+    fraction of the measured ceiling reached by decode (bandwidth) and prefill (compute)."""
+    rows = ok[ok["intensity"].notna() & ok["tflops"].notna()]
+    if rows.empty:
+        return None
+    cmap = colors(rows["backend"])
+    fig, axes = _figure(3, width=5.6)
+    ax = axes[0]
+    for (backend, kind), g in rows.groupby(["backend", "kind"]):
+        ax.scatter(
+            g["intensity"],
+            g["tflops"],
+            color=cmap[str(backend)],
+            marker=KIND_MARKERS.get(str(kind), "x"),
+            s=22,
+            alpha=0.85,
+        )
+    copy = ceilings.get("copy_bandwidth_gbps")
+    mm = ceilings.get("matmul_tflops") or {}
+    xs = np.logspace(
+        math.log10(max(rows["intensity"].min() / 2, 0.1)),
+        math.log10(rows["intensity"].max() * 2),
+        100,
+    )
+    top = max(mm.values()) if mm else None
+    if copy:
+        ys = copy * xs / 1e3
+        ax.plot(
+            xs,
+            np.minimum(ys, top) if top else ys,
+            "k-",
+            lw=1.2,
+            label=f"copy {copy:.0f} GB/s (measured)",
+        )
+    for i, (dtype, tf) in enumerate(sorted(mm.items())):
+        ax.axhline(
+            tf,
+            color="k",
+            ls=["--", ":", "-."][i % 3],
+            lw=1,
+            label=f"matmul {dtype} {tf:.0f} TFLOP/s (measured)",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title("roofline: every ok case", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    handles = [  # backend colors are in the neighbouring panels' legends
+        ax.scatter([], [], color="grey", marker=m, s=22, label=k)
+        for k, m in KIND_MARKERS.items()
+        if (rows["kind"] == k).any()
+    ]
+    ax.legend(handles=handles + ax.get_lines(), fontsize=6.5, loc="lower right", framealpha=0.85)
+    for ax, kind, col, xlabel, title in (
+        (
+            axes[1],
+            "decode",
+            "bandwidth_frac_measured",
+            "bytes moved per call (MB)",
+            "decode: GB/s / measured copy GB/s",
+        ),
+        (
+            axes[2],
+            "prefill",
+            "tflops_frac_measured",
+            "FLOPs per call (GFLOP)",
+            "prefill: TFLOP/s / measured matmul",
+        ),
+    ):
+        g = rows[(rows["kind"] == kind) & rows[col].notna()]
+        if g.empty:
+            ax.text(0.5, 0.5, f"no {kind} rows", ha="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            continue
+        xcol = g["bytes_total"] / 1e6 if kind == "decode" else g["flops"] / 1e9
+        for backend in sorted(set(g["backend"])):
+            m = g["backend"] == backend
+            ax.scatter(xcol[m], 100 * g[m][col], s=14, color=cmap[backend], label=backend)
+        ax.set_xscale("log")
+        ax.set_ylim(0, max(105, 100 * float(g[col].max()) * 1.1))
+        ax.axhline(100, color="k", lw=0.8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("% of measured ceiling")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return _finish(fig, "Achieved bandwidth and TFLOP/s against the measured ceilings", label)
+
+
+def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
+    """Latency vs skew (max/mean) at the same total KV tokens, ragged (solid) beside each
+    batch's padded twin (dashed), and the padded/ragged latency ratio per backend."""
+    dec = ok[ok["kind"] == "decode"]
+    ragged = dec[~dec["padded"]]
+    keys = ["num_qo_heads", "num_kv_heads", "head_dim", "batch_size", "dtype", "kv_dtype"]
+    keys += ["page_size", "total_kv"]
+    series = [g for _, g in ragged.groupby(keys) if g["skew"].round(3).nunique() >= 2]
+    series = sorted(series, key=lambda g: -g["skew"].round(3).nunique())[:2]
+    padded = dec[dec["padded"]]
+    if not series and padded.empty:
+        return None
+    series_dtype = str(series[0]["kv_dtype"].iloc[0]) if series else str(padded["kv_dtype"].iloc[0])
+    cmap = colors(dec["backend"])
+    twin_skew = dict(zip(ragged["lengths"], ragged["skew"], strict=False))
+    fig, axes = _figure(len(series) + (0 if padded.empty else 1))
+    for ax, g in zip(axes, series, strict=False):
+        _lines(ax, g, "skew", cmap)
+        twins = padded[padded["unpadded_lengths"].isin(set(g["lengths"]))]
+        twins = twins[
+            twins["dtype"].eq(g["dtype"].iloc[0]) & twins["kv_dtype"].eq(g["kv_dtype"].iloc[0])
+        ]
+        if not twins.empty:
+            _lines(
+                ax,
+                twins.assign(skew=twins["unpadded_lengths"].map(twin_skew)),
+                "skew",
+                cmap,
+                dashed=True,
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("skew: longest request / mean request")
+        ax.set_ylabel("latency per call (µs)")
+        r = g.iloc[0]
+        ax.set_title(
+            f"same total {human_tokens(r['total_kv'])} tokens, {_group_title(r)}", fontsize=9
+        )
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    if not padded.empty:
+        ax = axes[len(series)]
+        costs = [c for c in padding_cost(padded, ragged) if c.kv_dtype == series_dtype]
+        batches = list(dict.fromkeys(c.batch for c in costs))
+        backends = sorted({c.backend for c in costs})
+        width = 0.8 / max(1, len(backends))
+        for j, backend in enumerate(backends):
+            mine = {c.batch: c.estimate for c in costs if c.backend == backend}
+            xs = [
+                i + (j - (len(backends) - 1) / 2) * width
+                for i, bt in enumerate(batches)
+                if bt in mine
+            ]
+            est = [mine[bt] for bt in batches if bt in mine]
+            ax.bar(
+                xs,
+                [e.ratio for e in est],
+                width,
+                color=cmap[backend],
+                label=backend,
+                yerr=np.array([(e.ratio - e.ci_low, e.ci_high - e.ratio) for e in est]).T,
+                capsize=2,
+            )
+        if costs:
+            ax.set_xticks(range(len(batches)), [short_batch(b) for b in batches], fontsize=8)
+            ax.set_yscale("log")
+            ax.axhline(1, color="k", lw=0.8)
+            ax.set_xlabel(f"ragged batch ({series_dtype} KV), by rising skew")
+            ax.set_ylabel("padded latency / ragged latency")
+            ax.set_title("cost of padding every request to the longest", fontsize=10)
+            ax.grid(True, axis="y", which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        else:
+            ax.set_visible(False)
+    return _finish(fig, "Degradation with raggedness", label)
+
+
+def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> bytes | None:
+    """Speedup of fp8 KV over 16-bit KV per backend (same cases otherwise), and along context."""
+    fp8 = ok[ok["fp8"]]
+    if fp8.empty and not everything["fp8"].any():
+        return None
+    drop = ("kv_dtype",)
+    a, b = add_key(ok[~ok["fp8"]], "pair", drop), add_key(fp8, "pair", drop)
+    cmap = colors(everything["backend"])
+    fig, axes = _figure(2)
+    names, vals, errs, cols = [], [], [], []
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for (backend, kv), g in b.groupby(["backend", "kv_dtype"]):
+        base = {
+            k: r
+            for k, r in zip(a["pair"], a.to_dict("records"), strict=True)
+            if r["backend"] == backend
+        }
+        recs = [
+            (base[k], r) for k, r in zip(g["pair"], g.to_dict("records"), strict=True) if k in base
+        ]
+        if not recs:
+            continue
+        pairs = [(Timing.of(r), Timing.of(s)) for s, r in recs]  # fp8 as A: ratio = 16-bit / fp8
+        est = geomean_ratio(pairs, np.random.default_rng(SEED))
+        names.append(f"{backend}\n{kv} ({len(pairs)})")
+        vals.append(est.ratio)
+        errs.append((est.ratio - est.ci_low, est.ci_high - est.ratio))
+        cols.append(cmap[str(backend)])
+        for s, r in recs:
+            if r["kind"] == "decode" and r["uniform"]:
+                curves.setdefault(f"{backend} {kv}", []).append(
+                    (r["kv_max"], s["latency_us"] / r["latency_us"])
+                )
+    failed = everything[everything["fp8"] & (everything["status"] != "ok")]
+    for (backend, status), g in failed.groupby(["backend", "status"]):
+        names.append(f"{backend}\n{status} ({len(g)})")
+        vals.append(0.0)
+        errs.append((0.0, 0.0))
+        cols.append(cmap[str(backend)])
+    ax = axes[0]
+    ax.bar(names, vals, yerr=np.array(errs).T if errs else None, color=cols, capsize=3)
+    for i, (v, (_, up)) in enumerate(zip(vals, errs, strict=True)):
+        ax.text(i, v + up + 0.03, f"{v:.2f}x" if v else "no timing", ha="center", fontsize=8)
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_ylabel("16-bit latency / fp8 latency (geomean, 95% CI)")
+    ax.set_title("fp8 KV speedup per backend (cases in brackets)", fontsize=10)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax = axes[1]
+    for name, pts in sorted(curves.items()):
+        pts.sort()
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "o-",
+            ms=4,
+            label=name,
+            color=cmap[name.split(" ")[0]],
+        )
+    if curves:
+        _tokens_axis(ax)
+        ax.axhline(1, color="k", lw=0.8)
+        ax.set_xlabel("context length per request (uniform decode)")
+        ax.set_ylabel("16-bit latency / fp8 latency")
+        ax.set_title("fp8 speedup along context", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    else:
+        ax.set_visible(False)
+    return _finish(fig, "fp8 vs 16-bit KV cache", label)
+
+
+def by_axis(ok: pd.DataFrame, kind: str, label: str) -> bytes | None:
+    """Tree verification (latency vs context, one panel per tree) or shared prefix (latency vs
+    prefix length, one panel per batch size)."""
+    rows = ok[(ok["kind"] == kind) & ~ok["fp8"]]
+    if rows.empty:
+        return None
+    if kind == "tree":
+        rows = rows.assign(x=rows["kv_max"] - rows["tree_nodes"])
+        panel, xlabel, title = (
+            "tree",
+            "context length per request (tokens)",
+            "Draft-tree verification",
+        )
+    else:
+        rows = rows.assign(x=rows["shared_prefix_len"])
+        panel, xlabel, title = "batch_size", "shared prefix length (tokens)", "Shared prefix"
+    groups = sorted(rows.groupby([panel, "dtype"]), key=lambda kv: str(kv[0]))[:MAX_PANELS]
+    cmap = colors(rows["backend"])
+    ncols = min(2, len(groups))
+    fig, axes = _figure(ncols, math.ceil(len(groups) / ncols))
+    for ax, (_, g) in zip(axes, groups, strict=False):
+        if kind == "tree":  # one batch size per panel: the most measured
+            g = g[g["batch_size"] == g["batch_size"].mode().iloc[0]]
+        _lines(ax, g, "x", cmap)
+        if g["x"].nunique() > 1:
+            _tokens_axis(ax)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("latency per call (µs)")
+        r = g.iloc[0]
+        extra = f"{r['tree']} ({r['tree_nodes']} tokens)" if kind == "tree" else ""
+        ax.set_title(f"{extra} {_group_title(r)}".strip(), fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[len(groups) :]:
+        ax.set_visible(False)
+    return _finish(fig, title, label)

@@ -1,0 +1,328 @@
+"""The report: Markdown (report.md + figures/) and one self-contained HTML page (report.html:
+inline CSS, figures embedded as base64 PNG, no external assets), built from sections.
+
+Sections are produced by functions registered here; each gets a `ReportData` (the rows of one
+GPU, its provenance label and ceilings, and any extra JSON documents passed on the command
+line, such as `attnbench fp8 --out` or `attnbench replay --out` files) and returns a `Section`
+or None to be left out (e.g. no tree rows, no tree panel). To add one from another module:
+
+    from attnbench.report import Figure, ReportData, Section, Table, Text, register_section
+
+    @register_section("Serving replay", order=85, per_gpu=False)
+    def replay_section(data: ReportData) -> Section | None:
+        docs = [p for p in data.extras if p.name.startswith("replay")]
+        if not docs:
+            return None
+        return Section("Serving replay", [Text("..."), Table(["backend", "ITL p99"], rows)])
+
+and add the module to `SECTION_MODULES` below (it is imported, if importable, before a report
+is built). `per_gpu=False` sections run once, with the first GPU's data (or empty rows).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import importlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from attnbench.analysis import Loaded, ceilings_for, latest, ok_rows, provenance_label
+
+SECTION_MODULES: list[str] = ["attnbench.report_sections", "attnbench.replay.section"]
+"""Modules whose import registers sections (missing ones are skipped)."""
+
+
+@dataclass
+class Text:
+    """Markdown-lite: paragraphs, `- ` bullets, `code`, **bold**."""
+
+    markdown: str
+
+
+@dataclass
+class Code:
+    text: str
+
+
+@dataclass
+class Table:
+    headers: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+    caption: str = ""
+
+
+@dataclass
+class Figure:
+    png: bytes
+    caption: str
+    name: str = "figure"
+
+
+Block = Text | Code | Table | Figure
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+@dataclass
+class ReportData:
+    loaded: Loaded
+    gpu: str
+    rows: pd.DataFrame
+    """Latest row per (case, backend) on this GPU, every status."""
+    ok: pd.DataFrame
+    """The rows that passed the accuracy gate and were timed."""
+    label: str
+    """GPU, library versions and date: stamped on every figure."""
+    ceilings: dict[str, Any]
+    extras: list[Path] = field(default_factory=list)
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Shared between sections of one GPU (e.g. the recommendation, computed once)."""
+
+
+SectionBuilder = Callable[[ReportData], Section | None]
+
+
+@dataclass(frozen=True)
+class _Registered:
+    name: str
+    order: int
+    per_gpu: bool
+    build: SectionBuilder
+
+
+_SECTIONS: dict[str, _Registered] = {}
+
+
+def register_section(
+    name: str, order: int = 50, per_gpu: bool = True
+) -> Callable[[SectionBuilder], SectionBuilder]:
+    """Decorator: add (or replace, by name) a section builder; lower `order` comes first."""
+
+    def deco(fn: SectionBuilder) -> SectionBuilder:
+        _SECTIONS[name] = _Registered(name, order, per_gpu, fn)
+        return fn
+
+    return deco
+
+
+def registered() -> list[str]:
+    _import_modules()
+    return [r.name for r in sorted(_SECTIONS.values(), key=lambda r: (r.order, r.name))]
+
+
+def _import_modules() -> list[str]:
+    notes = []
+    for mod in SECTION_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            notes.append(f"section module {mod} not loaded: {exc}")
+    return notes
+
+
+def _build(reg: _Registered, data: ReportData) -> Section | None:
+    try:
+        return reg.build(data)
+    except Exception as exc:  # one broken section must not lose the report
+        return Section(reg.name, [Text(f"This section failed: `{type(exc).__name__}: {exc}`")])
+
+
+def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
+    """(GPU, sections) for every GPU in the rows; global (per_gpu=False) sections go with the
+    first GPU."""
+    notes = _import_modules()
+    frame = latest(loaded.frame)
+    gpus = sorted(set(frame["gpu"])) if not frame.empty else [""]
+    ok = ok_rows(loaded.frame)
+    regs = sorted(_SECTIONS.values(), key=lambda r: (r.order, r.name))
+    out = []
+    for i, gpu in enumerate(gpus):
+        rows = frame[frame["gpu"] == gpu] if gpu else frame
+        data = ReportData(
+            loaded=loaded,
+            gpu=gpu,
+            rows=rows,
+            ok=ok[ok["gpu"] == gpu] if gpu and not ok.empty else ok,
+            label=provenance_label(loaded.headers, gpu or None),
+            ceilings=ceilings_for(loaded.headers, gpu) if gpu else {},
+            extras=list(loaded.extras),
+        )
+        secs = [s for r in regs if r.per_gpu or i == 0 if (s := _build(r, data)) is not None]
+        if notes and i == 0:
+            secs.append(Section("Notes", [Text("\n".join(f"- {n}" for n in notes))]))
+        out.append((gpu, secs))
+    return out
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+
+
+def _md_cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(
+    groups: list[tuple[str, list[Section]]], title: str, intro: list[str], fig_dir: Path
+) -> str:
+    """Markdown text; figures are written to `fig_dir` and linked relatively."""
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    lines = [f"# {title}", "", *intro, ""]
+    count = 0
+    for gpu, sections in groups:
+        if len(groups) > 1:
+            lines += [f"# {gpu}", ""]
+        for sec in sections:
+            lines += [f"## {sec.title}", ""]
+            for block in sec.blocks:
+                if isinstance(block, Text):
+                    lines += [block.markdown, ""]
+                elif isinstance(block, Code):
+                    lines += ["```", block.text, "```", ""]
+                elif isinstance(block, Table):
+                    if block.caption:
+                        lines += [f"*{block.caption}*", ""]
+                    lines.append("| " + " | ".join(_md_cell(h) for h in block.headers) + " |")
+                    lines.append("|" + "|".join("---" for _ in block.headers) + "|")
+                    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in block.rows]
+                    lines.append("")
+                else:
+                    count += 1
+                    name = f"{count:02d}-{_slug(block.name)}.png"
+                    (fig_dir / name).write_bytes(block.png)
+                    lines += [
+                        f"![{block.caption}]({fig_dir.name}/{name})",
+                        "",
+                        f"*{block.caption}*",
+                        "",
+                    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+_INLINE = [
+    (re.compile(r"`([^`]+)`"), r"<code>\1</code>"),
+    (re.compile(r"\*\*([^*]+)\*\*"), r"<strong>\1</strong>"),
+]
+
+
+def _inline(text: str) -> str:
+    out = html.escape(str(text), quote=False)
+    for pat, rep in _INLINE:
+        out = pat.sub(rep, out)
+    return out
+
+
+def _text_html(md: str) -> str:
+    parts = []
+    for para in re.split(r"\n\s*\n", md.strip()):
+        lines = para.splitlines()
+        if all(ln.lstrip().startswith("- ") for ln in lines):
+            items = "".join(f"<li>{_inline(ln.lstrip()[2:])}</li>" for ln in lines)
+            parts.append(f"<ul>{items}</ul>")
+        else:
+            parts.append(f"<p>{'<br>'.join(_inline(ln) for ln in lines)}</p>")
+    return "\n".join(parts)
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2430;
+background:#f6f7f9;line-height:1.45}
+header{background:#1d2430;color:#fff;padding:18px 32px}header h1{margin:0 0 6px;font-size:24px}
+header p{margin:2px 0;font-size:13px;color:#c9d1dc}header code{background:#33405a;color:#fff}
+main{max-width:1500px;margin:0 auto;padding:8px 32px 40px}
+nav{background:#fff;border:1px solid #dde2ea;border-radius:6px;padding:10px 16px;margin:16px 0}
+nav a{margin-right:10px;font-size:13px;color:#2454a6;text-decoration:none;white-space:nowrap;
+display:inline-block}
+section{background:#fff;border:1px solid #dde2ea;border-radius:6px;padding:6px 20px 14px;
+margin:16px 0}
+h2{font-size:19px;border-bottom:2px solid #e4e8ef;padding-bottom:4px}
+h1.gpu{font-size:22px;margin-top:28px}
+.scroll{overflow-x:auto;margin:8px 0}
+table{border-collapse:collapse;font-size:12.5px}
+th,td{border:1px solid #dde2ea;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#eef1f6;position:sticky;top:0}tr:nth-child(even) td{background:#fafbfc}
+caption{caption-side:top;text-align:left;font-style:italic;color:#555;padding:4px 0}
+figure{margin:12px 0}figure img{max-width:100%;height:auto;border:1px solid #e4e8ef}
+figcaption{font-size:13px;color:#555}
+code{background:#eef1f6;padding:0 3px;border-radius:3px;font-size:12px}
+pre{background:#1d2430;color:#e8edf3;padding:10px 14px;border-radius:6px;overflow-x:auto;
+font-size:12.5px;white-space:pre-wrap}
+"""
+
+
+def render_html(groups: list[tuple[str, list[Section]]], title: str, intro: list[str]) -> str:
+    """One self-contained page: inline CSS, figures as data: URIs, no scripts, no links out."""
+    nav, body = [], []
+    for gpu, sections in groups:
+        prefix = _slug(gpu) + "-" if len(groups) > 1 else ""
+        if len(groups) > 1:
+            body.append(f'<h1 class="gpu">{html.escape(gpu)}</h1>')
+        for sec in sections:
+            anchor = prefix + _slug(sec.title)
+            nav.append(f'<a href="#{anchor}">{html.escape(sec.title)}</a>')
+            inner = []
+            for block in sec.blocks:
+                if isinstance(block, Text):
+                    inner.append(_text_html(block.markdown))
+                elif isinstance(block, Code):
+                    inner.append(f"<pre>{html.escape(block.text)}</pre>")
+                elif isinstance(block, Table):
+                    cap = f"<caption>{_inline(block.caption)}</caption>" if block.caption else ""
+                    head = "".join(f"<th>{_inline(h)}</th>" for h in block.headers)
+                    rows = "".join(
+                        "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>"
+                        for r in block.rows
+                    )
+                    inner.append(
+                        f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead>'
+                        f"<tbody>{rows}</tbody></table></div>"
+                    )
+                else:
+                    data = base64.b64encode(block.png).decode("ascii")
+                    alt = html.escape(block.caption, quote=True)
+                    inner.append(
+                        f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
+                        f"<figcaption>{_inline(block.caption)}</figcaption></figure>"
+                    )
+            title_html = f"<h2>{html.escape(sec.title)}</h2>"
+            body.append(f'<section id="{anchor}">{title_html}{"".join(inner)}</section>')
+    head = "".join(f"<p>{_inline(line)}</p>" for line in intro)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
+        f"<header><h1>{html.escape(title)}</h1>{head}</header><main>"
+        f"<nav>{' '.join(nav)}</nav>{''.join(body)}</main></body></html>\n"
+    )
+
+
+def write_report(
+    loaded: Loaded, out_dir: Path, title: str = "attnbench report"
+) -> tuple[Path, Path]:
+    """Build every section and write out_dir/report.md (+ figures/) and out_dir/report.html."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups = build_sections(loaded)
+    gpus = ", ".join(g for g, _ in groups if g) or "no GPU rows"
+    intro = [
+        f"GPU: {gpus}. Results: {', '.join(p.name for p in loaded.paths)}.",
+        f"Generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} by `attnbench report`.",
+    ]
+    md = render_markdown(groups, title, intro, out_dir / "figures")
+    md_path = out_dir / "report.md"
+    md_path.write_text(md, encoding="utf-8")
+    html_path = out_dir / "report.html"
+    html_path.write_text(render_html(groups, title, intro), encoding="utf-8")
+    return md_path, html_path

@@ -1,0 +1,422 @@
+"""The built-in report sections (registered on import; see `report.register_section`).
+
+Each returns None when its rows do not exist, so a run without tree or fp8 rows simply has no
+tree or fp8 panel.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from attnbench import plots
+from attnbench.analysis import fmt_us, gpu_name
+from attnbench.engines import export
+from attnbench.hybrid import Recommendation, recommend
+from attnbench.recommend import LARGE_BATCH_MIN, SHORT_PREFILL_MAX, SMALL_BATCH_MAX, padding_cost
+from attnbench.report import Block, Code, Figure, ReportData, Section, Table, Text, register_section
+from attnbench.table import short_case
+
+MAX_TABLE_ROWS = 60
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None or pd.isna(v) else f"{100 * float(v):.0f}%"
+
+
+def _recommendation(data: ReportData) -> Recommendation | None:
+    if "rec" not in data.cache:
+        recs = [r for r in recommend(data.ok) if r.gpu == data.gpu]
+        data.cache["rec"] = recs[0] if recs else None
+    rec: Recommendation | None = data.cache["rec"]
+    return rec
+
+
+@register_section("Overview", order=10)
+def overview(data: ReportData) -> Section | None:
+    rows = data.rows
+    blocks: list[Block] = []
+    if not rows.empty:
+        counts = Counter(rows["status"])
+        blocks.append(
+            Text(
+                f"{rows['case_id'].nunique()} cases x {rows['backend'].nunique()} backend "
+                f"variants = {len(rows)} rows: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                + ". Only `ok` rows (passed the accuracy gate against the fp64 reference, "
+                "then timed) enter figures and the recommendation."
+            )
+        )
+        statuses = sorted(counts)
+        table = [
+            [b, *(int((g["status"] == s).sum()) for s in statuses)]
+            for b, g in rows.groupby("backend")
+        ]
+        blocks.append(Table(["backend", *statuses], table, "rows per backend and status"))
+    prov = []
+    for path, h in data.loaded.headers:
+        if data.gpu and gpu_name(h) != data.gpu:
+            continue
+        p = h.provenance
+        libs = ", ".join(f"{k} {v}" for k, v in (p.get("libraries") or {}).items())
+        prov.append(
+            [
+                path.name,
+                h.run_id,
+                str(p.get("time", ""))[:19],
+                f"torch {p.get('torch', '?')}",
+                f"CUDA {p.get('cuda', '?')}",
+                p.get("driver", ""),
+                libs,
+                p.get("git_sha", ""),
+            ]
+        )
+    if prov:
+        head = ["file", "run", "time", "torch", "CUDA", "driver", "libraries", "attnbench git"]
+        blocks.append(Table(head, prov, "provenance of every run"))
+    return Section("Overview", blocks) if blocks else None
+
+
+@register_section("Measured ceilings", order=15)
+def ceilings(data: ReportData) -> Section | None:
+    c = data.ceilings
+    if not c:
+        return None
+    rows = [["copy bandwidth", f"{c.get('copy_bandwidth_gbps', 0):.0f} GB/s"]]
+    rows += [[f"matmul {k}", f"{v:.0f} TFLOP/s"] for k, v in (c.get("matmul_tflops") or {}).items()]
+    rows += [[f"method: {k}", v] for k, v in (c.get("method") or {}).items()]
+    return Section(
+        "Measured ceilings",
+        [
+            Text(
+                "Every fraction in this report divides by these, measured on the same GPU in "
+                "the same run (not the spec sheet)."
+            ),
+            Table(["ceiling", "value"], rows),
+        ],
+    )
+
+
+def recommendation_blocks(rec: Recommendation) -> list[Block]:
+    """Decision matrix, crossovers, hybrid plan with evidence, engine flags."""
+    matrix = []
+    for res in rec.classes:
+        if not res.n_cases:
+            matrix.append([res.cls.name, res.cls.rule, "0", "-", "no rows", ""])
+            continue
+        evid = "; ".join(
+            f"{s.backend} {fmt_us(s.median_us)} ({s.cases})" for s in res.standings[:3]
+        )
+        matrix.append(
+            [
+                res.cls.name,
+                res.cls.rule,
+                str(res.n_cases),
+                f"**{res.winner}**",
+                res.margin_text(),
+                evid,
+            ]
+        )
+    blocks: list[Block] = [
+        Text(
+            "Per class, the best variant among rows that passed the accuracy gate, ranked by "
+            "pairwise comparisons on shared cases (geometric mean of latency ratios, two-level "
+            "bootstrap 95% CI; significant and above the noise, else a tie). Class thresholds: "
+            f"short prefill <= {SHORT_PREFILL_MAX} tokens, small batch <= {SMALL_BATCH_MAX}, "
+            f"large batch >= {LARGE_BATCH_MIN}."
+        ),
+        Table(
+            ["class", "rule", "cases", "best", "margin over runner-up", "evidence: median (cases)"],
+            matrix,
+            "decision matrix",
+        ),
+    ]
+    cross = [c for res in rec.classes for c in res.crossovers]
+    if cross:
+        blocks.append(
+            Text(
+                "Crossovers (where the fastest variant changes):\n\n"
+                + "\n".join(f"- {c.describe()}" for c in cross)
+            )
+        )
+    plan = rec.plan
+    kv = plan.kv_dtype if plan.kv_dtype != "auto" else f"16-bit ({plan.model_dtype})"
+    blocks.append(
+        Text(
+            f"**Plan**: prefill `{plan.prefill_backend}` · decode `{plan.decode_backend}` · "
+            f"KV cache {kv} · page size {plan.page_size or '-'}. Each choice and its evidence:"
+        )
+    )
+    blocks.append(
+        Table(
+            ["role", "choice", "why"],
+            [[c.role, f"**{c.value}**", c.why] for c in plan.choices],
+            "hybrid plan",
+        )
+    )
+    ev = [f"- {c.role}: {e}" for c in plan.choices for e in c.evidence]
+    if ev:
+        blocks.append(Text("Evidence:\n\n" + "\n".join(ev)))
+    for ex in export(plan):
+        blocks.append(Text(f"**{ex.engine}** (options from {ex.source}):"))
+        blocks.append(Code(ex.command))
+        if ex.notes:
+            blocks.append(Text("\n".join(f"- {n}" for n in ex.notes)))
+    return blocks
+
+
+@register_section("Recommendation", order=20)
+def recommendation(data: ReportData) -> Section | None:
+    rec = _recommendation(data)
+    return Section("Recommendation", recommendation_blocks(rec)) if rec else None
+
+
+def _case_order(r: pd.Series) -> tuple[Any, ...]:
+    """Cases sorted as a reader scans them: shape, dtypes, uniform before ragged, then length."""
+    return (
+        r["kind"], r["model"], r["num_qo_heads"], r["num_kv_heads"], r["head_dim"],
+        r["dtype"], r["kv_dtype"], r["page_size"], r["batch_size"], r["padded"],
+        not r["uniform"], r["kv_max"], r["total_kv"], r["case_id"],
+    )  # fmt: skip
+
+
+def _pivot(rows: pd.DataFrame, caption: str) -> Table | None:
+    if rows.empty:
+        return None
+    backends = sorted(set(rows["backend"]))
+    out = []
+    for _, g in sorted(rows.groupby("case_id"), key=lambda kv: _case_order(kv[1].iloc[0])):
+        by = dict(zip(g["backend"], g["latency_us"], strict=True))
+        best = min(by.values())
+        out.append(
+            [short_case(g.iloc[0]["spec"])]
+            + [
+                (
+                    "-"
+                    if b not in by
+                    else (f"**{fmt_us(by[b])}**" if by[b] == best else fmt_us(by[b]))
+                )
+                for b in backends
+            ]
+        )
+    cap = caption + (
+        f" (first {MAX_TABLE_ROWS} of {len(out)})" if len(out) > MAX_TABLE_ROWS else ""
+    )
+    return Table(["case", *backends], out[:MAX_TABLE_ROWS], cap + "; fastest in bold")
+
+
+def _figure_section(
+    title: str, png: bytes | None, caption: str, extra: list[Block]
+) -> Section | None:
+    blocks: list[Block] = [Figure(png, caption, title)] if png else []
+    blocks += [b for b in extra if b is not None]
+    return Section(title, blocks) if blocks else None
+
+
+@register_section("Decode latency", order=30)
+def decode_latency(data: ReportData) -> Section | None:
+    png = plots.latency_vs_context(data.ok, data.label)
+    dec = data.ok[data.ok["kind"] == "decode"] if not data.ok.empty else data.ok
+    table = _pivot(dec, "decode: median latency per call") if not dec.empty else None
+    return _figure_section(
+        "Decode latency",
+        png,
+        "Decode latency vs context length (uniform batches, log-log)",
+        [table] if table else [],
+    )
+
+
+@register_section("Prefill and append latency", order=35)
+def prefill_latency(data: ReportData) -> Section | None:
+    if data.ok.empty:
+        return None
+    blocks: list[Block] = []
+    for kind in ("prefill", "append"):
+        t = _pivot(data.ok[data.ok["kind"] == kind], f"{kind}: median latency per call")
+        if t:
+            blocks.append(t)
+    return Section("Prefill and append latency", blocks) if blocks else None
+
+
+@register_section("Roofline", order=40)
+def roofline(data: ReportData) -> Section | None:
+    if data.ok.empty:
+        return None
+    png = plots.roofline(data.ok, data.ceilings, data.label)
+    rows = []
+    for b, g in data.ok.groupby("backend"):
+        d, p = g[g["kind"] == "decode"], g[g["kind"] == "prefill"]
+        rows.append(
+            [
+                b,
+                _pct(d["bandwidth_frac_measured"].max() if not d.empty else None),
+                f"{d['bandwidth_gbps'].max():.0f}" if not d.empty else "-",
+                _pct(p["tflops_frac_measured"].max() if not p.empty else None),
+                f"{p['tflops'].max():.0f}" if not p.empty else "-",
+            ]
+        )
+    table = Table(
+        [
+            "backend",
+            "decode best % copy",
+            "decode best GB/s",
+            "prefill best % matmul",
+            "prefill best TFLOP/s",
+        ],
+        rows,
+        "best fraction of the measured ceilings",
+    )
+    return _figure_section(
+        "Roofline",
+        png,
+        "Roofline with the measured copy-bandwidth and matmul ceilings; decode and prefill "
+        "fractions of them",
+        [table],
+    )
+
+
+@register_section("Raggedness", order=50)
+def raggedness(data: ReportData) -> Section | None:
+    if data.ok.empty:
+        return None
+    png = plots.raggedness(data.ok, data.label)
+    dec = data.ok[data.ok["kind"] == "decode"]
+    cost = padding_cost(dec[dec["padded"]], dec[~dec["padded"]])
+    extra: list[Block] = []
+    if cost:
+        rows = [
+            [c.backend, c.kv_dtype, c.batch, f"{c.skew:.1f}", f"{c.estimate.ratio:.2f}x",
+             f"{c.estimate.ci_low:.2f}-{c.estimate.ci_high:.2f}"]
+            for c in cost
+        ]  # fmt: skip
+        extra.append(
+            Table(
+                [
+                    "backend",
+                    "KV dtype",
+                    "ragged batch",
+                    "skew (max/mean)",
+                    "padded / ragged latency",
+                    "95% CI",
+                ],
+                rows,
+                "what padding every request to the longest costs, per batch",
+            )
+        )
+    return _figure_section(
+        "Raggedness",
+        png,
+        "Latency at the same total KV tokens with rising skew; dashed: the padded twin",
+        extra,
+    )
+
+
+@register_section("FP8 KV cache", order=60)
+def fp8(data: ReportData) -> Section | None:
+    if data.rows.empty or not data.rows["fp8"].any():
+        return None
+    png = plots.fp8_vs_16bit(data.ok, data.rows, data.label)
+    rec = _recommendation(data)
+    extra: list[Block] = []
+    if rec:
+        kv = next(c for c in rec.plan.choices if c.role == "kv_dtype")
+        extra.append(
+            Text(
+                f"Decision: **{kv.value}**: {kv.why}\n\n" + "\n".join(f"- {e}" for e in kv.evidence)
+            )
+        )
+    return _figure_section(
+        "FP8 KV cache", png, "fp8 vs 16-bit KV: speedup per backend and along context", extra
+    )
+
+
+@register_section("Speculative trees", order=70)
+def trees(data: ReportData) -> Section | None:
+    png = plots.by_axis(data.ok, "tree", data.label) if not data.ok.empty else None
+    return _figure_section("Speculative trees", png, "Draft-tree verification latency", [])
+
+
+@register_section("Shared prefix", order=75)
+def shared_prefix(data: ReportData) -> Section | None:
+    png = plots.by_axis(data.ok, "shared_prefix", data.label) if not data.ok.empty else None
+    return _figure_section("Shared prefix", png, "Shared-prefix decode latency", [])
+
+
+@register_section("Accuracy", order=80)
+def accuracy(data: ReportData) -> Section | None:
+    rows = data.rows
+    if rows.empty:
+        return None
+    checked = rows[rows["status"].isin(["ok", "mismatch"])]
+    if checked.empty:
+        return None
+    out = []
+    for (b, kv), g in checked.groupby(["backend", "kv_dtype"]):
+        err = g["rel_l2_err"].astype(float)
+        worst = (err / g["budget"].astype(float)).idxmax() if err.notna().any() else None
+        out.append(
+            [
+                b,
+                kv,
+                len(g),
+                int((g["status"] == "ok").sum()),
+                int((g["status"] == "mismatch").sum()),
+                f"{err.max():.2e}" if err.notna().any() else "-",
+                f"{g.loc[worst, 'budget']:.2e}" if worst is not None else "-",
+                f"{(err / g['budget']).max():.2f}" if worst is not None else "-",
+            ]
+        )
+    blocks: list[Block] = [
+        Text(
+            "Every backend's output against the fp64 reference before timing: relative L2 error "
+            "and the budget (4x the error of rounding the reference to the output precision). "
+            "A row over budget is a `mismatch` and is never timed."
+        ),
+        Table(
+            [
+                "backend",
+                "KV dtype",
+                "checked",
+                "passed",
+                "mismatch",
+                "max rel err",
+                "budget there",
+                "worst err / budget",
+            ],
+            out,
+            "accuracy gate",
+        ),
+    ]
+    bad = checked[checked["status"] == "mismatch"]
+    if not bad.empty:
+        blocks.append(
+            Table(
+                ["backend", "case", "reason"],
+                [
+                    [r["backend"], short_case(r["spec"]), r["reason"]]
+                    for r in bad.to_dict("records")
+                ][:MAX_TABLE_ROWS],
+                "mismatches",
+            )
+        )
+    return Section("Accuracy", blocks)
+
+
+@register_section("Unsupported and failed", order=90)
+def failures(data: ReportData) -> Section | None:
+    rows = data.rows
+    if rows.empty:
+        return None
+    bad = rows[rows["status"] != "ok"]
+    if bad.empty:
+        return None
+    out = []
+    for (b, s, reason), g in bad.groupby(["backend", "status", "reason"]):
+        out.append([b, s, len(g), str(reason)[:200], short_case(g.iloc[0]["spec"])])
+    out.sort(key=lambda r: (r[1] == "unsupported", r[0], -int(r[2])))
+    return Section(
+        "Unsupported and failed",
+        [Table(["backend", "status", "cases", "reason", "example case"], out[:MAX_TABLE_ROWS])],
+    )

@@ -1,0 +1,197 @@
+"""recommend: winners, ties, crossovers, the fp8 decision and the engine export, on crafted rows
+whose answer is known from their cost models (tests/fixtures_results.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.analysis import load
+from attnbench.cli import app
+from attnbench.engines import export_sglang, export_vllm
+from attnbench.hybrid import Recommendation, recommend
+from attnbench.recommend import DECODE_ALL, crossovers, rank
+from attnbench.results import ResultRow
+from fixtures_results import (
+    MODELS,
+    CostModel,
+    decode_specs,
+    make_rows,
+    row,
+    spec,
+    write_results,
+)
+
+runner = CliRunner()
+FAST = CostModel(8.0, 2800.0, 380.0)
+
+
+def _frame(tmp_path: Path, rows: list[ResultRow], name: str = "r.jsonl") -> pd.DataFrame:
+    return load([write_results(tmp_path / name, rows)]).frame
+
+
+def _one(tmp_path: Path, rows: list[ResultRow]) -> Recommendation:
+    (rec,) = recommend(_frame(tmp_path, rows))
+    return rec
+
+
+def _cls(rec: Recommendation, name: str):  # type: ignore[no-untyped-def]
+    return next(c for c in rec.classes if c.cls.name == name)
+
+
+def test_winner_with_a_significant_margin(tmp_path: Path) -> None:
+    specs = decode_specs((1024, 4096, 16384))
+    rows = [row(s, "flashinfer:tc") for s in specs]
+    rows += [row(s, "sdpa:cudnn") for s in specs]
+    rec = _one(tmp_path, rows)
+    res = _cls(rec, "decode uniform")
+    assert res.winner == "flashinfer:tc"
+    assert res.runner_up == "sdpa:cudnn"
+    assert res.margin is not None
+    assert res.margin.verdict == "slower"  # the runner-up is slower than the winner
+    assert res.margin.ci_low > 1.2
+    assert not res.is_tie
+    assert "3 cases" in res.margin_text()
+
+
+def test_identical_backends_tie(tmp_path: Path) -> None:
+    specs = decode_specs((1024, 4096, 16384))
+    rows = [row(s, "flashinfer:tc", seed=1) for s in specs]
+    rows += [row(s, "flashinfer:fa2", seed=2, model=FAST) for s in specs]
+    res = _cls(_one(tmp_path, rows), "decode uniform")
+    assert res.is_tie
+    assert res.margin_text().startswith("tie with")
+    assert {s.wins for s in res.standings} == {0}
+
+
+def test_crossover_along_context(tmp_path: Path) -> None:
+    specs = decode_specs()
+    rows = [row(s, b) for s in specs for b in ("flashinfer:tc", "flash-attn:fa3")]
+    frame = _frame(tmp_path, rows)
+    (x,) = crossovers(frame, "context")
+    assert (x.before, x.after) == ("flashinfer:tc", "flash-attn:fa3")
+    assert (x.lo, x.hi) == (1024, 4096)
+    assert x.estimate is not None
+    assert 1024 < x.estimate < 4096
+    assert x.significant
+    assert "bs32" in x.describe()
+
+
+def test_crossover_along_batch(tmp_path: Path) -> None:
+    slow_start = CostModel(60.0, 5000.0, 900.0)  # wins once the batch is large
+    specs = [spec("decode", [4096] * bs, lengths="ctx4096") for bs in (1, 8, 64)]
+    rows = [row(s, "flashinfer:tc") for s in specs]
+    rows += [row(s, "flashinfer:fa2", model=slow_start) for s in specs]
+    res = rank(_frame(tmp_path, rows).query("status == 'ok'"), DECODE_ALL)
+    axes = {c.axis: c for c in res.crossovers}
+    assert "batch" not in axes  # DECODE_ALL looks along context only
+    (x,) = crossovers(_frame(tmp_path, rows, "b.jsonl"), "batch")
+    assert (x.before, x.after) == ("flashinfer:tc", "flashinfer:fa2")
+    rec = _one(tmp_path, rows)
+    assert _cls(rec, "decode small batch").winner == "flashinfer:tc"
+    assert _cls(rec, "decode large batch").winner == "flashinfer:fa2"
+
+
+def test_plan_takes_fp8_when_faster_and_accurate(tmp_path: Path) -> None:
+    specs = decode_specs((1024, 4096, 16384))
+    specs += decode_specs((1024, 4096, 16384), kv_dtype="fp8_e4m3")
+    rows = [row(s, "flashinfer:tc") for s in specs]
+    plan = _one(tmp_path, rows).plan
+    assert plan.kv_dtype == "fp8_e4m3"
+    assert plan.decode_backend == "flashinfer:tc"
+    kv = next(c for c in plan.choices if c.role == "kv_dtype")
+    assert "3 cases" in kv.evidence[0]
+
+
+def test_plan_rejects_fp8_when_slower(tmp_path: Path) -> None:
+    slow_fp8 = CostModel(8.0, 2800.0, 380.0, fp8_efficiency=0.3)  # the H200 probe's finding
+    specs = decode_specs((1024, 4096, 16384))
+    specs += decode_specs((1024, 4096, 16384), kv_dtype="fp8_e4m3")
+    plan = _one(tmp_path, [row(s, "flashinfer:tc", model=slow_fp8) for s in specs]).plan
+    assert plan.kv_dtype == "auto"
+    kv = next(c for c in plan.choices if c.role == "kv_dtype")
+    assert "slower" in kv.evidence[0]
+
+
+def test_plan_rejects_fp8_when_inaccurate(tmp_path: Path) -> None:
+    fast_but_wrong = CostModel(8.0, 2800.0, 380.0)
+    specs = decode_specs((1024, 4096))
+    fp8 = decode_specs((1024, 4096), kv_dtype="fp8_e4m3")
+    rows = [row(s, "flashinfer:tc", model=fast_but_wrong) for s in specs + fp8]
+    # one fp8 row of the same variant fails the accuracy gate: the variant is out for fp8
+    rows.append(row(spec("decode", [512] * 32, kv_dtype="fp8_e4m3"), "flash-attn:fa3"))
+    rows[-1] = rows[-1].model_copy(update={"backend": "flashinfer:tc"})
+    plan = _one(tmp_path, rows).plan
+    assert plan.kv_dtype == "auto"
+    kv = next(c for c in plan.choices if c.role == "kv_dtype")
+    assert "rejected" in kv.evidence[0]
+    assert "accuracy" in kv.evidence[0]
+
+
+def test_page_size_from_measurements(tmp_path: Path) -> None:
+    specs16 = decode_specs((1024, 4096), page_size=16)
+    specs64 = decode_specs((1024, 4096), page_size=64)
+    rows = [row(s, "flashinfer:tc") for s in specs16]
+    rows += [row(s, "flashinfer:tc", scale=0.8) for s in specs64]  # 64 is 20% faster
+    plan = _one(tmp_path, rows).plan
+    assert plan.page_size == 64
+    rows = [row(s, "flashinfer:tc", seed=i) for i, s in enumerate(specs16 + specs64)]
+    assert _one(tmp_path, rows).plan.page_size == 16  # a tie keeps the first most measured
+
+
+def test_full_suite_hybrid_and_engine_flags(tmp_path: Path) -> None:
+    rec = _one(tmp_path, make_rows())
+    plan = rec.plan
+    assert plan.prefill_backend == "flash-attn:fa3"  # 620 TFLOP/s beats 380
+    assert plan.decode_backend == "flashinfer:tc"  # fp8 decode, fa3's fp8 is inaccurate
+    assert plan.kv_dtype == "fp8_e4m3"
+    assert _cls(rec, "tree").winner == "flashinfer:tc"
+    assert _cls(rec, "append").n_cases == 0
+    sgl = export_sglang(plan)
+    assert sgl.args[:4] == [
+        "--prefill-attention-backend",
+        "fa3",
+        "--decode-attention-backend",
+        "flashinfer",
+    ]
+    assert sgl.args[-4:] == ["--kv-cache-dtype", "fp8_e4m3", "--page-size", "16"]
+    vllm = export_vllm(plan)
+    assert vllm.args[:2] == ["--attention-backend", "FLASHINFER"]
+    assert "--block-size" in vllm.args
+    assert any("cannot express the hybrid" in n for n in vllm.notes)
+    assert plan.prefill_penalty is not None
+    assert plan.prefill_penalty.ratio > 1
+
+
+def test_mismatch_rows_never_win(tmp_path: Path) -> None:
+    specs = decode_specs((1024, 4096), kv_dtype="fp8_e4m3")
+    rows = [row(s, "flash-attn:fa3") for s in specs]  # all mismatch under its model
+    assert MODELS["flash-attn:fa3"].fp8 == "mismatch"
+    rows += [row(s, "flashinfer:tc", scale=3.0) for s in specs]
+    rec = _one(tmp_path, rows)
+    assert _cls(rec, "fp8 KV decode").winner == "flashinfer:tc"
+
+
+def test_cli_recommend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_results(tmp_path / "res" / "run.jsonl", make_rows())
+    out = tmp_path / "decision.json"
+    monkeypatch.setenv("ATTNBENCH_RESULTS", str(path.parent))
+    res = runner.invoke(app, ["recommend", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "decision matrix" in res.output
+    assert "--decode-attention-backend flashinfer" in res.output
+    doc = json.loads(out.read_text())
+    assert doc[0]["plan"]["kv_dtype"] == "fp8_e4m3"
+    assert {c["class"] for c in doc[0]["classes"]} >= {"decode uniform", "prefill long", "tree"}
+
+
+def test_cli_recommend_without_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ATTNBENCH_RESULTS", raising=False)
+    res = runner.invoke(app, ["recommend"])
+    assert res.exit_code == 2
+    assert "no results files found" in res.output
