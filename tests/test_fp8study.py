@@ -1,0 +1,352 @@
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnbench.backends.reference import reference_attention
+from attnbench.cli import app
+from attnbench.fp8study import StudyConfig, load_study, run_study, write_study
+from attnbench.fp8study import kernel as kernel_mod
+from attnbench.fp8study.data import DATA_KINDS, make_qkv
+from attnbench.fp8study.errors import dense_attention, error_metrics, error_study
+from attnbench.fp8study.needle import NeedleTarget, needle_key, needle_study, target_logits
+from attnbench.fp8study.summary import summarize
+from attnbench.workload.inputs import AttentionInputs, make_inputs
+from attnbench.workload.spec import WorkloadSpec
+
+TINY = StudyConfig(
+    data_kinds=("random", "small"),
+    num_tokens=128,
+    num_queries=4,
+    num_qo_heads=8,
+    num_kv_heads=2,
+    head_dim=64,
+    needle_data=("random",),
+    needle_lengths=(64, 256),
+    needle_depths=(0.0, 0.5, 1.0),
+    needle_targets=("max+0.1", "max+2", "lse+0"),
+    needle_heads=4,
+    needle_trials=2,
+    kernel=False,
+)
+
+
+@pytest.mark.parametrize("kind", list(DATA_KINDS))
+def test_make_qkv_shapes_and_determinism(kind: str) -> None:
+    args = dict(num_tokens=32, num_queries=3, num_qo_heads=8, num_kv_heads=2, head_dim=16, seed=1)
+    a = make_qkv(kind, sample_seed=5, **args)  # type: ignore[arg-type]
+    b = make_qkv(kind, sample_seed=5, **args)  # type: ignore[arg-type]
+    c = make_qkv(kind, sample_seed=6, **args)  # type: ignore[arg-type]
+    assert a.q.shape == (3, 8, 16)
+    assert a.k.shape == (32, 2, 16)
+    assert a.v.shape == (32, 2, 16)
+    assert a.k.dtype == torch.float64
+    assert torch.equal(a.k, b.k)
+    assert not torch.equal(a.k, c.k)
+
+
+def test_make_qkv_rejects_unknown_kind() -> None:
+    with pytest.raises(ValueError, match="allowed"):
+        make_qkv(
+            "gaussian",
+            num_tokens=4,
+            num_queries=1,
+            num_qo_heads=2,
+            num_kv_heads=2,
+            head_dim=8,
+            seed=0,
+            sample_seed=0,
+        )
+
+
+def test_dense_attention_matches_the_paged_reference() -> None:
+    spec = WorkloadSpec(
+        kind="decode", num_qo_heads=8, num_kv_heads=2, head_dim=32, kv_lens=(50,), qo_lens=(1,)
+    )
+    inputs = make_inputs(spec)
+    k, v = inputs.request_kv(0)
+    out = dense_attention(inputs.q.double(), k.double(), v.double())
+    torch.testing.assert_close(out, reference_attention(inputs), rtol=1e-12, atol=1e-12)
+
+
+def test_error_metrics_on_known_values() -> None:
+    ref = torch.tensor([[3.0, 4.0], [0.0, 1.0]])
+    out = torch.tensor([[3.0, 4.0], [0.0, 2.0]])
+    m = error_metrics(out, ref)
+    assert m["max_abs_err"] == 1.0
+    assert m["rmse"] == pytest.approx(0.5)
+    assert m["rel_l2_err"] == pytest.approx(1 / math.sqrt(26))
+    assert m["min_row_cosine"] == pytest.approx(1.0)
+    assert 0.98 < m["cosine"] < 1.0
+
+
+def test_error_study_separates_formats_and_schemes() -> None:
+    records = error_study(TINY)
+    keys = {(r["data"], r["format"], r["scheme"]) for r in records}
+    assert len(records) == len(keys) == 2 * (1 + 2 * 5)
+    by = {(r["data"], r["format"], r["scheme"]): r for r in records}
+    # 16-bit rounding is an order of magnitude below fp8's; e5m2 (2 mantissa bits) is worse
+    assert (
+        by["random", "bf16", "none"]["rel_l2_err"] * 5
+        < by["random", "e4m3", "tensor"]["rel_l2_err"]
+    )
+    assert (
+        by["random", "e4m3", "tensor"]["rel_l2_err"] < by["random", "e5m2", "tensor"]["rel_l2_err"]
+    )
+    # unscaled e4m3 underflows small values; a per-tensor scale does not
+    none, tensor = by["small", "e4m3", "none"], by["small", "e4m3", "tensor"]
+    assert none["k"]["underflow_fraction"] > 0.01
+    assert tensor["k"]["underflow"] == 0
+    assert none["rel_l2_err"] > tensor["rel_l2_err"]
+    assert by["random", "e4m3", "channel"]["v_scheme"] == "token"
+
+
+def test_needle_key_hits_its_target_logit() -> None:
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 16, generator=gen, dtype=torch.float64)
+    keys = torch.randn(100, 3, 16, generator=gen, dtype=torch.float64)
+    sm = 0.25
+    hay = torch.einsum("hd,lhd->hl", q, keys) * sm
+    for target in (NeedleTarget("max", 0.1), NeedleTarget("lse", 0.0)):
+        logit = target_logits(hay, 40, target)
+        k = needle_key(q, keys[40], logit, sm)
+        torch.testing.assert_close((q * k).sum(-1) * sm, logit)
+    others = hay.clone()
+    others[:, 40] = -math.inf
+    torch.testing.assert_close(
+        target_logits(hay, 40, NeedleTarget("max", 0.1)), others.amax(-1) + 0.1
+    )
+
+
+def test_needle_target_parsing() -> None:
+    assert NeedleTarget.parse("max+0.1") == NeedleTarget("max", 0.1)
+    assert NeedleTarget.parse("lse+0").label == "lse+0"
+    for bad in ("top+1", "max", "max+x", "max+0"):
+        with pytest.raises(ValueError, match="needle target"):
+            NeedleTarget.parse(bad)
+
+
+def test_needle_retrieves_at_fp64_and_covers_every_cell() -> None:
+    records = needle_study(TINY)
+    cells = {(r["format"], r["scheme"], r["length"], r["depth"], r["target"]) for r in records}
+    assert len(records) == len(cells) == (1 + 2 * 5) * 2 * 3 * 3
+    exact = [r for r in records if r["scheme"] == "exact"]
+    assert all(r["recall"] == 1.0 and r["trials"] == 8 for r in exact)
+    assert all(r["output_cosine_min"] == pytest.approx(1.0) for r in exact)
+    # lse+0 puts half the attention on the needle
+    half = [r for r in exact if r["target"] == "lse+0"]
+    assert all(r["needle_weight_mean"] == pytest.approx(0.5) for r in half)
+    # a 2-logit margin survives any fp8 rounding of N(0,1) data
+    wide = [r for r in records if r["target"] == "max+2"]
+    assert all(r["recall"] == 1.0 for r in wide)
+
+
+def test_summary_bounds() -> None:
+    errors = [
+        {
+            "data": "a",
+            "format": "e4m3",
+            "scheme": "tensor",
+            "rel_l2_err": 0.03,
+            "cosine": 0.999,
+            "k": {"underflow_fraction": 0.0, "saturated_fraction": 0.0},
+            "v": {"underflow_fraction": 0.0, "saturated_fraction": 0.0},
+        },
+        {
+            "data": "b",
+            "format": "e4m3",
+            "scheme": "tensor",
+            "rel_l2_err": 0.04,
+            "cosine": 0.998,
+            "k": {"underflow_fraction": 0.1, "saturated_fraction": 0.0},
+            "v": {"underflow_fraction": 0.0, "saturated_fraction": 0.2},
+        },
+    ]
+    needle = [
+        {
+            "format": "e4m3",
+            "scheme": "tensor",
+            "target": "max+0.1",
+            "length": n,
+            "depth": 0.0,
+            "trials": 10,
+            "hits": h,
+            "recall": h / 10,
+            "needle_cosine_mean": 0.5,
+            "output_cosine_min": 0.9,
+        }
+        for n, h in ((100, 10), (1000, 9))
+    ]
+    kernel = [{"format": "e4m3", "scheme": "tensor", "kernel": {"rel_l2_err": 0.004}}]
+    (row,) = summarize(errors, needle, kernel, recall_bound=0.95, rel_l2_bound=0.05)
+    assert row["rel_l2_err_max"] == 0.04
+    assert row["rel_l2_err_max_data"] == "b"
+    assert row["k_underflow_fraction_max"] == 0.1
+    assert row["v_saturated_fraction_max"] == 0.2
+    n = row["needle"]["max+0.1"]
+    assert n["recall"] == 0.95
+    assert n["recall_min"] == 0.9
+    assert n["recall_min_at"] == {"length": 1000, "depth": 0.0}
+    assert n["recall_longest"] == 0.9
+    assert row["kernel_rel_l2_err_max"] == 0.004
+    assert row["within_bounds"]
+    (strict,) = summarize(errors, needle, kernel, recall_bound=0.99, rel_l2_bound=0.05)
+    assert not strict["within_bounds"]
+
+
+def test_token_head_quantize_round_trip() -> None:
+    spec = WorkloadSpec(
+        kind="decode", num_qo_heads=4, num_kv_heads=2, head_dim=32, kv_lens=(40,), qo_lens=(1,)
+    )
+    kv = make_inputs(spec).kv_cache  # bf16 [pages, 2, 16, 2, 32]
+    stored, (k_sf, v_sf), dequant = kernel_mod.token_head_quantize(kv, torch.float8_e4m3fn)
+    assert stored.dtype == torch.float8_e4m3fn
+    assert stored.shape == kv.shape
+    assert k_sf.shape == (kv.shape[0], 16, 2)
+    assert k_sf.dtype == torch.float32
+    assert k_sf.is_contiguous()
+    assert v_sf.is_contiguous()
+    torch.testing.assert_close(k_sf, kv[:, 0].float().abs().amax(-1) / 448.0)
+    rel = (dequant - kv.float()).norm() / kv.float().norm()
+    assert float(rel) < 2.0**-4
+
+
+def _fake_decode(
+    inputs: AttentionInputs,
+    use_tensor_cores: bool,
+    kv_cache_sf: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, str]:
+    """Stand-in for FlashInfer on the CPU: the fp32 reference on what the kernel would read."""
+    if kv_cache_sf is not None:
+        sf = torch.stack(kv_cache_sf, dim=1)[..., None]
+        inputs = replace(inputs, kv_cache=inputs.kv_cache.float() * sf, k_scale=1, v_scale=1)
+    out = reference_attention(inputs, accum_dtype=torch.float32).to(torch.bfloat16)
+    return out, "fake-tc" if use_tensor_cores else "fake"
+
+
+def test_kernel_study_plumbing_with_a_fake_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: None)
+    monkeypatch.setattr(kernel_mod, "flashinfer_decode", _fake_decode)
+    cfg = replace(
+        TINY, kernel=True, num_qo_heads=4, num_kv_heads=2, kernel_shapes=(("tiny", 2, "40,70"),)
+    )
+    records, skipped = kernel_mod.kernel_study(cfg)
+    assert skipped is None
+    assert [(r["format"], r["scheme"], r["variant"]) for r in records] == [
+        (f, s, v)
+        for f in ("e4m3", "e5m2")
+        for s, v in (
+            ("tensor", "flashinfer:fa2"),
+            ("tensor", "flashinfer:tc"),
+            ("token", "flashinfer:tc"),
+        )
+    ]
+    for r in records:
+        assert r["status"] == "ok", r["reason"]
+        # the fake kernel is exact up to bf16 output rounding; quantisation error is fp8's
+        assert r["kernel"]["rel_l2_err"] < 0.01 < r["quant"]["rel_l2_err"]
+        assert r["bf16_kernel"]["rel_l2_err"] < 0.01
+
+
+def test_kernel_study_skips_with_a_reason_on_cpu() -> None:
+    records, reason = kernel_mod.kernel_study(replace(TINY, kernel=True))
+    assert records == []
+    assert reason is not None
+    assert "not CUDA" in reason
+
+
+def test_study_document_round_trips_as_strict_json(tmp_path: Path) -> None:
+    doc = run_study(replace(TINY, needle_lengths=(64,), data_kinds=("random",)))
+    assert doc["type"] == "fp8-study"
+    assert doc["provenance"]["torch"]
+    assert doc["kernel_skipped"] == "disabled (--no-kernel)"
+    path = write_study(doc, tmp_path / "fp8.json")
+    text = path.read_text()
+    assert "NaN" not in text
+    back = load_study(path)
+    assert len(back["errors"]) == len(doc["errors"])
+    assert back["summary"]
+    bogus = tmp_path / "bogus.json"
+    bogus.write_text(json.dumps({"type": "header"}))
+    with pytest.raises(ValueError, match="not an attnbench fp8 study"):
+        load_study(bogus)
+
+
+def test_cli_fp8_small_cpu_run(tmp_path: Path) -> None:
+    out = tmp_path / "fp8.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "fp8",
+            "--device",
+            "cpu",
+            "--no-kernel",
+            "--needle-lengths",
+            "128",
+            "--trials",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert {r["data"] for r in doc["errors"]} == set(StudyConfig().data_kinds)
+    assert {r["length"] for r in doc["needle"]} == {128}
+    assert "Summary" in result.output
+    assert "Needle retrieval" in result.output
+
+
+def test_cli_fp8_rejects_bad_lengths() -> None:
+    result = CliRunner().invoke(app, ["fp8", "--device", "cpu", "--needle-lengths", "a,b"])
+    assert result.exit_code == 2
+    assert "comma-separated" in result.output
+
+
+def test_cli_fp8_capacity_prints_the_brief_scenario() -> None:
+    result = CliRunner().invoke(app, ["fp8", "--capacity"])
+    assert result.exit_code == 0, result.output
+    assert "llama-3.1-70b TP8" in result.output
+    assert "50.0%" in result.output
+    assert "h200" in result.output
+
+
+def test_fp8_suite_compares_kv_dtypes() -> None:
+    from attnbench.config import Settings
+    from attnbench.workload.suite import load_suite, suite_specs
+
+    specs = suite_specs(load_suite("fp8"), Settings())
+    assert len(specs) == 25
+    assert {s.kv_dtype for s in specs} == {"bfloat16", "float16", "fp8_e4m3", "fp8_e5m2"}
+    assert {s.kind for s in specs} == {"decode", "append", "prefill"}
+    decode_bf16 = [s for s in specs if s.kind == "decode" and s.dtype == "bfloat16"]
+    assert len(decode_bf16) == 15
+    assert all(s.batch_size == 32 for s in decode_bf16)
+
+
+@pytest.mark.gpu
+def test_flashinfer_fp8_kernel_error_is_below_quantisation_error() -> None:
+    pytest.importorskip("flashinfer")
+    cfg = replace(
+        StudyConfig.small("cuda:0"), kernel_shapes=(("ctx1024", 8, "1024"), ("mixed", 8, "mixed"))
+    )
+    records, skipped = kernel_mod.kernel_study(cfg)
+    assert skipped is None
+    by = {(r["format"], r["scheme"], r["variant"], r["shape"]): r for r in records}
+    assert len(by) == 2 * 3 * 2
+    for key in (
+        ("e4m3", "tensor", "flashinfer:fa2", "ctx1024"),
+        ("e4m3", "tensor", "flashinfer:tc", "mixed"),
+    ):
+        r = by[key]
+        assert r["status"] == "ok", r["reason"]
+        assert r["kernel"]["rel_l2_err"] < 0.02
+        assert r["kernel"]["rel_l2_err"] < r["quant"]["rel_l2_err"]
+    # every record is a value: ok, or an error/mismatch with a reason
+    assert all(r["status"] == "ok" or r["reason"] for r in records)
