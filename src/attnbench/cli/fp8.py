@@ -32,6 +32,12 @@ def fp8(
         str | None, Opt(help="Needle context lengths, e.g. 1024,65536 (overrides the size).")
     ] = None,
     trials: Annotated[int | None, Opt(min=1, help="Needle haystacks per length.")] = None,
+    rel_l2_bound: Annotated[
+        float | None, Opt(help="Summary: largest acceptable relative L2 error (default 0.05).")
+    ] = None,
+    recall_bound: Annotated[
+        float | None, Opt(help="Summary: smallest acceptable needle recall (default 0.99).")
+    ] = None,
     capacity: Annotated[
         bool, Opt("--capacity", help="Print KV capacity for the brief's scenario and exit.")
     ] = False,
@@ -69,7 +75,13 @@ def fp8(
             fail(f"--needle-lengths={needle_lengths!r}: expected comma-separated integers")
         if not lengths or min(lengths) < 2:
             fail(f"--needle-lengths={needle_lengths!r}: every length must be at least 2")
-    cfg = cfg.with_overrides(kernel=kernel, needle_lengths=lengths, needle_trials=trials)
+    cfg = cfg.with_overrides(
+        kernel=kernel,
+        needle_lengths=lengths,
+        needle_trials=trials,
+        rel_l2_bound=rel_l2_bound,
+        recall_bound=recall_bound,
+    )
     size = "full" if full else "small"
     console.print(f"[bold]attnbench fp8[/] ({size}) device=[cyan]{dev}[/] seed={seed}")
     doc = run_study(cfg)
