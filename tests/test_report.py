@@ -46,7 +46,7 @@ def test_markdown_has_every_panel(full_report: tuple[Path, str, str]) -> None:
     ):
         assert f"## {title}\n" in md, title
     figures = re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", md)
-    assert len(figures) == 6
+    assert len(figures) == 7  # decode absolute + relative, roofline, ragged, fp8, tree, prefix
     for f in figures:
         assert (out / f).read_bytes().startswith(PNG)
     assert "decision matrix" in md
@@ -58,7 +58,7 @@ def test_markdown_has_every_panel(full_report: tuple[Path, str, str]) -> None:
 def test_html_is_self_contained(full_report: tuple[Path, str, str]) -> None:
     _, _, page = full_report
     assert page.startswith("<!DOCTYPE html>")
-    assert page.count('src="data:image/png;base64,') == 6
+    assert page.count('src="data:image/png;base64,') == 7
     assert "<style>" in page
     for forbidden in ("<script", "<link", "http://", "https://", 'src="figures'):
         assert forbidden not in page, forbidden

@@ -26,6 +26,7 @@ from attnbench.recommend import (
     NON_SERVING,
     PREFILL_ALL,
     ClassResult,
+    Replicates,
     evidence,
     rank,
 )
@@ -72,9 +73,10 @@ def recommend(frame: pd.DataFrame, noise_floor: float = NOISE_FLOOR) -> list[Rec
     out = []
     for gpu in sorted(set(ok["gpu"])) if not ok.empty else []:
         rows = ok[ok["gpu"] == gpu]
-        classes = [rank(rows[c.select(rows)], c, noise_floor) for c in CLASSES]
-        pre = rank(rows[PREFILL_ALL.select(rows)], PREFILL_ALL, noise_floor)
-        dec = rank(rows[DECODE_ALL.select(rows)], DECODE_ALL, noise_floor)
+        reps = Replicates(np.random.default_rng(SEED))
+        classes = [rank(rows[c.select(rows)], c, noise_floor, reps) for c in CLASSES]
+        pre = rank(rows[PREFILL_ALL.select(rows)], PREFILL_ALL, noise_floor, reps)
+        dec = rank(rows[DECODE_ALL.select(rows)], DECODE_ALL, noise_floor, reps)
         plan = build_plan(gpu, rows, everything[everything["gpu"] == gpu], pre, dec, noise_floor)
         out.append(Recommendation(gpu, classes, pre, dec, plan))
     return out

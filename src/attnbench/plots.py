@@ -47,16 +47,41 @@ def _figure(ncols: int, nrows: int = 1, width: float = 6.0, height: float = 4.2)
     return fig, [ax for row in axes for ax in row]
 
 
-def _finish(fig: Any, title: str, label: str) -> bytes:
+MAX_AXES_LEGEND = 6
+"""More series than this: one legend for the whole figure, right of the panels."""
+
+
+def _finish(fig: Any, title: str, label: str, shared_legend: bool = False) -> bytes:
     fig.suptitle(title, fontsize=13, fontweight="bold")
     width_in, height_in = fig.get_size_inches()
+    right = 1.0
+    if shared_legend:
+        by_label: dict[str, Any] = {}
+        for ax in fig.axes:
+            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+                by_label.setdefault(lab, h)
+        if len(by_label) > MAX_AXES_LEGEND:
+            for ax in fig.axes:
+                if ax.get_legend():
+                    ax.get_legend().remove()
+            names = sorted(by_label)
+            longest = max(len(n) for n in names)
+            right = 1 - (0.4 + 0.075 * longest) / width_in
+            fig.legend(
+                [by_label[n] for n in names],
+                names,
+                loc="center left",
+                bbox_to_anchor=(right, 0.5),
+                fontsize=8,
+                frameon=False,
+            )
     lines = textwrap.wrap(label, width=int(width_in * 15)) or [""]
     fig.text(0.5, 0.003, "\n".join(lines), ha="center", va="bottom", fontsize=8, color="#555555")
     foot = (0.16 * len(lines) + 0.08) / height_in
     for ax in fig.axes:
         if ax.get_visible() and ax.get_yscale() == "log":
             _log_labels(ax)
-    fig.tight_layout(rect=(0, foot, 1, 1 - 0.3 / height_in))
+    fig.tight_layout(rect=(0, foot, right, 1 - 0.3 / height_in))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     _plt().close(fig)
@@ -65,14 +90,20 @@ def _finish(fig: Any, title: str, label: str) -> bytes:
 
 def _log_labels(ax: Any) -> None:
     """Plain numbers (30, 100, 2000) on a log y axis instead of 3x10^1; minor ticks labelled
-    only when the axis spans about a decade or less."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    when the axis spans about a decade (all) or two and a half (2 and 5 only)."""
+    from matplotlib.ticker import FuncFormatter
 
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    ax.yaxis.set_major_formatter(plain)
     lo, hi = ax.get_ylim()
-    few = lo > 0 and math.log10(hi / lo) <= 1.3
-    ax.yaxis.set_minor_formatter(plain if few else NullFormatter())
+    span = math.log10(hi / lo) if lo > 0 and hi > lo else 99.0
+
+    def minor(v: float, _: int) -> str:
+        if v <= 0:
+            return ""
+        mantissa = round(v / 10 ** math.floor(math.log10(v)))
+        return f"{v:g}" if span <= 1.3 or (span <= 2.6 and mantissa in (2, 5)) else ""
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
 
 
 def _tokens_axis(ax: Any) -> None:
@@ -113,30 +144,52 @@ def _lines(ax: Any, rows: pd.DataFrame, x: str, cmap: dict[str, Any], dashed: bo
         )
 
 
-def latency_vs_context(ok: pd.DataFrame, label: str) -> bytes | None:
-    """Decode latency vs context length per backend: uniform batches, one panel per shape."""
+def _context_groups(ok: pd.DataFrame) -> list[pd.DataFrame]:
+    """Uniform decode rows per shape (heads, batch, dtypes, page size) with >= 2 contexts,
+    the groups with most contexts first."""
     rows = ok[(ok["kind"] == "decode") & ok["uniform"] & ~ok["padded"]]
-    if rows.empty or rows["kv_max"].nunique() < 2:
-        return None
+    if rows.empty:
+        return []
     keys = ["model", "num_qo_heads", "num_kv_heads", "head_dim", "batch_size", "dtype", "kv_dtype"]
     keys += ["page_size"]
     groups = sorted(rows.groupby(keys), key=lambda kv: (-kv[1]["kv_max"].nunique(), str(kv[0])))
-    groups = [g for g in groups if g[1]["kv_max"].nunique() >= 2][:MAX_PANELS]
-    cmap = colors(rows["backend"])
+    return [g for _, g in groups if g["kv_max"].nunique() >= 2][:MAX_PANELS]
+
+
+def latency_vs_context(ok: pd.DataFrame, label: str, relative: bool = False) -> bytes | None:
+    """Decode latency vs context length per backend: uniform batches, one panel per shape.
+    `relative`: each latency divided by the fastest backend's at that context (1 = best)."""
+    groups = _context_groups(ok)
+    if relative:  # a lone backend is always 1.0
+        groups = [g for g in groups if g["backend"].nunique() >= 2]
+    if not groups:
+        return None
+    cmap = colors(pd.concat(groups)["backend"])
     ncols = min(2, len(groups))
     fig, axes = _figure(ncols, math.ceil(len(groups) / ncols))
-    for ax, (_, g) in zip(axes, groups, strict=False):
-        _lines(ax, g, "kv_max", cmap)
+    for ax, g in zip(axes, groups, strict=False):
+        if relative:
+            best = g.groupby("kv_max")["latency_us"].transform("min")
+            for backend, b in g.assign(rel=g["latency_us"] / best).groupby("backend"):
+                b = b.sort_values("kv_max")
+                ax.plot(
+                    b["kv_max"], b["rel"], "o-", ms=4, color=cmap[str(backend)], label=str(backend)
+                )
+            ax.axhline(1, color="k", lw=0.8)
+            ax.set_ylabel("latency / fastest at that context")
+        else:
+            _lines(ax, g, "kv_max", cmap)
+            ax.set_yscale("log")
+            ax.set_ylabel("latency per call (µs, median, 95% CI)")
         _tokens_axis(ax)
-        ax.set_yscale("log")
         ax.set_xlabel("context length per request (tokens)")
-        ax.set_ylabel("latency per call (µs, median, 95% CI)")
         ax.set_title(_group_title(g.iloc[0]), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     for ax in axes[len(groups) :]:
         ax.set_visible(False)
-    return _finish(fig, "Decode latency vs context length", label)
+    title = "Decode latency relative to the fastest" if relative else "Decode latency vs context"
+    return _finish(fig, title, label, shared_legend=True)
 
 
 def roofline(ok: pd.DataFrame, ceilings: dict[str, Any], label: str) -> bytes | None:
@@ -304,7 +357,7 @@ def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
             ax.legend(fontsize=7)
         else:
             ax.set_visible(False)
-    return _finish(fig, "Degradation with raggedness", label)
+    return _finish(fig, "Degradation with raggedness", label, shared_legend=True)
 
 
 def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> bytes | None:
@@ -415,4 +468,4 @@ def by_axis(ok: pd.DataFrame, kind: str, label: str) -> bytes | None:
         ax.legend(fontsize=7)
     for ax in axes[len(groups) :]:
         ax.set_visible(False)
-    return _finish(fig, title, label)
+    return _finish(fig, title, label, shared_legend=True)

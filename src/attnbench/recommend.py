@@ -181,7 +181,7 @@ class ClassResult:
         return f"tie with {self.runner_up}: {ci}" if self.is_tie else f"{ci} vs {self.runner_up}"
 
 
-class _Replicates:
+class Replicates:
     """Per-row median replicates, drawn once and reused by every pairing (seeded)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
@@ -198,7 +198,7 @@ def pairwise(
     table: dict[str, dict[str, Timing]],
     x: str,
     y: str,
-    reps: _Replicates,
+    reps: Replicates,
     noise_floor: float = NOISE_FLOOR,
 ) -> tuple[RatioEstimate | None, int]:
     """Geometric mean of latency(y) / latency(x) over the cases both ran (> 1: x is faster)."""
@@ -211,15 +211,21 @@ def pairwise(
     return geomean_from_logs(logs, points, noise, reps.rng), len(shared)
 
 
-def rank(rows: pd.DataFrame, cls: WorkloadClass, noise_floor: float = NOISE_FLOOR) -> ClassResult:
-    """Rank the variants of one class (rows: ok rows of one GPU, already in the class)."""
+def rank(
+    rows: pd.DataFrame,
+    cls: WorkloadClass,
+    noise_floor: float = NOISE_FLOOR,
+    reps: Replicates | None = None,
+) -> ClassResult:
+    """Rank the variants of one class (rows: ok rows of one GPU, already in the class).
+    `reps` shares bootstrap replicates between classes of the same rows (seeded either way)."""
     table: dict[str, dict[str, Timing]] = {}
     for rec in rows.to_dict("records"):
         table.setdefault(str(rec["case_id"]), {})[str(rec["backend"])] = Timing.of(rec)
     result = ClassResult(cls, len(table))
     if not table:
         return result
-    reps = _Replicates(np.random.default_rng(SEED))
+    reps = reps or Replicates(np.random.default_rng(SEED))
     stand: dict[str, Standing] = {}
     for case in table.values():
         best = min(t.median_us for t in case.values())

@@ -126,8 +126,11 @@ def _import_modules() -> list[str]:
     for mod in SECTION_MODULES:
         try:
             importlib.import_module(mod)
-        except ImportError as exc:
-            notes.append(f"section module {mod} not loaded: {exc}")
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not mod.startswith(exc.name):
+                notes.append(f"section module {mod} not loaded: {exc}")
+        except Exception as exc:  # a broken plug-in must not lose the report
+            notes.append(f"section module {mod} not loaded: {type(exc).__name__}: {exc}")
     return notes
 
 

@@ -176,10 +176,21 @@ def recommendation(data: ReportData) -> Section | None:
 def _case_order(r: pd.Series) -> tuple[Any, ...]:
     """Cases sorted as a reader scans them: shape, dtypes, uniform before ragged, then length."""
     return (
-        r["kind"], r["model"], r["num_qo_heads"], r["num_kv_heads"], r["head_dim"],
-        r["dtype"], r["kv_dtype"], r["page_size"], r["batch_size"], r["padded"],
-        not r["uniform"], r["kv_max"], r["total_kv"], r["case_id"],
-    )  # fmt: skip
+        r["kind"],
+        r["model"],
+        r["num_qo_heads"],
+        r["num_kv_heads"],
+        r["head_dim"],
+        r["dtype"],
+        r["kv_dtype"],
+        r["page_size"],
+        r["batch_size"],
+        r["padded"],
+        not r["uniform"],
+        r["kv_max"],
+        r["total_kv"],
+        r["case_id"],
+    )
 
 
 def _pivot(rows: pd.DataFrame, caption: str) -> Table | None:
@@ -218,13 +229,20 @@ def _figure_section(
 @register_section("Decode latency", order=30)
 def decode_latency(data: ReportData) -> Section | None:
     png = plots.latency_vs_context(data.ok, data.label)
+    rel = plots.latency_vs_context(data.ok, data.label, relative=True)
     dec = data.ok[data.ok["kind"] == "decode"] if not data.ok.empty else data.ok
     table = _pivot(dec, "decode: median latency per call") if not dec.empty else None
+    extra: list[Block] = []
+    if rel:
+        extra.append(
+            Figure(
+                rel, "Decode latency relative to the fastest backend per context", "decode-relative"
+            )
+        )
+    if table:
+        extra.append(table)
     return _figure_section(
-        "Decode latency",
-        png,
-        "Decode latency vs context length (uniform batches, log-log)",
-        [table] if table else [],
+        "Decode latency", png, "Decode latency vs context length (uniform batches, log-log)", extra
     )
 
 
@@ -287,10 +305,16 @@ def raggedness(data: ReportData) -> Section | None:
     extra: list[Block] = []
     if cost:
         rows = [
-            [c.backend, c.kv_dtype, c.batch, f"{c.skew:.1f}", f"{c.estimate.ratio:.2f}x",
-             f"{c.estimate.ci_low:.2f}-{c.estimate.ci_high:.2f}"]
+            [
+                c.backend,
+                c.kv_dtype,
+                c.batch,
+                f"{c.skew:.1f}",
+                f"{c.estimate.ratio:.2f}x",
+                f"{c.estimate.ci_low:.2f}-{c.estimate.ci_high:.2f}",
+            ]
             for c in cost
-        ]  # fmt: skip
+        ]
         extra.append(
             Table(
                 [
