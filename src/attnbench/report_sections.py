@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench import plots
+from attnbench import plots, plots_serving
 from attnbench.analysis import fmt_us, gpu_name
 from attnbench.engines import export
 from attnbench.hybrid import Recommendation, recommend
@@ -299,7 +299,7 @@ def roofline(data: ReportData) -> Section | None:
 def raggedness(data: ReportData) -> Section | None:
     if data.ok.empty:
         return None
-    png = plots.raggedness(data.ok, data.label)
+    png = plots_serving.raggedness(data.ok, data.label)
     dec = data.ok[data.ok["kind"] == "decode"]
     cost = padding_cost(dec[dec["padded"]], dec[~dec["padded"]])
     extra: list[Block] = []
@@ -341,7 +341,7 @@ def raggedness(data: ReportData) -> Section | None:
 def fp8(data: ReportData) -> Section | None:
     if data.rows.empty or not data.rows["fp8"].any():
         return None
-    png = plots.fp8_vs_16bit(data.ok, data.rows, data.label)
+    png = plots_serving.fp8_vs_16bit(data.ok, data.rows, data.label)
     rec = _recommendation(data)
     extra: list[Block] = []
     if rec:
@@ -358,13 +358,13 @@ def fp8(data: ReportData) -> Section | None:
 
 @register_section("Speculative trees", order=70)
 def trees(data: ReportData) -> Section | None:
-    png = plots.by_axis(data.ok, "tree", data.label) if not data.ok.empty else None
+    png = plots_serving.by_axis(data.ok, "tree", data.label) if not data.ok.empty else None
     return _figure_section("Speculative trees", png, "Draft-tree verification latency", [])
 
 
 @register_section("Shared prefix", order=75)
 def shared_prefix(data: ReportData) -> Section | None:
-    png = plots.by_axis(data.ok, "shared_prefix", data.label) if not data.ok.empty else None
+    png = plots_serving.by_axis(data.ok, "shared_prefix", data.label) if not data.ok.empty else None
     return _figure_section("Shared prefix", png, "Shared-prefix decode latency", [])
 
 

@@ -1,0 +1,212 @@
+"""Serving-shape figures of the report: raggedness (same total KV tokens, rising skew, padded
+twins), fp8 vs 16-bit KV, draft-tree verification and shared prefix. Same conventions as
+`attnbench.plots` (PNG bytes or None; matplotlib imported inside; stamped with `label`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from attnbench.analysis import add_key, human_tokens
+from attnbench.compare import SEED, Timing, geomean_ratio
+from attnbench.plots import (
+    MAX_PANELS,
+    _figure,
+    _finish,
+    _group_title,
+    _lines,
+    _tokens_axis,
+    colors,
+)
+from attnbench.recommend import padding_cost, short_batch
+
+
+def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
+    """Latency vs skew (max/mean) at the same total KV tokens, ragged (solid) beside each
+    batch's padded twin (dashed), and the padded/ragged latency ratio per backend."""
+    dec = ok[ok["kind"] == "decode"]
+    ragged = dec[~dec["padded"]]
+    keys = ["num_qo_heads", "num_kv_heads", "head_dim", "batch_size", "dtype", "kv_dtype"]
+    keys += ["page_size", "total_kv"]
+    series = [g for _, g in ragged.groupby(keys) if g["skew"].round(3).nunique() >= 2]
+    series = sorted(series, key=lambda g: -g["skew"].round(3).nunique())[:2]
+    padded = dec[dec["padded"]]
+    if not series and padded.empty:
+        return None
+    series_dtype = str(series[0]["kv_dtype"].iloc[0]) if series else str(padded["kv_dtype"].iloc[0])
+    cmap = colors(dec["backend"])
+    twin_skew = dict(zip(ragged["lengths"], ragged["skew"], strict=False))
+    fig, axes = _figure(len(series) + (0 if padded.empty else 1))
+    for ax, g in zip(axes, series, strict=False):
+        _lines(ax, g, "skew", cmap)
+        twins = padded[padded["unpadded_lengths"].isin(set(g["lengths"]))]
+        twins = twins[
+            twins["dtype"].eq(g["dtype"].iloc[0]) & twins["kv_dtype"].eq(g["kv_dtype"].iloc[0])
+        ]
+        if not twins.empty:
+            _lines(
+                ax,
+                twins.assign(skew=twins["unpadded_lengths"].map(twin_skew)),
+                "skew",
+                cmap,
+                dashed=True,
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("skew: longest request / mean request")
+        ax.set_ylabel("latency per call (µs)")
+        r = g.iloc[0]
+        ax.set_title(
+            f"same total {human_tokens(r['total_kv'])} tokens, {_group_title(r)}", fontsize=9
+        )
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    if not padded.empty:
+        ax = axes[len(series)]
+        costs = [c for c in padding_cost(padded, ragged) if c.kv_dtype == series_dtype]
+        batches = list(dict.fromkeys(c.batch for c in costs))
+        backends = sorted({c.backend for c in costs})
+        width = 0.8 / max(1, len(backends))
+        for j, backend in enumerate(backends):
+            mine = {c.batch: c.estimate for c in costs if c.backend == backend}
+            xs = [
+                i + (j - (len(backends) - 1) / 2) * width
+                for i, bt in enumerate(batches)
+                if bt in mine
+            ]
+            est = [mine[bt] for bt in batches if bt in mine]
+            ax.bar(
+                xs,
+                [e.ratio for e in est],
+                width,
+                color=cmap[backend],
+                label=backend,
+                yerr=np.array([(e.ratio - e.ci_low, e.ci_high - e.ratio) for e in est]).T,
+                capsize=2,
+            )
+        if costs:
+            ax.set_xticks(range(len(batches)), [short_batch(b) for b in batches], fontsize=8)
+            ax.set_yscale("log")
+            ax.axhline(1, color="k", lw=0.8)
+            ax.set_xlabel(f"ragged batch ({series_dtype} KV), by rising skew")
+            ax.set_ylabel("padded latency / ragged latency")
+            ax.set_title("cost of padding every request to the longest", fontsize=10)
+            ax.grid(True, axis="y", which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        else:
+            ax.set_visible(False)
+    return _finish(fig, "Degradation with raggedness", label, shared_legend=True)
+
+
+def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> bytes | None:
+    """Speedup of fp8 KV over 16-bit KV per backend (same cases otherwise), and along context."""
+    fp8 = ok[ok["fp8"]]
+    if fp8.empty and not everything["fp8"].any():
+        return None
+    drop = ("kv_dtype",)
+    a, b = add_key(ok[~ok["fp8"]], "pair", drop), add_key(fp8, "pair", drop)
+    cmap = colors(everything["backend"])
+    fig, axes = _figure(2)
+    names, vals, errs, cols = [], [], [], []
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for (backend, kv), g in b.groupby(["backend", "kv_dtype"]):
+        base = {
+            k: r
+            for k, r in zip(a["pair"], a.to_dict("records"), strict=True)
+            if r["backend"] == backend
+        }
+        recs = [
+            (base[k], r) for k, r in zip(g["pair"], g.to_dict("records"), strict=True) if k in base
+        ]
+        if not recs:
+            continue
+        pairs = [(Timing.of(r), Timing.of(s)) for s, r in recs]  # fp8 as A: ratio = 16-bit / fp8
+        est = geomean_ratio(pairs, np.random.default_rng(SEED))
+        names.append(f"{backend}\n{kv} ({len(pairs)})")
+        vals.append(est.ratio)
+        errs.append((est.ratio - est.ci_low, est.ci_high - est.ratio))
+        cols.append(cmap[str(backend)])
+        for s, r in recs:
+            if r["kind"] == "decode" and r["uniform"]:
+                curves.setdefault(f"{backend} {kv}", []).append(
+                    (r["kv_max"], s["latency_us"] / r["latency_us"])
+                )
+    failed = everything[everything["fp8"] & (everything["status"] != "ok")]
+    for (backend, status), g in failed.groupby(["backend", "status"]):
+        names.append(f"{backend}\n{status} ({len(g)})")
+        vals.append(0.0)
+        errs.append((0.0, 0.0))
+        cols.append(cmap[str(backend)])
+    ax = axes[0]
+    ax.bar(names, vals, yerr=np.array(errs).T if errs else None, color=cols, capsize=3)
+    for i, (v, (_, up)) in enumerate(zip(vals, errs, strict=True)):
+        ax.text(i, v + up + 0.03, f"{v:.2f}x" if v else "no timing", ha="center", fontsize=8)
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_ylabel("16-bit latency / fp8 latency (geomean, 95% CI)")
+    ax.set_title("fp8 KV speedup per backend (cases in brackets)", fontsize=10)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax = axes[1]
+    for name, pts in sorted(curves.items()):
+        pts.sort()
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "o-",
+            ms=4,
+            label=name,
+            color=cmap[name.split(" ")[0]],
+        )
+    if curves:
+        _tokens_axis(ax)
+        ax.axhline(1, color="k", lw=0.8)
+        ax.set_xlabel("context length per request (uniform decode)")
+        ax.set_ylabel("16-bit latency / fp8 latency")
+        ax.set_title("fp8 speedup along context", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    else:
+        ax.set_visible(False)
+    return _finish(fig, "fp8 vs 16-bit KV cache", label)
+
+
+def by_axis(ok: pd.DataFrame, kind: str, label: str) -> bytes | None:
+    """Tree verification (latency vs context, one panel per tree) or shared prefix (latency vs
+    prefix length, one panel per batch size)."""
+    rows = ok[(ok["kind"] == kind) & ~ok["fp8"]]
+    if rows.empty:
+        return None
+    if kind == "tree":
+        rows = rows.assign(x=rows["kv_max"] - rows["tree_nodes"])
+        panel, xlabel, title = (
+            "tree",
+            "context length per request (tokens)",
+            "Draft-tree verification",
+        )
+    else:
+        rows = rows.assign(x=rows["shared_prefix_len"])
+        panel, xlabel, title = "batch_size", "shared prefix length (tokens)", "Shared prefix"
+    groups = sorted(rows.groupby([panel, "dtype"]), key=lambda kv: str(kv[0]))[:MAX_PANELS]
+    cmap = colors(rows["backend"])
+    ncols = min(2, len(groups))
+    fig, axes = _figure(ncols, math.ceil(len(groups) / ncols))
+    for ax, (_, g) in zip(axes, groups, strict=False):
+        if kind == "tree":  # one batch size per panel: the most measured
+            g = g[g["batch_size"] == g["batch_size"].mode().iloc[0]]
+        _lines(ax, g, "x", cmap)
+        if g["x"].nunique() > 1:
+            _tokens_axis(ax)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("latency per call (µs)")
+        r = g.iloc[0]
+        extra = f"{r['tree']} ({r['tree_nodes']} tokens)" if kind == "tree" else ""
+        ax.set_title(f"{extra} {_group_title(r)}".strip(), fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[len(groups) :]:
+        ax.set_visible(False)
+    return _finish(fig, title, label, shared_legend=True)
