@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,8 @@ def _expand(entry: str | Path) -> list[Path]:
 def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
     """The files to read: the given paths (directories expand to their .jsonl/.json files),
     else `$ATTNBENCH_RESULTS` (a file, directory or glob; several joined by the path
-    separator), else the committed `results/` of the current directory.
+    separator), else the committed `results/` of the current directory, else the results
+    shipped inside the package (`attnbench/data/results/`, when a release embeds them).
 
     Raises NoResultsError when nothing is found, FileNotFoundError for a named file that is
     not there.
@@ -77,6 +79,9 @@ def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
     where = f"${RESULTS_ENV}={env}" if env else f"{DEFAULT_DIR}/ (in {Path.cwd()})"
     entries = env.split(os.pathsep) if env else [str(DEFAULT_DIR)]
     found = [f for e in entries if e for f in _expand(e) if f.is_file()]
+    if not env and not any(f.suffix in RESULT_SUFFIXES for f in found):
+        shipped = Path(str(resources.files("attnbench"))) / "data" / "results"
+        found = [f for f in _expand(shipped) if f.is_file()] if shipped.is_dir() else []
     if not any(f.suffix in RESULT_SUFFIXES for f in found):
         raise NoResultsError(
             f"no results files found in {where}; pass RESULTS files, set {RESULTS_ENV}, "
