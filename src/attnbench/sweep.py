@@ -23,7 +23,7 @@ import torch
 
 from attnbench import metrics
 from attnbench.accuracy import check_accuracy
-from attnbench.backends.base import Backend, PlannedRun
+from attnbench.backends.base import Backend, PlannedRun, UnsupportedCase
 from attnbench.backends.reference import reference_attention
 from attnbench.hardware import Ceilings, DeviceInfo
 from attnbench.measure.config import MeasureConfig
@@ -198,6 +198,8 @@ def run_backend(
         )
         peak = (torch.cuda.max_memory_allocated(dev) - base_mem) if cuda else None
         return _ok_row(ctx, spec, backend, planned, plan_us, m, acc.as_dict(), peak, details)
+    except UnsupportedCase as exc:
+        return _row(ctx, spec, backend, "unsupported", str(exc))
     except Exception as exc:
         status = "oom" if _is_oom(exc) else "error"
         resolved = planned.resolved if planned is not None else ""

@@ -24,6 +24,12 @@ class Unsupported:
     reason: str
 
 
+class UnsupportedCase(Exception):
+    """Raised by `plan` when the library itself refuses the case (e.g. torch finds no SDPA
+    kernel for these inputs): recorded as an `unsupported` row with the message, not an error.
+    Prefer returning an `Unsupported` from `check` when the reason is known beforehand."""
+
+
 class BackendUnavailable(Exception):
     """The backend's library is missing or cannot load here (not a failure of a case)."""
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnbench.backends import kvgather
-from attnbench.backends.base import PlannedRun, Unsupported
+from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
 from attnbench.backends.masks import is_square_causal, needs_mask, padded_mask
 from attnbench.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
@@ -171,7 +171,7 @@ class SdpaBackend:
                 extra_bytes=t.extra_bytes,
                 graph_safe=mode != "nested",
             )
-        raise RuntimeError(f"{self.name} cannot run this case: " + "; ".join(failures))
+        raise UnsupportedCase(f"{self.name} cannot run this case: " + "; ".join(failures))
 
     def _runner(self, t: _Tensors, *, native_gqa: bool) -> Callable[[], torch.Tensor]:
         backend = KERNELS[self.kernel]
