@@ -1,0 +1,329 @@
+"""Attention cost per backend variant, fitted on measured sweep rows (status `ok`).
+
+Per layer, one call each (microseconds, non-negative least squares, relative error):
+
+    decode  latency = c0 + c1 * seqs + c2 * kv_mb + c3 * max_kv_mb
+    prefill latency = c0 + c1 * seqs + c2 * q_ktokens + c3 * gflop
+    plan    plan_us = p0 + p1 * seqs          (host planning, once per step and call)
+
+kv_mb = KV bytes the decode batch reads (total KV tokens x K and V x KV heads x head_dim x
+itemsize / 1e6): 1e3 / c2 is the kernel's effective bandwidth in GB/s. max_kv_mb is the same
+for the longest request: the critical path of a kernel that cannot split it (load imbalance,
+the skew term). gflop = 4 x head_dim x q_heads x causal (query, key) pairs / 1e9: 1e3 / c3 is
+TFLOP/s. seqs = requests in the call (per-request work: page-table walks, q/o, partial
+merges); c0 = launch and fixed cost.
+
+Rows are those of the deployment's shape (per-GPU q heads, KV heads, head_dim, dtype, kv dtype;
+page size preferred, else any, with a note). Decode rows fit the decode model; prefill and
+append rows (causal) the prefill model. Rows of the workload `padded:` transform (lengths
+`padded(X)`: the batch X with every request as long as its longest) are real uniform batches and
+count in the decode model too; with two or more of them they also fit a separate *padded*
+decode model. A padded model is evaluated at the padded batch (seqs, seqs x max, max).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attnbench import metrics
+from attnbench.replay.fit import LinearFit, fit_linear
+from attnbench.replay.steps import FloatArray, IntArray
+from attnbench.results import ResultRow
+from attnbench.workload.spec import ITEMSIZE, WorkloadSpec
+
+DECODE_FEATURES = ("const", "seqs", "kv_mb", "max_kv_mb")
+PREFILL_FEATURES = ("const", "seqs", "q_ktokens", "gflop")
+PLAN_FEATURES = ("const", "seqs")
+_REDUCED = {DECODE_FEATURES: ("const", "kv_mb"), PREFILL_FEATURES: ("const", "gflop")}
+PREFILL_KINDS = ("prefill", "append")
+
+
+@dataclass(frozen=True)
+class ShapeKey:
+    """What a row must match to describe the deployment's attention."""
+
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+    kv_dtype: str
+    page_size: int
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token for one layer."""
+        return self.num_kv_heads * self.head_dim * 2 * ITEMSIZE[self.kv_dtype]
+
+    @property
+    def flops_per_pair(self) -> int:
+        return 4 * self.head_dim * self.num_qo_heads
+
+    def matches(self, spec: dict[str, object], *, any_page: bool = False) -> bool:
+        return (
+            spec.get("num_qo_heads") == self.num_qo_heads
+            and spec.get("num_kv_heads") == self.num_kv_heads
+            and spec.get("head_dim") == self.head_dim
+            and spec.get("dtype") == self.dtype
+            and spec.get("kv_dtype") == self.kv_dtype
+            and (any_page or spec.get("page_size") == self.page_size)
+        )
+
+    def describe(self) -> str:
+        return (
+            f"q{self.num_qo_heads}/kv{self.num_kv_heads}/d{self.head_dim} {self.dtype} "
+            f"kv={self.kv_dtype} p{self.page_size}"
+        )
+
+
+@dataclass(frozen=True)
+class AttentionCostModel:
+    backend: str
+    key: ShapeKey
+    decode: LinearFit | None
+    prefill: LinearFit | None
+    plan_decode: LinearFit | None = None
+    plan_prefill: LinearFit | None = None
+    padded: bool = False
+    """Decode is costed at the padded batch (every request as long as the longest)."""
+    source: str = "ragged rows"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    # -- features ---------------------------------------------------------------------------
+    def decode_x(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
+        n = np.asarray(n, dtype=np.float64)
+        kv_max_f = np.asarray(kv_max, dtype=np.float64)
+        total = n * kv_max_f if self.padded else np.asarray(kv_total, dtype=np.float64)
+        per_mb = self.key.kv_bytes_per_token / 1e6
+        return np.stack([np.ones_like(n), n, total * per_mb, kv_max_f * per_mb], axis=1)
+
+    def prefill_x(self, n: IntArray, q: IntArray, pairs: IntArray) -> FloatArray:
+        n = np.asarray(n, dtype=np.float64)
+        gflop = np.asarray(pairs, dtype=np.float64) * self.key.flops_per_pair / 1e9
+        q_k = np.asarray(q, dtype=np.float64) / 1e3
+        return np.stack([np.ones_like(n), n, q_k, gflop], axis=1)
+
+    # -- costs per layer, microseconds; 0 where the part is empty ---------------------------
+    def decode_terms(self) -> tuple[float, float, float, float]:
+        """Per layer: (us, us per request, us per KV token of the batch, us per KV token of
+        the longest request)."""
+        if self.decode is None:
+            raise ValueError(f"{self.backend}: no decode model (no decode rows)")
+        c = _full_coef(self.decode, DECODE_FEATURES)
+        per_mb = self.key.kv_bytes_per_token / 1e6
+        return c[0], c[1], c[2] * per_mb, c[3] * per_mb
+
+    def prefill_terms(self) -> tuple[float, float, float, float]:
+        """Per layer: (us, us per request, us per query token, us per causal pair)."""
+        if self.prefill is None:
+            raise ValueError(f"{self.backend}: no prefill model (no prefill rows)")
+        c = _full_coef(self.prefill, PREFILL_FEATURES)
+        return c[0], c[1], c[2] / 1e3, c[3] * self.key.flops_per_pair / 1e9
+
+    def plan_terms(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """((us, us per request) of the decode plan, the same of the prefill plan)."""
+        zero = (0.0, 0.0)
+        d = _full_coef(self.plan_decode, PLAN_FEATURES) if self.plan_decode else zero
+        p = _full_coef(self.plan_prefill, PLAN_FEATURES) if self.plan_prefill else zero
+        return (d[0], d[1]), (p[0], p[1])
+
+    def decode_us(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
+        c0, c1, c_tok, c_max = self.decode_terms()
+        n_f = np.asarray(n, dtype=np.float64)
+        mx = np.asarray(kv_max, dtype=np.float64)
+        total = n_f * mx if self.padded else np.asarray(kv_total, dtype=np.float64)
+        return np.where(n_f > 0, c0 + c1 * n_f + c_tok * total + c_max * mx, 0.0)
+
+    def prefill_us(self, n: IntArray, q: IntArray, pairs: IntArray) -> FloatArray:
+        c0, c1, c_q, c_pair = self.prefill_terms()
+        n_f = np.asarray(n, dtype=np.float64)
+        q_f, pairs_f = np.asarray(q, dtype=np.float64), np.asarray(pairs, dtype=np.float64)
+        return np.where(n_f > 0, c0 + c1 * n_f + c_q * q_f + c_pair * pairs_f, 0.0)
+
+    def decode_extrapolation(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
+        """Per step: how far outside the decode rows' range (1.0 inside; see LinearFit)."""
+        if self.decode is None:
+            return np.ones(np.asarray(n).shape[0])
+        x = self.decode_x(n, kv_total, kv_max)
+        cols = [DECODE_FEATURES.index(f) for f in self.decode.features]
+        return np.where(np.asarray(n) > 0, self.decode.extrapolation(x[:, cols]), 1.0)
+
+    def prefill_extrapolation(self, n: IntArray, q: IntArray, pairs: IntArray) -> FloatArray:
+        if self.prefill is None:
+            return np.ones(np.asarray(n).shape[0])
+        x = self.prefill_x(n, q, pairs)
+        cols = [PREFILL_FEATURES.index(f) for f in self.prefill.features]
+        return np.where(np.asarray(n) > 0, self.prefill.extrapolation(x[:, cols]), 1.0)
+
+    def plan_us(self, n_decode: IntArray, n_prefill: IntArray) -> FloatArray:
+        out = np.zeros(np.asarray(n_decode).shape[0])
+        for (c0, c1), n in zip(self.plan_terms(), (n_decode, n_prefill), strict=True):
+            n_f = np.asarray(n, dtype=np.float64)
+            out += np.where(n_f > 0, c0 + c1 * n_f, 0.0)
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "backend": self.backend,
+            "shape": self.key.describe(),
+            "padded": self.padded,
+            "source": self.source,
+            "decode": self.decode.as_dict() if self.decode else None,
+            "prefill": self.prefill.as_dict() if self.prefill else None,
+            "plan_decode": self.plan_decode.as_dict() if self.plan_decode else None,
+            "plan_prefill": self.plan_prefill.as_dict() if self.plan_prefill else None,
+            "decode_bandwidth_gbps": _inverse(self.decode, "kv_mb"),
+            "prefill_tflops": _inverse(self.prefill, "gflop"),
+            "notes": list(self.notes),
+        }
+
+
+def _full_coef(fit: LinearFit, full: tuple[str, ...]) -> tuple[float, ...]:
+    """The fit's coefficients in `full`'s feature order (0 for features it does not use)."""
+    return tuple(fit.coef[fit.features.index(f)] if f in fit.features else 0.0 for f in full)
+
+
+def _inverse(fit: LinearFit | None, feature: str) -> float | None:
+    """1e3 / coefficient: GB/s for kv_mb (us per MB), TFLOP/s for gflop (us per GFLOP)."""
+    if fit is None or feature not in fit.features:
+        return None
+    c = fit.coef[fit.features.index(feature)]
+    return 1e3 / c if c > 0 else None
+
+
+def padded_label(spec: dict[str, object]) -> bool:
+    """Rows of the workload `padded:` transform (lengths `padded(X)`, or a `padded` label)."""
+    from attnbench.analysis import is_padded
+
+    return is_padded(str(spec.get("label", "")), str(spec.get("lengths", "")))
+
+
+def _fit(features: tuple[str, ...], x: FloatArray, y: FloatArray) -> LinearFit:
+    if x.shape[0] < len(features) + 1 and features in _REDUCED:
+        reduced = _REDUCED[features]
+        x = x[:, [features.index(f) for f in reduced]]
+        features = reduced
+    return fit_linear(features, x, y)
+
+
+def _plan_fit(rows: list[ResultRow]) -> LinearFit | None:
+    pts = [(len(r.spec["kv_lens"]), r.plan_us) for r in rows if r.plan_us and r.plan_us > 0]
+    if len(pts) < 2:
+        return None
+    n = np.array([p[0] for p in pts], dtype=np.float64)
+    y = np.array([p[1] for p in pts], dtype=np.float64)
+    return fit_linear(PLAN_FEATURES, np.stack([np.ones_like(n), n], axis=1), y)
+
+
+def usable_rows(rows: Iterable[ResultRow]) -> list[ResultRow]:
+    return [r for r in rows if r.status == "ok" and r.latency_us and r.latency_us > 0]
+
+
+def fit_backend(
+    backend: str, rows: list[ResultRow], key: ShapeKey, *, padded: bool = False
+) -> AttentionCostModel | None:
+    """The cost model of one variant from its rows (already filtered to `key`'s shape, any page
+    size); None when it has neither decode nor prefill rows."""
+    notes: list[str] = []
+    same_page = [r for r in rows if r.spec.get("page_size") == key.page_size]
+    if same_page:
+        rows = same_page
+    elif rows:
+        sizes = sorted({int(str(r.spec.get("page_size"))) for r in rows})
+        notes.append(f"no rows at page_size={key.page_size}; used page sizes {sizes}")
+    dec = [
+        r for r in rows if r.spec.get("kind") == "decode" and (padded_label(r.spec) or not padded)
+    ]
+    pre = [
+        r
+        for r in rows
+        if r.spec.get("kind") in PREFILL_KINDS and r.spec.get("causal", True) and not padded
+    ]
+    if not dec and not pre:
+        return None
+    proto = AttentionCostModel(backend, key, None, None, padded=padded)
+    decode = prefill = None
+    if len(dec) >= 2:
+        x = np.concatenate([_decode_row_x(proto, r) for r in dec])
+        decode = _fit(DECODE_FEATURES, x, np.array([r.latency_us for r in dec]))
+    elif dec:
+        notes.append("one decode row: too few to fit")
+    if len(pre) >= 2:
+        x = np.concatenate([_prefill_row_x(proto, r) for r in pre])
+        prefill = _fit(PREFILL_FEATURES, x, np.array([r.latency_us for r in pre]))
+    elif pre:
+        notes.append("one prefill row: too few to fit")
+    if decode is None and prefill is None:
+        return None
+    return AttentionCostModel(
+        backend=backend,
+        key=key,
+        decode=decode,
+        prefill=prefill,
+        plan_decode=_plan_fit(dec),
+        plan_prefill=_plan_fit(pre),
+        padded=padded,
+        source="padded rows" if padded else "ragged rows",
+        notes=tuple(notes),
+    )
+
+
+def _decode_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
+    kv = np.asarray(row.spec["kv_lens"], dtype=np.int64)
+    return model.decode_x(np.array([kv.size]), np.array([kv.sum()]), np.array([kv.max()]))
+
+
+def _prefill_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
+    spec = WorkloadSpec.model_validate(row.spec)
+    pairs = metrics.attended_pairs(spec)
+    return model.prefill_x(np.array([spec.batch_size]), np.array([spec.total_q]), np.array([pairs]))
+
+
+def fit_models(
+    rows: Iterable[ResultRow], key: ShapeKey
+) -> tuple[dict[str, AttentionCostModel], dict[str, AttentionCostModel]]:
+    """(ragged models, padded models) per backend variant, from `ok` rows of `key`'s shape."""
+    by_backend: dict[str, list[ResultRow]] = {}
+    for r in usable_rows(rows):
+        if key.matches(r.spec, any_page=True):
+            by_backend.setdefault(r.backend, []).append(r)
+    ragged: dict[str, AttentionCostModel] = {}
+    padded: dict[str, AttentionCostModel] = {}
+    for name in sorted(by_backend):
+        m = fit_backend(name, by_backend[name], key)
+        if m is not None:
+            ragged[name] = m
+        p = fit_backend(name, by_backend[name], key, padded=True)
+        if p is not None and p.decode is not None:
+            padded[name] = p
+    return ragged, padded
+
+
+def padded_from_ragged(model: AttentionCostModel) -> AttentionCostModel:
+    """The ragged model evaluated at the padded batch: what a uniform kernel that computes every
+    request to the longest length would cost, by this backend's own measured rates."""
+    from dataclasses import replace
+
+    return replace(model, padded=True, source="ragged model at the padded batch")
+
+
+def shapes_in(rows: Iterable[ResultRow]) -> list[str]:
+    """Shapes (as ShapeKey.describe) present among `ok` rows, for error messages."""
+    seen = set()
+    for r in usable_rows(rows):
+        s = r.spec
+        try:
+            key = ShapeKey(
+                int(s["num_qo_heads"]),
+                int(s["num_kv_heads"]),
+                int(s["head_dim"]),
+                str(s["dtype"]),
+                str(s["kv_dtype"]),
+                int(s["page_size"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+        seen.add(key.describe())
+    return sorted(seen)

@@ -1,0 +1,173 @@
+"""Least squares with non-negative coefficients, its cross-validated error and its valid range.
+
+Every cost term of the replay's models is a physical cost (a fixed launch cost, a per-sequence
+cost, microseconds per byte, per FLOP): none can be negative, so the fit is non-negative least
+squares (Lawson and Hanson's active-set algorithm). Rows are weighted by 1 / latency, so the fit
+minimises *relative* error: a 10 us decode and a 10 ms prefill count alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnbench.replay.steps import FloatArray
+
+CV_LEAVE_ONE_OUT_MAX = 40
+"""Up to this many rows the held-out error is leave-one-out; above it, 10-fold (row i in fold i
+mod 10), both deterministic."""
+
+
+def nnls(a: FloatArray, b: FloatArray, max_iter: int | None = None) -> FloatArray:
+    """argmin ||a x - b||_2 subject to x >= 0 (Lawson and Hanson 1974, ch. 23).
+
+    Args:
+        a: design matrix `[m, n]`.
+        b: targets `[m]`.
+    Returns:
+        x `[n]`, non-negative.
+    """
+    m, n = a.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 10 * np.finfo(float).eps * max(1.0, float(np.abs(a).sum(axis=0).max())) * max(m, n)
+    w = a.T @ (b - a @ x)
+    for _ in range(max_iter or 3 * n + 30):
+        if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > tol).all():
+                x = z
+                break
+            neg = passive & (z <= tol)
+            alpha = float(np.min(x[neg] / (x[neg] - z[neg])))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+            if not passive.any():
+                break
+        w = a.T @ (b - a @ x)
+    return x
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """latency_us = sum(coef[i] * x[i]) over `features`, fitted on rows whose feature values
+    spanned [lo, hi]."""
+
+    features: tuple[str, ...]
+    coef: tuple[float, ...]
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+    n_rows: int
+    train_rel_rmse: float
+    cv_rel_rmse: float
+    """Root-mean-square relative error on held-out rows (nan with fewer than 3 rows)."""
+    cv_max_rel_err: float
+    """Largest |predicted / measured - 1| on held-out rows."""
+    dropped: tuple[str, ...] = ()
+    """Features left out because the rows did not vary them (their effect is not modelled)."""
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        """Predictions for feature rows `x` `[steps, len(features)]`."""
+        out: FloatArray = np.asarray(x, dtype=np.float64) @ np.array(self.coef)
+        return out
+
+    def extrapolation(self, x: FloatArray) -> FloatArray:
+        """How far each row lies beyond the fitted range: max over the features of value / hi
+        where above it; 1.0 inside. (Below the range a prediction tends to the fitted fixed
+        cost, which the smallest rows pin down, so it is not counted.)"""
+        x = np.asarray(x, dtype=np.float64)
+        out = np.ones(x.shape[0])
+        for i, name in enumerate(self.features):
+            if name == "const":
+                continue
+            hi, col = self.hi[i], x[:, i]
+            if hi > 0:
+                out = np.maximum(out, np.where(col > hi, col / hi, 1.0))
+            else:
+                out = np.maximum(out, np.where(col > 0, np.inf, 1.0))
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "features": list(self.features),
+            "coef": [float(c) for c in self.coef],
+            "lo": list(self.lo),
+            "hi": list(self.hi),
+            "n_rows": self.n_rows,
+            "train_rel_rmse": self.train_rel_rmse,
+            "cv_rel_rmse": self.cv_rel_rmse,
+            "cv_max_rel_err": self.cv_max_rel_err,
+            "dropped": list(self.dropped),
+        }
+
+
+def _solve(x: FloatArray, y: FloatArray, cols: list[int]) -> FloatArray:
+    """Relative-error NNLS on the chosen columns (scaled for conditioning)."""
+    a = x[:, cols] / y[:, None]
+    scale = np.abs(a).max(axis=0)
+    scale[scale == 0] = 1.0
+    coef = nnls(a / scale, np.ones(len(y))) / scale
+    full = np.zeros(x.shape[1])
+    full[cols] = coef
+    return full
+
+
+def _rel_errors(x: FloatArray, y: FloatArray, coef: FloatArray) -> FloatArray:
+    return (x @ coef) / y - 1.0
+
+
+def fit_linear(features: tuple[str, ...], x: FloatArray, y: FloatArray) -> LinearFit:
+    """Fit `y` (latency_us, > 0) on feature rows `x` `[rows, len(features)]`.
+
+    A feature that is constant across the rows cannot be told apart from `const` and is dropped
+    (reported in `dropped`). Raises ValueError with fewer than two rows or a non-positive target.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.shape[0] < 2:
+        raise ValueError(f"need at least 2 rows to fit, got {x.shape[0]}")
+    if (y <= 0).any() or not np.isfinite(y).all():
+        raise ValueError("latencies must be positive and finite")
+    lo, hi = x.min(axis=0), x.max(axis=0)
+    cols, dropped = [], []
+    for i, name in enumerate(features):
+        varies = hi[i] - lo[i] > 1e-12 * max(abs(hi[i]), 1.0)
+        if name == "const" or varies:
+            cols.append(i)
+        else:
+            dropped.append(name)
+    coef = _solve(x, y, cols)
+    train = _rel_errors(x, y, coef)
+    held = _held_out_errors(x, y, cols)
+    return LinearFit(
+        features=features,
+        coef=tuple(float(c) for c in coef),
+        lo=tuple(float(v) for v in lo),
+        hi=tuple(float(v) for v in hi),
+        n_rows=int(x.shape[0]),
+        train_rel_rmse=float(np.sqrt(np.mean(train**2))),
+        cv_rel_rmse=float(np.sqrt(np.mean(held**2))) if held.size else float("nan"),
+        cv_max_rel_err=float(np.abs(held).max()) if held.size else float("nan"),
+        dropped=tuple(dropped),
+    )
+
+
+def _held_out_errors(x: FloatArray, y: FloatArray, cols: list[int]) -> FloatArray:
+    m = x.shape[0]
+    if m < 3:
+        return np.zeros(0)
+    folds = m if m <= CV_LEAVE_ONE_OUT_MAX else 10
+    errs = np.empty(m)
+    idx = np.arange(m)
+    for f in range(folds):
+        test = idx % folds == f
+        coef = _solve(x[~test], y[~test], cols)
+        errs[test] = _rel_errors(x[test], y[test], coef)
+    return errs

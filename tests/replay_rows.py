@@ -1,0 +1,116 @@
+"""Result rows built in the test for the replay (never committed as results): each backend's
+latency follows the replay cost model with known coefficients, so a fit must recover them.
+
+    decode  us = c0 + c1 * seqs + c2 * kv_mb + c3 * max_kv_mb
+    prefill us = c0 + c1 * seqs + c2 * q_ktokens + c3 * gflop
+    plan    us = p0 + p1 * seqs
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from attnbench import metrics
+from attnbench.results import Header, ResultRow, ResultWriter
+from attnbench.workload.spec import WorkloadSpec
+
+GPU = "NVIDIA H200"
+COPY_GBPS = 4200.0
+MATMUL_TFLOPS = 700.0
+SHAPE = dict(num_qo_heads=8, num_kv_heads=1, head_dim=128, page_size=16, dtype="bfloat16")
+"""Llama-3.1-70B at TP 8 on one GPU."""
+
+# backend -> (decode coefs, prefill coefs, plan coefs)
+COEFS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {
+    # ragged-aware: ~3 TB/s, small skew term
+    "flashinfer:fa2": ((6.0, 0.05, 1e3 / 3000.0, 0.02), (10.0, 0.5, 0.3, 1e3 / 350.0), (15.0, 0.2)),
+    # faster per byte but a large critical-path (max length) term
+    "flash-attn:fa3": ((4.0, 0.02, 1e3 / 3300.0, 2.0), (12.0, 0.5, 0.2, 1e3 / 600.0), (0.0, 0.0)),
+}
+
+
+def header(run_id: str = "replay-fake") -> Header:
+    return Header(
+        run_id=run_id,
+        provenance={"attnbench": "0.1.0", "gpu": GPU, "time": "2026-09-01T00:00:00+00:00"},
+        device={"name": GPU, "kind": "cuda", "sm": 90},
+        ceilings={
+            "copy_bandwidth_gbps": COPY_GBPS,
+            "matmul_tflops": {"bfloat16": MATMUL_TFLOPS},
+        },
+    )
+
+
+def decode_us(backend: str, kv: list[int]) -> float:
+    c = COEFS[backend][0]
+    per_mb = SHAPE["num_kv_heads"] * SHAPE["head_dim"] * 2 * 2 / 1e6
+    return c[0] + c[1] * len(kv) + c[2] * sum(kv) * per_mb + c[3] * max(kv) * per_mb
+
+
+def prefill_us(backend: str, spec: WorkloadSpec) -> float:
+    c = COEFS[backend][1]
+    gflop = metrics.flops(spec) / 1e9
+    return c[0] + c[1] * spec.batch_size + c[2] * spec.total_q / 1e3 + c[3] * gflop
+
+
+def plan_us(backend: str, n: int) -> float:
+    p = COEFS[backend][2]
+    return p[0] + p[1] * n
+
+
+def decode_batches(seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    out: list[list[int]] = []
+    for n in (1, 4, 16, 64, 256):
+        for hi in (1024, 16384, 65536):
+            out.append([hi] * n)
+            out.append([int(v) for v in rng.integers(64, hi + 1, size=n)])
+    return out
+
+
+def prefill_specs() -> list[WorkloadSpec]:
+    out = []
+    for lens in ([512], [2048], [8192], [1024] * 4, [4096, 512], [16384], [256] * 16):
+        out.append(WorkloadSpec(kind="prefill", kv_lens=tuple(lens), qo_lens=tuple(lens), **SHAPE))
+    for q, kv in ((512, 8192), (2048, 32768), (8192, 65536)):
+        out.append(WorkloadSpec(kind="append", kv_lens=(kv,), qo_lens=(q,), **SHAPE))
+    return out
+
+
+def rows(
+    backends: tuple[str, ...] = tuple(COEFS), noise: float = 0.0, seed: int = 0
+) -> list[ResultRow]:
+    """ok rows of every backend (multiplicative noise `noise` when > 0)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for b in backends:
+        specs = [
+            WorkloadSpec(kind="decode", kv_lens=tuple(kv), qo_lens=(1,) * len(kv), **SHAPE)
+            for kv in decode_batches(seed)
+        ] + prefill_specs()
+        for s in specs:
+            lat = decode_us(b, list(s.kv_lens)) if s.kind == "decode" else prefill_us(b, s)
+            if noise:
+                lat *= float(np.exp(rng.normal(0, noise)))
+            out.append(
+                ResultRow(
+                    run_id="replay-fake",
+                    case_id=s.case_id,
+                    backend=b,
+                    status="ok",
+                    spec=s.model_dump(mode="json"),
+                    latency_us=lat,
+                    plan_us=plan_us(b, s.batch_size) if s.kind == "decode" else 0.0,
+                )
+            )
+    return out
+
+
+def write(path: Path, result_rows: list[ResultRow] | None = None) -> Path:
+    with ResultWriter(path) as w:
+        w.write(header())
+        for r in result_rows if result_rows is not None else rows():
+            w.write(r)
+    return path
