@@ -1,0 +1,359 @@
+"""`attnbench replay`: per-token latency (ITL) and TTFT of a serving trace, per backend variant,
+from measured results (and, with --live, checked against the GPU)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from attnbench.cli import app
+from attnbench.cli.common import console, fail, note
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+Opt = typer.Option
+Arg = typer.Argument
+
+
+def _floats(text: str, flag: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        fail(f"{flag}={text!r}: expected comma-separated numbers, e.g. 0.5,1,2,4")
+    if not values or any(v <= 0 for v in values):
+        fail(f"{flag}={text!r}: every value must be positive")
+    return values
+
+
+def _hybrid(text: str | None) -> tuple[str, str] | None:
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(parts):
+        fail(f"--hybrid={text!r}: expected PREFILL,DECODE, e.g. flash-attn:fa3,flashinfer:fa2")
+    return parts[0], parts[1]
+
+
+@app.command()
+def replay(
+    results: Annotated[
+        list[Path] | None, Arg(help="Results files or folders (default: results/).")
+    ] = None,
+    trace: Annotated[
+        str, Opt(help="azure-code, azure-conv, mooncake-conv, a trace file, or agents:N[@LO-HI].")
+    ] = "azure-conv",
+    limit: Annotated[int | None, Opt(min=1, help="Replay the first N requests.")] = None,
+    model: Annotated[str, Opt(help="Model shape.")] = "llama-3.1-70b",
+    tp: Annotated[int, Opt(min=1, help="Tensor-parallel degree.")] = 8,
+    dtype: Annotated[str, Opt(help="Weights/activations dtype.")] = "bfloat16",
+    kv_dtype: Annotated[
+        str, Opt(help="KV-cache dtype (rows of this dtype are used).")
+    ] = "bfloat16",
+    page_size: Annotated[int, Opt(help="KV page size.")] = 16,
+    gpu_mem_gib: Annotated[float, Opt(help="Memory of one GPU, GiB.")] = 139.8,
+    mem_utilization: Annotated[float, Opt(help="Usable fraction of GPU memory.")] = 0.9,
+    max_batch: Annotated[
+        int | None, Opt(min=1, help="Running requests at most (default 256; N for agents:N).")
+    ] = None,
+    token_budget: Annotated[int, Opt(min=1, help="Tokens per step at most.")] = 8192,
+    chunked_prefill: Annotated[bool, Opt("--chunked-prefill/--no-chunked-prefill")] = True,
+    prefix_cache: Annotated[
+        bool | None,
+        Opt("--prefix-cache/--no-prefix-cache", help="Default: on when the trace has hash_ids."),
+    ] = None,
+    spread_arrivals: Annotated[
+        bool, Opt("--spread-arrivals/--no-spread-arrivals", help="Spread tied timestamps.")
+    ] = True,
+    backend: Annotated[
+        list[str] | None, Opt("--backend", "-b", help="Variants to replay; repeatable.")
+    ] = None,
+    hybrid: Annotated[
+        str | None, Opt(help="PREFILL,DECODE variants (default: `recommend`'s, else by cost).")
+    ] = None,
+    padded: Annotated[
+        bool | None, Opt("--padded/--no-padded", help="Add padded twins (default: agents only).")
+    ] = None,
+    rate_scale: Annotated[str, Opt(help="Arrival-rate multipliers, e.g. 0.5,1,2,4.")] = "1",
+    itl_target_ms: Annotated[
+        float | None, Opt(help="Find the rate where p99 ITL crosses this many ms.")
+    ] = None,
+    gpu: Annotated[str | None, Opt(help="Use rows of this GPU (when files hold several).")] = None,
+    copy_gbps: Annotated[float | None, Opt(help="Override the measured copy GB/s.")] = None,
+    matmul_tflops: Annotated[float | None, Opt(help="Override the measured TFLOP/s.")] = None,
+    allreduce_us: Annotated[
+        float, Opt(help="Fixed cost per all-reduce (2 per layer); 0 = not modelled.")
+    ] = 0.0,
+    allreduce_gbps: Annotated[float, Opt(help="All-reduce bus bandwidth, GB/s.")] = 0.0,
+    seed: Annotated[int, Opt()] = 0,
+    out: Annotated[Path | None, Opt(help="Write the replay document (JSON) here.")] = None,
+    live: Annotated[
+        int, Opt(min=0, help="Measure this many replayed steps on the GPU (CUDA only).")
+    ] = 0,
+    live_prefill: Annotated[
+        bool, Opt("--live-prefill", help="--live: also prefill steps.")
+    ] = False,
+    live_out: Annotated[Path | None, Opt(help="--live: results file for the rows.")] = None,
+    device: Annotated[str, Opt(help="--live: auto, cuda, cuda:N.")] = "auto",
+) -> None:
+    """Replay a serving trace through a continuous-batching simulator whose step times come from
+    the measured attention rows: ITL, TTFT and throughput per backend variant and hybrid."""
+    from attnbench.analysis import NoResultsError, resolve_paths
+    from attnbench.replay.pipeline import ReplayConfig, ReplayError, run_replay
+
+    try:
+        paths = resolve_paths([str(p) for p in results] if results else None)
+    except (NoResultsError, FileNotFoundError) as exc:
+        fail(str(exc))
+    cfg = ReplayConfig(
+        trace=trace,
+        limit=limit,
+        seed=seed,
+        model=model,
+        tp=tp,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        page_size=page_size,
+        gpu_mem_gib=gpu_mem_gib,
+        mem_utilization=mem_utilization,
+        max_batch=max_batch,
+        token_budget=token_budget,
+        chunked_prefill=chunked_prefill,
+        prefix_cache=prefix_cache,
+        spread_arrivals=spread_arrivals,
+        backends=tuple(backend or ()),
+        rate_scales=_floats(rate_scale, "--rate-scale"),
+        itl_target_ms=itl_target_ms,
+        hybrid=_hybrid(hybrid),
+        padded=padded,
+        gpu=gpu,
+        copy_gbps=copy_gbps,
+        matmul_tflops=matmul_tflops,
+        allreduce_us=allreduce_us,
+        allreduce_gbps=allreduce_gbps,
+    )
+    try:
+        with console.status(f"replaying {trace}"):
+            outcome = run_replay(cfg, paths)
+    except (ReplayError, ValueError) as exc:
+        fail(str(exc))
+    data = outcome.data
+    for n in data["notes"]:
+        note(n)
+    console.print(_runs_table(data))
+    if data.get("crossing"):
+        console.print(_crossing_table(data))
+    if data.get("padded_vs_ragged"):
+        console.print(_padded_table(data))
+    console.print(_models_table(data))
+    if live:
+        data["live"] = _live(outcome, live, live_prefill, live_out, out, device)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(_clean(data), indent=1, default=str) + "\n", encoding="utf-8")
+        console.print(f"replay -> {out}")
+
+
+def _live(
+    outcome: Any,
+    count: int,
+    prefill: bool,
+    live_out: Path | None,
+    out: Path | None,
+    device: str,
+) -> dict[str, Any]:
+    from attnbench.replay.deployment import Deployment
+    from attnbench.replay.live import run_live
+
+    cfg = outcome.data["config"]
+    dep = Deployment(
+        model=cfg["model"],
+        tp=cfg["tp"],
+        dtype=cfg["dtype"],
+        kv_dtype=cfg["kv_dtype"],
+        page_size=cfg["page_size"],
+        gpu_mem_gib=cfg["gpu_mem_gib"],
+        mem_utilization=cfg["mem_utilization"],
+        reserve_gib=cfg["reserve_gib"],
+    )
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = live_out or (
+        out.with_name(out.stem + "-live.jsonl")
+        if out
+        else Path("results") / f"{stamp}_replay-live.jsonl"
+    )
+    sim = outcome.sims[outcome.main]
+    try:
+        res = run_live(
+            sim, outcome.models, dep, count, path, prefill=prefill, device=device,
+            progress=lambda msg: console.print(f"[dim]{msg}[/]"),
+        )  # fmt: skip
+    except (RuntimeError, ValueError) as exc:
+        fail(str(exc))
+    res["sampled_from"] = outcome.main
+    console.print(_live_table(res))
+    return res
+
+
+def _clean(value: Any) -> Any:
+    """NaN/inf -> None so the document is strict JSON."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def escape(text: str) -> str:
+    """Names like `x [padded]` are not rich markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def _f(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _runs_table(data: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    t = Table(title=f"replay {data['trace']['name']} on {data['gpu']} (ms)")
+    for col in (
+        "candidate",
+        "rate×",
+        "req/s",
+        "ITL p50",
+        "ITL p90",
+        "ITL p99",
+        "TTFT p50",
+        "TTFT p99",
+        "decode step",
+        "tok/s",
+        "attn %",
+        "beyond fit",
+    ):
+        t.add_column(col, justify="left" if col == "candidate" else "right")
+    for r in data["runs"]:
+        tf = r["time_frac"]
+        t.add_row(
+            escape(r["candidate"]),
+            f"{r['rate_scale']:g}",
+            _f(r["rate_req_s"], 2),
+            _f(r["itl_ms"]["p50"], 2),
+            _f(r["itl_ms"]["p90"], 2),
+            _f(r["itl_ms"]["p99"], 2),
+            _f(r["ttft_ms"]["p50"]),
+            _f(r["ttft_ms"]["p99"]),
+            _f(r["decode_step_ms"]["p50"], 2),
+            _f(r["throughput_tok_s"], 0),
+            f"{100 * (tf['attention_decode'] + tf['attention_prefill']):.0f}",
+            f"{100 * r['extrapolated']['far_steps_frac']:.0f}%",
+        )
+    return t
+
+
+def _crossing_table(data: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    t = Table(title=f"rate where p99 ITL crosses {data['itl_target_ms']:g} ms")
+    for col in ("candidate", "crossing", "req/s"):
+        t.add_column(col)
+    for name, c in data["crossing"].items():
+        if c["status"] == "crossed":
+            t.add_row(escape(name), f"{c['scale']:.2f}x", _f(c["rate_req_s"], 2))
+        elif c["status"] == "below":
+            t.add_row(escape(name), f"not crossed up to {c['max_scale']:g}x", "-")
+        else:
+            t.add_row(escape(name), f"above already at {c['min_scale']:g}x", "-")
+    return t
+
+
+def _padded_table(data: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    claim = data["brief_claim"]
+    t = Table(
+        title=f"padded vs ragged decode (brief: {claim['itl_before_ms']} -> "
+        f"{claim['itl_after_ms']} ms, {claim['factor']:.1f}x)"
+    )
+    for col in (
+        "backend",
+        "ITL p50",
+        "padded",
+        "×",
+        "ITL p99",
+        "padded",
+        "×",
+        "step p50",
+        "padded",
+    ):
+        t.add_column(col, justify="right")
+    for r in data["padded_vs_ragged"]:
+        t.add_row(
+            r["backend"],
+            _f(r["ragged_itl_ms_p50"], 2),
+            _f(r["padded_itl_ms_p50"], 2),
+            _f(r["ratio_itl_ms_p50"], 2),
+            _f(r["ragged_itl_ms_p99"], 2),
+            _f(r["padded_itl_ms_p99"], 2),
+            _f(r["ratio_itl_ms_p99"], 2),
+            _f(r["ragged_decode_step_ms_p50"], 2),
+            _f(r["padded_decode_step_ms_p50"], 2),
+        )
+    return t
+
+
+def _models_table(data: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    t = Table(title="attention cost models (held-out error)")
+    for col in ("variant", "decode rows", "GB/s", "rel RMSE", "max", "prefill rows", "TFLOP/s",
+                "rel RMSE", "notes"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("variant", "notes") else "right")
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None or v != v else f"{100 * v:.1f}%"
+
+    for m in data["models"]:
+        dec, pre = m.get("decode") or {}, m.get("prefill") or {}
+        t.add_row(
+            m["backend"],
+            str(dec.get("n_rows", 0)),
+            _f(m.get("decode_bandwidth_gbps"), 0),
+            pct(dec.get("cv_rel_rmse")),
+            pct(dec.get("cv_max_rel_err")),
+            str(pre.get("n_rows", 0)),
+            _f(m.get("prefill_tflops"), 0),
+            pct(pre.get("cv_rel_rmse")),
+            "; ".join(m.get("notes") or []),
+        )
+    return t
+
+
+def _live_table(res: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    t = Table(title=f"cost model vs live GPU steps ({res['device']})")
+    for col in ("variant / part", "measured", "rel RMSE", "median |err|", "max |err|", "bias"):
+        t.add_column(col, justify="right")
+    for key, v in res["summary"].items():
+
+        def pct(x: float | None) -> str:
+            return "-" if x is None else f"{100 * x:.1f}%"
+
+        t.add_row(
+            escape(key),
+            f"{v['measured']}/{v['samples']}",
+            pct(v["rel_rmse"]),
+            pct(v["median_abs_err"]),
+            pct(v["max_abs_err"]),
+            pct(v["mean_err"]),
+        )
+    return t

@@ -1,0 +1,34 @@
+"""Serving replay: per-token latency (ITL) and TTFT under real traffic, from measured kernels.
+
+    traffic.py     requests: real traces (workload.traces), the brief's `agents:N`, rate scaling
+    deployment.py  model at its TP degree: GEMM shapes, weights, KV bytes, the KV page budget
+    prefix.py      prefix cache over Mooncake's hash_ids (shared, refcounted, LRU blocks)
+    steps.py       a step's exact batch and its features; the StepCost protocol
+    simulator.py   continuous batching (chunked prefill or not), deterministic, exact steps
+    fit.py         non-negative least squares, held-out error, fitted range
+    costmodel.py   attention cost per variant fitted on sweep rows (decode, prefill, plan)
+    gemm.py        non-attention roofline from the measured ceilings
+    stepcost.py    step time = attention x layers + plan + GEMMs (hybrids, padded twins)
+    summary.py     ITL / TTFT percentiles, throughput, time split, extrapolation
+    study.py       candidates x rate scales, the p99-ITL crossing rate, padded vs ragged
+    pipeline.py    results files + trace -> replay document (what the CLI runs)
+    live.py        --live: the replayed steps measured on the GPU vs the model
+    section.py     the report's "Serving replay" section
+
+Reads result files only; only `live` touches a GPU.
+"""
+
+from attnbench.replay.pipeline import ReplayConfig, ReplayError, run_replay
+from attnbench.replay.simulator import SchedulerConfig, SimResult, simulate
+from attnbench.replay.traffic import ReplayRequest, load_requests
+
+__all__ = [
+    "ReplayConfig",
+    "ReplayError",
+    "ReplayRequest",
+    "SchedulerConfig",
+    "SimResult",
+    "load_requests",
+    "run_replay",
+    "simulate",
+]

@@ -1,0 +1,252 @@
+"""`attnbench replay --live N`: measure replayed steps on the GPU and report the cost model's error.
+
+N steps are drawn from one replay (the hybrid's when there is one, else the first variant's):
+decode steps spread evenly over the replay's range of batch KV tokens (quantiles of the steps
+sorted by total KV, deterministic). Each sampled step's decode batch becomes a `WorkloadSpec`
+with its exact KV lengths (and, with `prefill=True`, its prefill chunks one of kind
+prefill/append), and goes through `sweep.run_case` with every replayed decode variant: the same
+accuracy gate and measurement engine as `attnbench run`. Each measured row is kept (a JSONL
+results file, so it can be committed and fitted later) and compared with the model's prediction
+for that very batch: error = predicted / measured - 1, per call (one layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnbench.replay.costmodel import AttentionCostModel
+from attnbench.replay.deployment import Deployment
+from attnbench.replay.simulator import SimResult
+from attnbench.workload.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from attnbench.backends.base import Backend
+    from attnbench.sweep import SweepContext
+
+
+def sample_steps(sim: SimResult, count: int, *, part: str = "decode") -> list[int]:
+    """`count` step indices with a decode (or prefill) part, at evenly spaced quantiles of the
+    part's size (total KV tokens for decode, query tokens for prefill); distinct batches only."""
+    f = sim.features
+    if part == "decode":
+        have, size = f.n_decode > 0, f.kv_total
+    else:
+        have, size = f.n_prefill > 0, f.q_prefill
+    steps = np.flatnonzero(have)
+    if count <= 0 or not steps.size:
+        return []
+    order = steps[np.argsort(size[steps], kind="stable")]
+    picks = np.unique(np.rint(np.linspace(0, order.size - 1, min(count, order.size))).astype(int))
+    return sorted(int(order[i]) for i in picks)
+
+
+def step_spec(sim: SimResult, step: int, dep: Deployment, part: str = "decode") -> WorkloadSpec:
+    """The attention call of one part of a replayed step, as a sweep case."""
+    b = sim.batch(step)
+    s = dep.shard
+    common: dict[str, Any] = dict(
+        num_qo_heads=s.num_qo_heads,
+        num_kv_heads=s.num_kv_heads,
+        head_dim=s.head_dim,
+        page_size=dep.page_size,
+        dtype=dep.dtype,
+        kv_dtype=dep.kv_dtype,
+        model=dep.model,
+        tp=dep.tp,
+        num_layers=dep.num_layers,
+        lengths=f"replay-step{step}",
+    )
+    if part == "decode":
+        kv = tuple(int(v) for v in b.decode_kv_lens)
+        return WorkloadSpec(kind="decode", kv_lens=kv, qo_lens=(1,) * len(kv), **common)
+    kv = tuple(int(v) for v in b.prefill_kv_lens)
+    qo = tuple(int(v) for v in b.prefill_qo_lens)
+    kind = "prefill" if qo == kv else "append"
+    return WorkloadSpec(kind=kind, kv_lens=kv, qo_lens=qo, **common)
+
+
+@dataclass
+class LiveResult:
+    backend: str
+    part: str
+    step: int
+    spec: WorkloadSpec
+    status: str
+    reason: str
+    measured_us: float | None
+    predicted_us: float
+    measured_plan_us: float | None
+    predicted_plan_us: float
+
+    @property
+    def rel_err(self) -> float | None:
+        if not self.measured_us:
+            return None
+        return self.predicted_us / self.measured_us - 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "backend": self.backend,
+            "part": self.part,
+            "step": self.step,
+            "case_id": s.case_id,
+            "requests": s.batch_size,
+            "kv_total": s.total_kv,
+            "kv_max": max(s.kv_lens),
+            "q_total": s.total_q,
+            "status": self.status,
+            "reason": self.reason,
+            "measured_us": self.measured_us,
+            "predicted_us": self.predicted_us,
+            "rel_err": self.rel_err,
+            "measured_plan_us": self.measured_plan_us,
+            "predicted_plan_us": self.predicted_plan_us,
+        }
+
+
+def predict(model: AttentionCostModel, spec: WorkloadSpec) -> tuple[float, float]:
+    """(per-call latency, plan) the model predicts for `spec`, microseconds."""
+    from attnbench import metrics
+
+    n = np.array([spec.batch_size])
+    zero = np.array([0])
+    if spec.kind == "decode":
+        kv = np.array(spec.kv_lens)
+        us = model.decode_us(n, np.array([kv.sum()]), np.array([kv.max()]))
+        plan = model.plan_us(n, zero)
+    else:
+        pairs = np.array([metrics.attended_pairs(spec)])
+        us = model.prefill_us(n, np.array([spec.total_q]), pairs)
+        plan = model.plan_us(zero, n)
+    return float(us[0]), float(plan[0])
+
+
+def error_summary(results: list[LiveResult]) -> dict[str, Any]:
+    """Per (backend, part): rows measured, relative RMSE, median and max |error|."""
+    out: dict[str, Any] = {}
+    for key in sorted({(r.backend, r.part) for r in results}):
+        errs = np.array(
+            [e for r in results if (r.backend, r.part) == key and (e := r.rel_err) is not None]
+        )
+        n_all = sum(1 for r in results if (r.backend, r.part) == key)
+        out[f"{key[0]} {key[1]}"] = {
+            "measured": int(errs.size),
+            "samples": n_all,
+            "rel_rmse": float(np.sqrt(np.mean(errs**2))) if errs.size else None,
+            "median_abs_err": float(np.median(np.abs(errs))) if errs.size else None,
+            "max_abs_err": float(np.abs(errs).max()) if errs.size else None,
+            "mean_err": float(errs.mean()) if errs.size else None,
+        }
+    return out
+
+
+def measure_samples(
+    sim: SimResult,
+    models: dict[str, AttentionCostModel],
+    dep: Deployment,
+    count: int,
+    ctx: SweepContext,
+    backends: dict[str, Backend],
+    *,
+    prefill: bool = False,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> list[LiveResult]:
+    """Run `count` sampled steps (per part) of `sim` through `sweep.run_case` with every
+    variant of `models` that has a model for the part; one LiveResult per (step, variant)."""
+    from attnbench.sweep import run_case
+
+    results: list[LiveResult] = []
+    for part in ("decode", "prefill") if prefill else ("decode",):
+        names = [
+            n
+            for n, m in sorted(models.items())
+            if (m.decode if part == "decode" else m.prefill) is not None and n in backends
+        ]
+        if not names:
+            continue
+        for step in sample_steps(sim, count, part=part):
+            spec = step_spec(sim, step, dep, part)
+            progress(f"live {part} step {step}: {spec.batch_size} requests, {spec.total_kv} KV")
+            for row in run_case(spec, [backends[n] for n in names], ctx):
+                pred, plan = predict(models[row.backend], spec)
+                ok = row.status == "ok"
+                results.append(
+                    LiveResult(
+                        backend=row.backend,
+                        part=part,
+                        step=step,
+                        spec=spec,
+                        status=row.status,
+                        reason=row.reason,
+                        measured_us=row.latency_us if ok else None,
+                        predicted_us=pred,
+                        measured_plan_us=row.plan_us if ok else None,
+                        predicted_plan_us=plan,
+                    )
+                )
+    return results
+
+
+def run_live(
+    sim: SimResult,
+    models: dict[str, AttentionCostModel],
+    dep: Deployment,
+    count: int,
+    out_path: Path,
+    *,
+    prefill: bool = False,
+    device: str = "auto",
+    progress: Callable[[str], None] = lambda msg: None,
+) -> dict[str, Any]:
+    """Measure `count` sampled steps of `sim` with every variant in `models` on the GPU.
+
+    Writes the measured rows to `out_path` (a results file: header + rows, cold-L2 CUDA-graph
+    timing as `attnbench run`) and returns the comparison (JSON-able). Needs CUDA; raises
+    RuntimeError without it.
+    """
+    from attnbench.backends import select_backends
+    from attnbench.hardware import detect, resolve_device
+    from attnbench.measure.config import MeasureConfig
+    from attnbench.results import Header, ResultWriter, provenance
+    from attnbench.sweep import SweepContext
+
+    dev, _ = resolve_device(device)
+    info = detect(dev)
+    if info.kind != "cuda":
+        raise RuntimeError("--live needs a CUDA GPU (it measures the replayed steps on it)")
+    backends = {b.name: b for b in select_backends(sorted(models))}
+    run_id = out_path.stem
+    with ResultWriter(out_path) as writer:
+        writer.write(
+            Header(
+                run_id=run_id,
+                provenance=provenance(),
+                settings={"replay_live": {"samples": count, "prefill": prefill}},
+                device=info.as_dict(),
+            )
+        )
+        ctx = SweepContext(
+            run_id=run_id, info=info, measure_cfg=MeasureConfig(), on_row=writer.write
+        )
+        results = measure_samples(
+            sim, models, dep, count, ctx, backends, prefill=prefill, progress=progress
+        )
+    return live_report(results, str(out_path), info.name)
+
+
+def live_report(results: list[LiveResult], rows_file: str, device: str) -> dict[str, Any]:
+    summary = error_summary(results)
+    worst = [v["rel_rmse"] for v in summary.values() if v["rel_rmse"] is not None]
+    return {
+        "rows_file": rows_file,
+        "device": device,
+        "samples": [r.as_dict() for r in results],
+        "summary": summary,
+        "worst_rel_rmse": max(worst) if worst else None,
+    }

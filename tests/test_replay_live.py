@@ -1,0 +1,132 @@
+"""`--live`: sampling replayed steps, turning them into sweep cases, comparing with the model.
+
+The loop runs on CPU with the `reference` backend and the fake timer; the real measurement is
+the GPU test at the end (`pytest -m gpu` on the H200).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import replay_rows as rr
+from attnbench.replay.costmodel import ShapeKey, fit_models
+from attnbench.replay.deployment import Deployment
+from attnbench.replay.gemm import GemmRoofline
+from attnbench.replay.live import live_report, measure_samples, predict, sample_steps, step_spec
+from attnbench.replay.simulator import SchedulerConfig, SimResult, simulate
+from attnbench.replay.stepcost import ReplayCost
+from attnbench.replay.traffic import ReplayRequest
+
+KEY = ShapeKey(8, 1, 128, "bfloat16", "bfloat16", 16)
+DEP = Deployment()
+
+
+def _reference_models() -> dict:
+    rows = [r.model_copy(update={"backend": "reference"}) for r in rr.rows(("flashinfer:fa2",))]
+    models, _ = fit_models(rows, KEY)
+    return models
+
+
+def _small_sim(models: dict) -> SimResult:
+    rng = np.random.default_rng(1)
+    reqs = [
+        ReplayRequest(0.01 * i, int(rng.integers(20, 300)), int(rng.integers(2, 12)))
+        for i in range(12)
+    ]
+    m = models["reference"]
+    cost = ReplayCost("reference", m, m, GemmRoofline(DEP, 4000.0, 700.0), DEP.num_layers)
+    return simulate(reqs, SchedulerConfig(kv_pages=10_000, token_budget=256), cost)
+
+
+def test_samples_spread_over_the_replay() -> None:
+    sim = _small_sim(_reference_models())
+    steps = sample_steps(sim, 4)
+    assert len(steps) == 4
+    assert steps == sorted(set(steps))
+    totals = sim.features.kv_total[steps]
+    assert (sim.features.n_decode[steps] > 0).all()
+    assert totals.min() == sim.features.kv_total[sim.features.n_decode > 0].min()
+    assert totals.max() == sim.features.kv_total.max()
+    pre = sample_steps(sim, 3, part="prefill")
+    assert (sim.features.n_prefill[pre] > 0).all()
+    assert sample_steps(sim, 0) == []
+
+
+def test_step_spec_is_the_exact_batch() -> None:
+    sim = _small_sim(_reference_models())
+    step = sample_steps(sim, 1)[0]
+    spec = step_spec(sim, step, DEP)
+    b = sim.batch(step)
+    assert spec.kind == "decode"
+    assert spec.kv_lens == tuple(b.decode_kv_lens.tolist())
+    assert (spec.num_qo_heads, spec.num_kv_heads, spec.num_layers) == (8, 1, 80)
+    pstep = sample_steps(sim, 1, part="prefill")[0]
+    pspec = step_spec(sim, pstep, DEP, "prefill")
+    assert pspec.qo_lens == tuple(sim.batch(pstep).prefill_qo_lens.tolist())
+    assert pspec.kind in ("prefill", "append")
+
+
+def test_measure_samples_runs_the_sweep_and_scores_the_model(tmp_path: Path) -> None:
+    from attnbench.backends import select_backends
+    from attnbench.hardware import detect
+    from attnbench.measure.config import MeasureConfig
+    from attnbench.sweep import SweepContext
+
+    models = _reference_models()
+    sim = _small_sim(models)
+    rows = []
+    ctx = SweepContext(
+        run_id="live-test",
+        info=detect("cpu"),
+        measure_cfg=MeasureConfig(timer="fake", fake_samples_us=(50.0,), cold_l2=False),
+        on_row=rows.append,
+    )
+    backends = {b.name: b for b in select_backends(["reference"])}
+    results = measure_samples(sim, models, DEP, 2, ctx, backends, prefill=True)
+    assert {r.part for r in results} == {"decode", "prefill"}
+    assert all(r.status == "ok" for r in results), [r.reason for r in results]
+    assert len(rows) == len(results)
+    for r in results:
+        assert r.measured_us == 50.0
+        assert r.predicted_us == pytest.approx(predict(models["reference"], r.spec)[0])
+        assert r.rel_err == pytest.approx(r.predicted_us / 50.0 - 1)
+    report = live_report(results, "rows.jsonl", "cpu")
+    assert report["summary"]["reference decode"]["measured"] == 2
+    assert report["worst_rel_rmse"] == max(v["rel_rmse"] for v in report["summary"].values())
+
+
+@pytest.mark.gpu
+def test_live_replay_on_the_gpu(tmp_path: Path) -> None:
+    """On the H200: replay a slice with (fake-coefficient) flashinfer:fa2 rows and measure 3
+    replayed decode steps with the real kernel; the rows file and the error summary come back."""
+    from attnbench.cli import app
+
+    results = rr.write(tmp_path / "rows.jsonl", rr.rows(("flashinfer:fa2",)))
+    out, live_out = tmp_path / "replay.json", tmp_path / "live.jsonl"
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay", str(results), "--trace", "azure-conv", "--limit", "60", "--live", "3",
+            "--live-out", str(live_out), "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    import json
+
+    doc = json.loads(out.read_text())
+    live = doc["live"]
+    assert live["samples"], live
+    assert all(
+        s["status"] in ("ok", "unsupported", "error", "oom", "mismatch") for s in live["samples"]
+    )
+    from attnbench.results import read_results
+
+    assert len(read_results(live_out).rows) == len(live["samples"])
+    import importlib.util
+
+    if importlib.util.find_spec("flashinfer") is not None:
+        assert live["summary"]["flashinfer:fa2 decode"]["measured"] >= 1
