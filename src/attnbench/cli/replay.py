@@ -150,6 +150,15 @@ def replay(
     if data.get("padded_vs_ragged"):
         console.print(_padded_table(data))
     console.print(_models_table(data))
+    for r in data["runs"]:
+        far = r["extrapolated"]["far_steps_frac"]
+        if far > 0.01:
+            note(
+                f"{r['candidate']} at {r['rate_scale']:g}x: {100 * far:.0f}% of steps lie beyond "
+                f"1.5x the measured rows (up to {r['extrapolated']['max_factor']:.1f}x): their "
+                "attention cost is extrapolated (measure rows that cover them: "
+                "`attnbench run --suite replay`, larger batches or longer contexts)"
+            )
     if live:
         data["live"] = _live(outcome, live, live_prefill, live_out, out, device)
     if out is not None:
