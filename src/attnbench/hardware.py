@@ -123,6 +123,9 @@ class Ceilings:
 
     copy_bandwidth_gbps: float
     """Device-to-device copy: (bytes read + bytes written) / median time."""
+    read_bandwidth_gbps: float | None = None
+    """A pure streaming read (a sum over a large tensor): the ceiling of read-only kernels such
+    as decode, which can exceed the copy figure (no read/write turnaround)."""
     matmul_tflops: dict[str, float] = field(default_factory=dict)
     """Large square matrix product per input dtype (bfloat16, fp8_e4m3 where supported)."""
     method: dict[str, str] = field(default_factory=dict)
@@ -151,7 +154,7 @@ def measure_ceilings(info: DeviceInfo, *, quick: bool = False) -> Ceilings:
         max_time_ms=300 if quick else 1500,
     )
 
-    copy_bytes = (1 << 30) if cuda else (64 << 20)
+    copy_bytes = (1 << 30) if cuda else (256 << 20)
     if quick:
         copy_bytes //= 4
     src = torch.empty(copy_bytes, dtype=torch.uint8, device=dev).random_(0, 255)
@@ -159,12 +162,18 @@ def measure_ceilings(info: DeviceInfo, *, quick: bool = False) -> Ceilings:
     m = measure(lambda: dst.copy_(src), cfg, device=dev, graph_safe=False)
     copy_gbps = 2 * copy_bytes / (m.stats.median_us * 1e3)
     src = dst = torch.empty(0, device=dev)  # free the copy buffers before the matmuls
+    x = torch.empty(copy_bytes // 4, dtype=torch.float32, device=dev).normal_()
+    m_read = measure(lambda: x.sum(), cfg, device=dev, graph_safe=False)
+    read_gbps = copy_bytes / (m_read.stats.median_us * 1e3)
+    x = torch.empty(0, device=dev)
 
     n = (8192 if not quick else 4096) if cuda else 1024
     tflops: dict[str, float] = {}
     method = {
         "copy": f"torch copy_ of {copy_bytes >> 20} MiB, read+write bytes / median of "
         f"{m.stats.n} ({m.timer})",
+        "read": f"torch sum over {copy_bytes >> 20} MiB fp32, bytes read / median of "
+        f"{m_read.stats.n}",
     }
     gen = torch.Generator(device=dev).manual_seed(0)
     mm_dtype = torch.bfloat16 if cuda else torch.float32
@@ -189,4 +198,9 @@ def measure_ceilings(info: DeviceInfo, *, quick: bool = False) -> Ceilings:
             tflops["fp8_e4m3"] = 2 * n**3 / (m.stats.median_us * 1e6)
         except Exception as exc:  # fp8 GEMM unsupported by this torch build
             method["fp8"] = f"not measured: {type(exc).__name__}: {exc}"[:200]
-    return Ceilings(copy_bandwidth_gbps=copy_gbps, matmul_tflops=tflops, method=method)
+    return Ceilings(
+        copy_bandwidth_gbps=copy_gbps,
+        read_bandwidth_gbps=read_gbps,
+        matmul_tflops=tflops,
+        method=method,
+    )

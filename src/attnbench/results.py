@@ -90,6 +90,9 @@ class ResultRow(BaseModel):
     bandwidth_gbps: float | None = None
     tflops: float | None = None
     bandwidth_frac_measured: float | None = None
+    """Achieved bandwidth over the copy bandwidth measured in the run (read + write)."""
+    bandwidth_frac_read: float | None = None
+    """Achieved bandwidth over the streaming-read bandwidth measured in the run."""
     bandwidth_frac_spec: float | None = None
     tflops_frac_measured: float | None = None
     tflops_frac_spec: float | None = None

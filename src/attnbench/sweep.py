@@ -257,6 +257,7 @@ def _ok_row(
         bandwidth_gbps=gbps,
         tflops=tflops,
         bandwidth_frac_measured=metrics.fraction(gbps, ceil.copy_bandwidth_gbps if ceil else None),
+        bandwidth_frac_read=metrics.fraction(gbps, ceil.read_bandwidth_gbps if ceil else None),
         bandwidth_frac_spec=metrics.fraction(gbps, sheet.bandwidth_gbps if sheet else None),
         tflops_frac_measured=metrics.fraction(tflops, ceil.tflops_for(mma_dtype) if ceil else None),
         tflops_frac_spec=metrics.fraction(tflops, sheet.tflops.get(mma_dtype) if sheet else None),

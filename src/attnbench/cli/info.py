@@ -78,6 +78,8 @@ def hw(
         f" ({copy / sheet.bandwidth_gbps:.0%} of spec {sheet.bandwidth_gbps:.0f})" if sheet else ""
     )
     table.add_row("copy bandwidth (measured)", f"{copy:.0f} GB/s{frac}")
+    if ceilings.read_bandwidth_gbps:
+        table.add_row("read bandwidth (measured)", f"{ceilings.read_bandwidth_gbps:.0f} GB/s")
     for dtype, tf in ceilings.matmul_tflops.items():
         spec_tf = sheet.tflops.get(dtype) if sheet else None
         frac = f" ({tf / spec_tf:.0%} of spec {spec_tf:.0f})" if spec_tf else ""

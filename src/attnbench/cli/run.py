@@ -202,8 +202,11 @@ def _print_ceilings(ceilings: dict[str, Any] | None) -> None:
     if not ceilings:
         return
     mm = ", ".join(f"{k} {v:.0f}" for k, v in ceilings.get("matmul_tflops", {}).items())
+    read = ceilings.get("read_bandwidth_gbps")
+    read_txt = f", read {read:.0f} GB/s" if read else ""
     console.print(
-        f"ceilings: copy {ceilings['copy_bandwidth_gbps']:.0f} GB/s; matmul TFLOP/s: {mm}"
+        f"ceilings: copy {ceilings['copy_bandwidth_gbps']:.0f} GB/s{read_txt}; "
+        f"matmul TFLOP/s: {mm}"
     )
 
 
