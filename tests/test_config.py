@@ -85,3 +85,8 @@ def test_bad_env_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ATTNBENCH_BATCH_SIZE", "many")
     with pytest.raises(ConfigError, match="batch_size='many'"):
         load_settings()
+
+
+def test_repeated_length_flags_may_hold_semicolons() -> None:
+    s, _ = load_settings({"lengths": ["16384;mixed", "uniform:1-9"]})
+    assert s.lengths == ["16384", "mixed", "uniform:1-9"]

@@ -69,6 +69,13 @@ def _split_semicolon(value: Any) -> Any:
         if text.startswith("["):
             return _split(text)
         return [v.strip() for v in text.split(";") if v.strip()]
+    if isinstance(value, list):  # repeated CLI flags, each of which may hold `a;b`
+        return [
+            p.strip()
+            for v in value
+            for p in (v.split(";") if isinstance(v, str) else [v])
+            if not isinstance(p, str) or p.strip()
+        ]
     return value
 
 

@@ -15,9 +15,20 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 
-from attnbench.cli import analyze, fp8, info, replay, run, tune, workloads  # noqa: E402  (commands register on `app`)
+from attnbench.cli import analyze, fidelity, fp8, info, replay, run, tune, workloads  # noqa: E402  (commands register on `app`)
 
-__all__ = ["analyze", "app", "fp8", "info", "main", "replay", "run", "tune", "workloads"]
+__all__ = [
+    "analyze",
+    "app",
+    "fidelity",
+    "fp8",
+    "info",
+    "main",
+    "replay",
+    "run",
+    "tune",
+    "workloads",
+]
 
 
 def main() -> None:

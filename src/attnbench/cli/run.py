@@ -205,8 +205,7 @@ def _print_ceilings(ceilings: dict[str, Any] | None) -> None:
     read = ceilings.get("read_bandwidth_gbps")
     read_txt = f", read {read:.0f} GB/s" if read else ""
     console.print(
-        f"ceilings: copy {ceilings['copy_bandwidth_gbps']:.0f} GB/s{read_txt}; "
-        f"matmul TFLOP/s: {mm}"
+        f"ceilings: copy {ceilings['copy_bandwidth_gbps']:.0f} GB/s{read_txt}; matmul TFLOP/s: {mm}"
     )
 
 
