@@ -30,8 +30,9 @@ EXPECTED = {
     "faulty:jit": ("error", "Ninja build failed"),
     "faulty:oom": ("oom", "out of memory"),
     "faulty:unavail": ("unsupported", "not installed"),
-    "faulty:hang": ("timeout", "no result within"),
+    "faulty:hang": ("timeout", "run took over"),
     "faulty:crash": ("error", "died twice"),
+    "faulty:slowplan": ("timeout", "plan (JIT compile) took over"),
 }
 
 
@@ -76,9 +77,9 @@ def test_in_process_faults_become_rows(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_worker_pool_survives_hangs_and_crashes(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    backends = ["reference", "faulty:hang", "faulty:crash", "faulty:nan"]
+    backends = ["reference", "faulty:hang", "faulty:slowplan", "faulty:crash", "faulty:nan"]
     t0 = time.monotonic()
-    execute(_cli(out, backends, workers=2, case_timeout_s=3.0))
+    execute(_cli(out, backends, workers=2, case_timeout_s=3.0, plan_timeout_s=4.0))
     _check(out, backends)
     assert time.monotonic() - t0 < 120
     rows = read_results(out).rows

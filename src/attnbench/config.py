@@ -151,7 +151,10 @@ class Settings(BaseSettings):
     workers: int = 0
     """CPU worker processes (0: run in this process). GPU runs always use workers."""
     case_timeout_s: float = 600.0
-    """Kill a (case, variant) that runs longer than this in a worker (0: no limit)."""
+    """Kill a (case, variant) whose run and measurement take longer than this in a worker
+    (0: no limit)."""
+    plan_timeout_s: float = 1800.0
+    """Limit for a variant's plan, where libraries JIT-compile kernels on first use."""
     ray: str | None = None
     """Run cases as Ray tasks on this cluster address (`local` starts one here)."""
 
@@ -229,7 +232,7 @@ class Settings(BaseSettings):
             raise ValueError("must be 0 or more")
         return v
 
-    @field_validator("case_timeout_s")
+    @field_validator("case_timeout_s", "plan_timeout_s")
     @classmethod
     def _timeout(cls, v: float) -> float:
         if not v >= 0:

@@ -6,8 +6,10 @@ CUDA_VISIBLE_DEVICES, measures that GPU's ceilings, then takes cases from the pa
 time (dynamic sharding: fast workers take more). It streams rows back; the parent writes them.
 
 Failure handling (parent side):
-- a (case, variant) running longer than `case_timeout_s`: the worker is killed, a `timeout`
-  row is written, the case's remaining variants go back to the queue, a fresh worker starts;
+- a (case, variant) whose run and measurement take longer than `case_timeout_s`, or whose
+  `plan` takes longer than `plan_timeout_s` (plan is where libraries JIT-compile kernels, which
+  can take minutes the first time): the worker is killed, a `timeout` row is written, the
+  case's remaining variants go back to the queue, a fresh worker starts;
 - a worker that dies: its in-flight (case, variant) is retried once on a fresh worker; if that
   dies too, an `error` row says so;
 - an `error` row that mentions a CUDA error: the worker exits after the case (its context may
@@ -104,6 +106,9 @@ def worker_main(
         def on_start(name: str, job: Job = job) -> None:
             outbox.put(("start", slot.worker_id, job.job_id, name))
 
+        def on_planned(name: str, job: Job = job) -> None:
+            outbox.put(("planned", slot.worker_id, job.job_id, name))
+
         ctx = SweepContext(
             run_id=run_id,
             info=info,
@@ -111,6 +116,7 @@ def worker_main(
             ceilings=ceilings,
             on_row=on_row,
             on_start=on_start,
+            on_planned=on_planned,
         )
         spec = WorkloadSpec.model_validate(job.spec)
         run_case(spec, select_backends(list(job.backends)), ctx)
@@ -128,6 +134,8 @@ class _Worker:
     job: Job | None = None
     current: str | None = None
     started_s: float = 0.0
+    planned: bool = False
+    """Whether the current variant's plan (JIT compilation) has finished."""
     finished: set[str] = field(default_factory=set)
 
 
@@ -141,6 +149,7 @@ class WorkerPool:
         measure_cfg: MeasureConfig,
         *,
         case_timeout_s: float = 0.0,
+        plan_timeout_s: float = 1800.0,
         on_row: Callable[[ResultRow], None],
         on_ready: Callable[[list[dict[str, Any]]], None] = lambda infos: None,
     ) -> None:
@@ -150,6 +159,7 @@ class WorkerPool:
         self.run_id = run_id
         self.measure_cfg = measure_cfg
         self.case_timeout_s = case_timeout_s
+        self.plan_timeout_s = plan_timeout_s
         self.on_row = on_row
         self.on_ready = on_ready
         self.workers: dict[int, _Worker] = {}
@@ -236,7 +246,9 @@ class WorkerPool:
         if w is None or w.job is None or msg[2] != w.job.job_id:
             return  # a message from a job already given up on
         if kind == "start":
-            w.current, w.started_s = msg[3], time.monotonic()
+            w.current, w.started_s, w.planned = msg[3], time.monotonic(), False
+        elif kind == "planned":
+            w.started_s, w.planned = time.monotonic(), True
         elif kind == "row":
             row = ResultRow.model_validate(msg[3])
             w.finished.add(row.backend)
@@ -247,11 +259,12 @@ class WorkerPool:
 
     def _watch(self, w: _Worker, pending: deque[Job]) -> None:
         """Kill a worker stuck past the timeout; replace a dead one; requeue what is left."""
+        limit = self.case_timeout_s if w.planned else self.plan_timeout_s
         overdue = (
             self.case_timeout_s > 0
             and w.job is not None
             and w.current is not None
-            and time.monotonic() - w.started_s > self.case_timeout_s
+            and time.monotonic() - w.started_s > limit
         )
         dead = not w.proc.is_alive()
         if not (overdue or dead):
@@ -268,7 +281,8 @@ class WorkerPool:
                     job,
                     current,
                     "timeout",
-                    f"no result within {self.case_timeout_s:g} s: worker killed",
+                    f"{'run' if w.planned else 'plan (JIT compile)'} took over {limit:g} s: "
+                    "worker killed",
                 )
                 left = [b for b in left if b != current]
             elif dead and current is not None and job.attempt >= 1:

@@ -84,6 +84,7 @@ def run_session(
     settings: dict[str, Any],
     skip: set[tuple[str, str]],
     case_timeout_s: float,
+    plan_timeout_s: float = 1800.0,
     write: Callable[[Header | ResultRow], None],
     on_status: Callable[[str], None] = lambda text: None,
 ) -> None:
@@ -126,7 +127,13 @@ def run_session(
 
     on_status(f"starting {len(slots)} worker(s); each measures its device's ceilings")
     pool = WorkerPool(
-        slots, run_id, measure_cfg, case_timeout_s=case_timeout_s, on_row=write, on_ready=ready
+        slots,
+        run_id,
+        measure_cfg,
+        case_timeout_s=case_timeout_s,
+        plan_timeout_s=plan_timeout_s,
+        on_row=write,
+        on_ready=ready,
     )
     pool.run(jobs)
 

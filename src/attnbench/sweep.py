@@ -47,6 +47,9 @@ class SweepContext:
     on_row: Callable[[ResultRow], None] = lambda row: None
     on_start: Callable[[str], None] = lambda backend: None
     """Called with the variant's name before each (case, variant) starts (for watchdogs)."""
+    on_planned: Callable[[str], None] = lambda backend: None
+    """Called once `plan` (where JIT compilation happens) has returned: the watchdog then
+    switches from the plan time limit to the run time limit."""
     _flusher: L2Flusher | None = None
     _availability: dict[str, str | None] = field(default_factory=dict)
 
@@ -165,6 +168,7 @@ def run_backend(
         planned = backend.plan(spec, inputs, knobs)
         _sync(dev)
         plan_us = _time_replan(planned, dev)
+        ctx.on_planned(backend.name)
 
         if planned.out is not None:
             planned.out.fill_(float("nan"))

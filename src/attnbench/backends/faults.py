@@ -8,6 +8,7 @@ e.g. `--backend faulty:nan`.
     faulty:nan       run returns NaN
     faulty:wrong     run returns a wrong (shifted) answer
     faulty:hang      run sleeps for an hour (needs --case-timeout in a worker)
+    faulty:slowplan  plan sleeps for an hour, like a JIT compile that never ends
     faulty:crash     the process exits hard (os._exit) inside run
     faulty:unavail   the library is "not installed"
 """
@@ -26,7 +27,7 @@ from attnbench.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
 
-FAULTS = ("raise", "jit", "oom", "nan", "wrong", "hang", "crash", "unavail")
+FAULTS = ("raise", "jit", "oom", "nan", "wrong", "hang", "slowplan", "crash", "unavail")
 
 
 class FaultyBackend:
@@ -54,6 +55,8 @@ class FaultyBackend:
     ) -> PlannedRun:
         if self.fault == "raise":
             raise RuntimeError("injected failure in plan")
+        if self.fault == "slowplan":
+            time.sleep(3600)
         if self.fault == "jit":
             raise RuntimeError("Ninja build failed: error: identifier 'fault' is undefined (JIT)")
         good = reference_attention(inputs, accum_dtype=torch.float32).to(inputs.q.dtype)

@@ -182,6 +182,7 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
                 settings=settings.model_dump(mode="json") | {"suite": suite_name},
                 skip=skip,
                 case_timeout_s=settings.case_timeout_s,
+                plan_timeout_s=settings.plan_timeout_s,
                 write=write,
                 on_status=lambda text: progress.update(task, description=text),
             )
