@@ -174,7 +174,8 @@ def latency_vs_context(ok: pd.DataFrame, label: str, relative: bool = False) -> 
                     b["kv_max"], b["rel"], "o-", ms=4, color=cmap[str(backend)], label=str(backend)
                 )
             ax.axhline(1, color="k", lw=0.8)
-            ax.set_ylabel("latency / fastest at that context")
+            ax.set_yscale("log")  # slow fallbacks (math, flex) must not flatten the leaders
+            ax.set_ylabel("latency / fastest at that context (log)")
         else:
             _lines(ax, g, "kv_max", cmap)
             ax.set_yscale("log")

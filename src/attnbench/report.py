@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 
 from attnbench.analysis import Loaded, ceilings_for, latest, ok_rows, provenance_label
+from attnbench.recommend import NON_SERVING
 
 SECTION_MODULES: list[str] = ["attnbench.report_sections", "attnbench.replay.section"]
 """Modules whose import registers sections (missing ones are skipped)."""
@@ -148,6 +149,8 @@ def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
     frame = latest(loaded.frame)
     gpus = sorted(set(frame["gpu"])) if not frame.empty else [""]
     ok = ok_rows(loaded.frame)
+    if not ok.empty:  # performance sections show serving kernels, not the oracle or faults
+        ok = ok[~ok["library"].isin(NON_SERVING | {"faulty"})]
     regs = sorted(_SECTIONS.values(), key=lambda r: (r.order, r.name))
     out = []
     for i, gpu in enumerate(gpus):

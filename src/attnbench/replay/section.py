@@ -39,8 +39,13 @@ def _ms(v: float | None) -> str:
     return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
+def _number(v: object) -> bool:
+    """A real number (JSON writes NaN as null)."""
+    return isinstance(v, int | float) and not math.isnan(v)
+
+
 def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.0f}%"
+    return f"{100 * v:.0f}%" if v is not None and _number(v) else "-"
 
 
 def describe(doc: dict[str, Any]) -> str:
@@ -152,13 +157,11 @@ def models_table(doc: dict[str, Any]) -> Table:
                 m["backend"],
                 dec["n_rows"] if dec else 0,
                 f"{m['decode_bandwidth_gbps']:.0f}" if m.get("decode_bandwidth_gbps") else "-",
-                _pct(dec["cv_rel_rmse"]) if dec and not math.isnan(dec["cv_rel_rmse"]) else "-",
-                _pct(dec["cv_max_rel_err"])
-                if dec and not math.isnan(dec["cv_max_rel_err"])
-                else "-",
+                _pct(dec["cv_rel_rmse"]) if dec else "-",
+                _pct(dec["cv_max_rel_err"]) if dec and _number(dec["cv_max_rel_err"]) else "-",
                 pre["n_rows"] if pre else 0,
                 f"{m['prefill_tflops']:.0f}" if m.get("prefill_tflops") else "-",
-                _pct(pre["cv_rel_rmse"]) if pre and not math.isnan(pre["cv_rel_rmse"]) else "-",
+                _pct(pre["cv_rel_rmse"]) if pre else "-",
                 "; ".join(m.get("notes") or []),
             ]
         )
