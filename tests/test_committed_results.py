@@ -1,0 +1,97 @@
+"""The H200 results committed under results/ are the embedded default: report, recommend,
+compare and replay run on them with no GPU (this is what a user without a GPU sees)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+from attnbench.results import read_results
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("ATTNBENCH_RESULTS", raising=False)
+
+
+def test_committed_results_are_real_h200_measurements() -> None:
+    files = sorted(RESULTS.glob("*.jsonl"))
+    assert files
+    for f in files:
+        rf = read_results(f)
+        assert rf.header is not None
+        assert "H200" in rf.header.device["name"]
+        assert rf.header.ceilings is not None
+        assert rf.header.ceilings["copy_bandwidth_gbps"] > 3000
+        ok = [r for r in rf.rows if r.status == "ok"]
+        assert ok
+        assert all(r.accuracy and r.accuracy["passed"] for r in ok)
+        assert all(r.measurement and r.measurement["timer"] != "fake" for r in ok)
+
+
+def test_report_on_the_embedded_default(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["report", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "report.md").read_text()
+    for section in (
+        "Recommendation",
+        "Decode latency",
+        "Roofline",
+        "Raggedness",
+        "FP8 KV cache",
+        "Accuracy",
+        "Serving replay",
+    ):
+        assert f"## {section}" in md, section
+    assert "This section failed" not in md
+    html = (tmp_path / "report.html").read_text()
+    assert "data:image/png;base64," in html
+    assert "<script" not in html
+
+
+def test_recommend_on_the_embedded_default(tmp_path: Path) -> None:
+    out = tmp_path / "decision.json"
+    res = runner.invoke(app, ["recommend", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "vllm serve" in res.output
+    assert "sglang.launch_server" in res.output
+    assert json.loads(out.read_text())
+
+
+def test_compare_a_run_with_itself_is_all_ties() -> None:
+    f = str(RESULTS / "h200-ragged.jsonl")
+    res = runner.invoke(app, ["compare", f, f])
+    assert res.exit_code == 0, res.output
+    summary = res.output.split("summary:", 1)[1].splitlines()[0]
+    assert "slower" not in summary
+    assert "faster" not in summary
+    assert "tie" in summary
+
+
+def test_replay_on_committed_results_over_a_trace_slice(tmp_path: Path) -> None:
+    out = tmp_path / "replay.json"
+    res = runner.invoke(
+        app,
+        [
+            "replay",
+            str(RESULTS / "h200-brief70b.jsonl"),
+            "--trace",
+            "azure-code",
+            "--limit",
+            "200",
+            "--out",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc
