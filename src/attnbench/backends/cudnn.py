@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from attnbench.backends.base import PlannedRun, Unsupported
+from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
 from attnbench.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
@@ -69,7 +69,7 @@ class CudnnFrontendBackend:
         inputs: AttentionInputs,
         knobs: Mapping[str, object] | None = None,
     ) -> PlannedRun:
-        raise NotImplementedError(COVERED_BY)
+        raise UnsupportedCase(COVERED_BY)  # check() always says so first
 
 
 def backends() -> list[CudnnFrontendBackend]:
