@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnbench.backends import cudnn, select_backends
+from attnbench.backends.base import UnsupportedCase
 from attnbench.hardware import DeviceInfo
 from attnbench.workload.spec import WorkloadSpec
 
@@ -35,7 +36,7 @@ def test_installed_frontend_points_to_the_covering_variants(
     assert "flashinfer:cudnn" in why.reason
     assert "sdpa:cudnn" in why.reason
     assert "1.32.0" in why.reason
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(UnsupportedCase):
         b.plan(SPEC, None, None)  # type: ignore[arg-type]
 
 
