@@ -5,6 +5,8 @@
 # with `.device` carried (site.tar.xz from pack.sh, plus jitcache.tar.xz: FlashInfer modules
 # compiled in an earlier session, so kernels are not recompiled).
 set -uo pipefail
+# The machine gets the working tree without .git: pass the commit as ATTNBENCH_GIT_SHA=$(git
+# rev-parse --short=12 HEAD) in front of the command so every results header names it.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if [ -f .device/jitcache.tar.xz ] && [ ! -d /tmp/flashinfer-ws ]; then
   tar xJf .device/jitcache.tar.xz -C /tmp

@@ -3,6 +3,8 @@
 # test in parallel processes (which also compiles FlashInfer's JIT modules in parallel).
 #   source .device/setup.sh; bash scripts/gpu_validate.sh
 set -uo pipefail
+# The machine gets the working tree without .git: pass the commit as ATTNBENCH_GIT_SHA=$(git
+# rev-parse --short=12 HEAD) in front of the command so every results header names it.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export MAX_JOBS=${MAX_JOBS:-6}
 {

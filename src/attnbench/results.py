@@ -119,6 +119,10 @@ def now_iso() -> str:
 
 
 def git_sha() -> str:
+    """The source's git commit (`-dirty` with local edits). A copy without `.git` (a remote GPU
+    machine gets the working tree only) can name it in `ATTNBENCH_GIT_SHA`."""
+    if os.environ.get("ATTNBENCH_GIT_SHA"):
+        return os.environ["ATTNBENCH_GIT_SHA"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
