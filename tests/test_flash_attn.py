@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from tests.backend_cases import TREE, device, make_spec
 
 from attnbench.backends import flash_attn as fa
 from attnbench.backends.fa_lib import FlashLib
@@ -18,10 +19,9 @@ from attnbench.hardware import DeviceInfo, detect
 from attnbench.measure.config import MeasureConfig
 from attnbench.sweep import SweepContext, run_backend
 from attnbench.workload.inputs import make_inputs
-from attnbench.workload.spec import TreeSpec, WorkloadSpec
+from attnbench.workload.spec import WorkloadSpec
 from attnbench.workload.trees import chain
 
-TREE = TreeSpec(name="tree-5", parents=(-1, 0, 0, 1, 1))
 # Argument names of `torch.ops.fa3_fwd.fwd` (fa3-fwd 0.0.3 schema, read from its _C.abi3.so).
 FA3_FWD_ARGS = frozenset(
     [
@@ -61,33 +61,6 @@ FA3_FWD_ARGS = frozenset(
         "sm_margin",
     ]
 )
-
-
-def device(sm: int = 90, kind: str = "cuda") -> DeviceInfo:
-    cc = (sm // 10, sm % 10) if kind == "cuda" else None
-    return DeviceInfo(kind, 0, "NVIDIA H200", cc, 132, 50 << 20, 141 << 30)
-
-
-def make_spec(kind: str = "decode", **overrides: Any) -> WorkloadSpec:
-    shapes: dict[str, dict[str, Any]] = {
-        "decode": {"kv_lens": (40, 9, 73), "qo_lens": (1, 1, 1)},
-        "append": {"kv_lens": (40, 12, 73), "qo_lens": (4, 3, 5)},
-        "prefill": {"kv_lens": (21, 9, 40), "qo_lens": (21, 9, 40)},
-        "tree": {"kv_lens": (40, 12, 73), "qo_lens": (5, 5, 5), "tree": TREE},
-        "shared_prefix": {"kv_lens": (40, 37, 60), "qo_lens": (1, 1, 1), "shared_prefix_len": 20},
-    }
-    fields: dict[str, Any] = {
-        "kind": kind,
-        "num_qo_heads": 8,
-        "num_kv_heads": 2,
-        "head_dim": 32,
-        "page_size": 8,
-        "dtype": "bfloat16",
-        "kv_dtype": "bfloat16",
-        **shapes[kind],
-    }
-    fields.update(overrides)
-    return WorkloadSpec(**fields)
 
 
 # -- a torch emulation of FA3's forward semantics (bottom-right causal, GQA, varlen, fp8) -------

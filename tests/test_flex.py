@@ -8,6 +8,7 @@ from typing import Any, cast
 
 import pytest
 import torch
+from tests.backend_cases import KINDS, make_spec
 
 from attnbench.backends import flex
 from attnbench.backends.masks import request_mask, token_ids
@@ -16,33 +17,9 @@ from attnbench.hardware import DeviceInfo, detect
 from attnbench.measure.config import MeasureConfig
 from attnbench.sweep import SweepContext, run_backend, run_case
 from attnbench.workload.inputs import make_inputs
-from attnbench.workload.spec import TreeSpec, WorkloadSpec
+from attnbench.workload.spec import WorkloadSpec
 
-TREE = TreeSpec(name="tree-5", parents=(-1, 0, 0, 1, 1))
-KINDS = ["decode", "append", "prefill", "tree", "shared_prefix"]
 EAGER = {"compiled": False}
-
-
-def make_spec(kind: str = "decode", **overrides: Any) -> WorkloadSpec:
-    shapes: dict[str, dict[str, Any]] = {
-        "decode": {"kv_lens": (40, 9, 73), "qo_lens": (1, 1, 1)},
-        "append": {"kv_lens": (40, 12, 73), "qo_lens": (4, 3, 5)},
-        "prefill": {"kv_lens": (21, 9, 40), "qo_lens": (21, 9, 40)},
-        "tree": {"kv_lens": (40, 12, 73), "qo_lens": (5, 5, 5), "tree": TREE},
-        "shared_prefix": {"kv_lens": (40, 37, 60), "qo_lens": (1, 1, 1), "shared_prefix_len": 20},
-    }
-    fields: dict[str, Any] = {
-        "kind": kind,
-        "num_qo_heads": 8,
-        "num_kv_heads": 2,
-        "head_dim": 32,
-        "page_size": 8,
-        "dtype": "bfloat16",
-        "kv_dtype": "bfloat16",
-        **shapes[kind],
-    }
-    fields.update(overrides)
-    return WorkloadSpec(**fields)
 
 
 @pytest.fixture
