@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import torch
-from tests.backend_cases import TREE, device, make_spec
 
 from attnbench.backends import flash_attn as fa
 from attnbench.backends.fa_lib import FlashLib
@@ -21,6 +20,7 @@ from attnbench.sweep import SweepContext, run_backend
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.spec import WorkloadSpec
 from attnbench.workload.trees import chain
+from backend_cases import TREE, device, make_spec
 
 # Argument names of `torch.ops.fa3_fwd.fwd` (fa3-fwd 0.0.3 schema, read from its _C.abi3.so).
 FA3_FWD_ARGS = frozenset(

@@ -8,7 +8,6 @@ from typing import Any, cast
 
 import pytest
 import torch
-from tests.backend_cases import KINDS, make_spec
 
 from attnbench.backends import flex
 from attnbench.backends.masks import request_mask, token_ids
@@ -18,6 +17,7 @@ from attnbench.measure.config import MeasureConfig
 from attnbench.sweep import SweepContext, run_backend, run_case
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.spec import WorkloadSpec
+from backend_cases import KINDS, make_spec
 
 EAGER = {"compiled": False}
 

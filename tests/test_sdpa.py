@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import torch
-from tests.backend_cases import KINDS, device, make_spec
 
 from attnbench.backends import kvgather, sdpa
 from attnbench.backends.masks import padded_mask, request_mask
@@ -18,6 +17,7 @@ from attnbench.measure.config import MeasureConfig
 from attnbench.sweep import SweepContext, run_backend, run_case
 from attnbench.workload.inputs import make_inputs, tree_ancestor_mask
 from attnbench.workload.spec import WorkloadSpec
+from backend_cases import KINDS, device, make_spec
 
 
 @pytest.fixture
