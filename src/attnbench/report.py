@@ -36,7 +36,11 @@ import pandas as pd
 from attnbench.analysis import Loaded, ceilings_for, latest, ok_rows, provenance_label
 from attnbench.recommend import NON_SERVING
 
-SECTION_MODULES: list[str] = ["attnbench.report_sections", "attnbench.replay.section"]
+SECTION_MODULES: list[str] = [
+    "attnbench.report_sections",
+    "attnbench.replay.section",
+    "attnbench.fp8study.section",
+]
 """Modules whose import registers sections (missing ones are skipped)."""
 
 
