@@ -60,6 +60,7 @@ def test_report_on_the_embedded_default(tmp_path: Path) -> None:
         "Roofline",
         "Raggedness",
         "FP8 KV cache",
+        "FP8 numerics",
         "Accuracy",
         "Serving replay",
     ):
