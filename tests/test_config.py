@@ -90,3 +90,8 @@ def test_bad_env_value(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_repeated_length_flags_may_hold_semicolons() -> None:
     s, _ = load_settings({"lengths": ["16384;mixed", "uniform:1-9"]})
     assert s.lengths == ["16384", "mixed", "uniform:1-9"]
+
+
+def test_non_string_lengths_are_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="lengths"):
+        load_settings({"lengths": [0]})

@@ -70,10 +70,11 @@ def _split_semicolon(value: Any) -> Any:
             return _split(text)
         return [v.strip() for v in text.split(";") if v.strip()]
     if isinstance(value, list):  # repeated CLI flags, each of which may hold `a;b`
+        parts = [p for v in value for p in (v.split(";") if isinstance(v, str) else [v])]
+        # non-strings pass through for the type check to reject with a clear message
         return [
-            p.strip()
-            for v in value
-            for p in (v.split(";") if isinstance(v, str) else [v])
+            p.strip() if isinstance(p, str) else p
+            for p in parts
             if not isinstance(p, str) or p.strip()
         ]
     return value
