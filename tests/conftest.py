@@ -19,3 +19,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def gpu_device() -> torch.device:
     return torch.device("cuda:0")
+
+
+# Property tests draw the same examples on every run (a CI run must not fail by luck);
+# `HYPOTHESIS_PROFILE=explore pytest tests/test_properties.py` draws fresh ones to hunt for bugs.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", derandomize=True)
+_hypothesis_settings.register_profile("explore", derandomize=False)
+_hypothesis_settings.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "ci"))
