@@ -12,6 +12,7 @@ FP8 KV (0.7.4 prefill.py `run`):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -117,16 +118,7 @@ def plan_paged(
         "BatchPrefillWithPagedKVCacheWrapper", route, knobs, str(flashinfer.__version__)
     )
     details["custom_mask"] = route.custom_mask
-    return PlannedRun(
-        run=run,
-        resolved=str(getattr(wrapper, "_backend", route.backend)),
-        details=details,
-        out=out,
-        q_effective=query.q_effective,
-        precision=spec.kv_dtype if route.fp8_query else "",
-        workspace_bytes=WORKSPACE_BYTES,
-        replan=replan,
-    )
+    return _planned(wrapper, route, spec, query, run, replan, out, details)
 
 
 def gather_kv(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -191,16 +183,7 @@ def plan_ragged(
     )
     details["kv_contiguous"] = True
     details["gathered_kv_bytes"] = 2 * k.numel() * k.element_size()
-    return PlannedRun(
-        run=run,
-        resolved=str(getattr(wrapper, "_backend", route.backend)),
-        details=details,
-        out=out,
-        q_effective=query.q_effective,
-        precision=spec.kv_dtype if route.fp8_query else "",
-        workspace_bytes=WORKSPACE_BYTES,
-        replan=replan,
-    )
+    return _planned(wrapper, route, spec, query, run, replan, out, details)
 
 
 def plan_cascade(route: Route, spec: WorkloadSpec, inputs: AttentionInputs) -> PlannedRun:
@@ -262,6 +245,30 @@ def plan_cascade(route: Route, spec: WorkloadSpec, inputs: AttentionInputs) -> P
             "unique_pages": len(indices1),
             "flashinfer": str(flashinfer.__version__),
         },
+        workspace_bytes=WORKSPACE_BYTES,
+        replan=replan,
+    )
+
+
+def _planned(
+    wrapper: Any,
+    route: Route,
+    spec: WorkloadSpec,
+    query: Any,
+    run: Callable[[], torch.Tensor],
+    replan: Callable[[], None],
+    out: torch.Tensor,
+    details: dict[str, Any],
+) -> PlannedRun:
+    """The PlannedRun of a prefill wrapper: what ran (the wrapper's resolved backend), the fp8
+    query it saw and, when q is fp8, the fp8 error budget."""
+    return PlannedRun(
+        run=run,
+        resolved=str(getattr(wrapper, "_backend", route.backend)),
+        details=details,
+        out=out,
+        q_effective=query.q_effective,
+        precision=spec.kv_dtype if route.fp8_query else "",
         workspace_bytes=WORKSPACE_BYTES,
         replan=replan,
     )
