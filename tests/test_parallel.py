@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,23 @@ def test_ray_local_cluster_runs_the_sweep(tmp_path: Path) -> None:
         ("reference", "ok"),
     ]
     assert all("host" in r.details for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("not-an-address:99", "cannot reach not-an-address:99"),
+        ("127.0.0.1:1", "cannot reach 127.0.0.1:1"),
+        ("bogus", "allowed: local, auto, or [ray://]HOST:PORT"),
+        ("ray://host:0", "allowed"),
+    ],
+)
+def test_a_bad_ray_address_fails_at_once(address: str, message: str) -> None:
+    pytest.importorskip("ray")
+    from attnbench.raycluster import check_address
+
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="ray=") as err:
+        check_address(address, timeout_s=2.0)
+    assert message in str(err.value)
+    assert time.monotonic() - t0 < 10

@@ -5,6 +5,13 @@ context then costs one (case, variant), not the sweep. Each worker pins one GPU 
 CUDA_VISIBLE_DEVICES, measures that GPU's ceilings, then takes cases from the parent one at a
 time (dynamic sharding: fast workers take more). It streams rows back; the parent writes them.
 
+Each worker talks to the parent over its own pipe, and the parent holds no copy of the
+worker's end. So a worker that dies at any moment, even halfway through writing a message,
+closes its pipe: the parent reads the complete messages it sent, sees end-of-file where a
+message was cut, and never waits on a lock or a byte that a dead process holds. (A queue
+shared by all workers has one write lock: a worker killed while holding it blocked every
+other worker, and the parent with them.)
+
 Failure handling (parent side):
 - a (case, variant) whose run and measurement take longer than `case_timeout_s`, or whose
   `plan` takes longer than `plan_timeout_s` (plan is where libraries JIT-compile kernels, which
@@ -12,6 +19,9 @@ Failure handling (parent side):
   case's remaining variants go back to the queue, a fresh worker starts;
 - a worker that dies: its in-flight (case, variant) is retried once on a fresh worker; if that
   dies too, an `error` row says so;
+- a worker that dies (or stays silent for `ready_timeout_s`) before it is ready,
+  `MAX_START_FAILURES` times in a row: its slot is given up; with no slot left, every case
+  not yet run becomes an `error` row that says why, and the pool returns;
 - an `error` row that mentions a CUDA error: the worker exits after the case (its context may
   be poisoned) and a fresh one takes its place.
 """
@@ -20,11 +30,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from attnbench.measure.config import MeasureConfig
@@ -32,6 +42,7 @@ from attnbench.results import ResultRow
 
 POLL_S = 0.2
 READY_TIMEOUT_S = 600.0
+MAX_START_FAILURES = 3
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,41 @@ class Job:
     spec: dict[str, Any]
     backends: tuple[str, ...]
     attempt: int = 0
+
+
+# Messages from a worker to the parent.
+@dataclass(frozen=True)
+class Ready:
+    device: dict[str, Any]
+    ceilings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Started:
+    job_id: int
+    backend: str
+
+
+@dataclass(frozen=True)
+class Planned:
+    job_id: int
+    backend: str
+
+
+@dataclass(frozen=True)
+class RowDone:
+    job_id: int
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobDone:
+    job_id: int
+
+
+Message = Ready | Started | Planned | RowDone | JobDone
+WorkerTarget = Callable[[WorkerSlot, str, MeasureConfig, Connection], None]
+"""A worker's entry point: (slot, run_id, measure config, its end of the pipe)."""
 
 
 def parse_gpus(text: str, visible: int) -> list[int]:
@@ -74,13 +120,10 @@ def parse_gpus(text: str, visible: int) -> list[int]:
 
 
 def worker_main(
-    slot: WorkerSlot,
-    run_id: str,
-    measure_cfg: MeasureConfig,
-    inbox: Any,
-    outbox: Any,
+    slot: WorkerSlot, run_id: str, measure_cfg: MeasureConfig, conn: Connection
 ) -> None:
-    """Entry point of a worker process (spawned: nothing is inherited but the arguments)."""
+    """Entry point of a worker process (spawned: nothing is inherited but the arguments).
+    Exits when the parent sends None or goes away."""
     if slot.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.gpu)
     from attnbench.backends import select_backends
@@ -90,9 +133,12 @@ def worker_main(
 
     info = detect("cuda:0" if slot.gpu is not None else "cpu")
     ceilings = measure_ceilings(info, quick=info.kind == "cpu")
-    outbox.put(("ready", slot.worker_id, info.as_dict(), ceilings.as_dict()))
+    conn.send(Ready(info.as_dict(), ceilings.as_dict()))
     while True:
-        job: Job | None = inbox.get()
+        try:
+            job: Job | None = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
         if job is None:
             return
         poisoned = False
@@ -101,13 +147,13 @@ def worker_main(
             nonlocal poisoned
             row.details = {**row.details, "worker": slot.worker_id, "gpu": slot.gpu}
             poisoned |= row.status == "error" and "cuda error" in row.reason.lower()
-            outbox.put(("row", slot.worker_id, job.job_id, row.model_dump(mode="json")))
+            conn.send(RowDone(job.job_id, row.model_dump(mode="json")))
 
         def on_start(name: str, job: Job = job) -> None:
-            outbox.put(("start", slot.worker_id, job.job_id, name))
+            conn.send(Started(job.job_id, name))
 
         def on_planned(name: str, job: Job = job) -> None:
-            outbox.put(("planned", slot.worker_id, job.job_id, name))
+            conn.send(Planned(job.job_id, name))
 
         ctx = SweepContext(
             run_id=run_id,
@@ -118,9 +164,8 @@ def worker_main(
             on_start=on_start,
             on_planned=on_planned,
         )
-        spec = WorkloadSpec.model_validate(job.spec)
-        run_case(spec, select_backends(list(job.backends)), ctx)
-        outbox.put(("done", slot.worker_id, job.job_id))
+        run_case(WorkloadSpec.model_validate(job.spec), select_backends(list(job.backends)), ctx)
+        conn.send(JobDone(job.job_id))
         if poisoned:
             return
 
@@ -129,8 +174,11 @@ def worker_main(
 class _Worker:
     slot: WorkerSlot
     proc: Any
-    inbox: Any
+    conn: Connection
+    born_s: float
     ready: bool = False
+    broken: bool = False
+    """The pipe reached end-of-file or a cut message: the worker is gone or going."""
     job: Job | None = None
     current: str | None = None
     started_s: float = 0.0
@@ -150,47 +198,63 @@ class WorkerPool:
         *,
         case_timeout_s: float = 0.0,
         plan_timeout_s: float = 1800.0,
+        ready_timeout_s: float = READY_TIMEOUT_S,
         on_row: Callable[[ResultRow], None],
         on_ready: Callable[[list[dict[str, Any]]], None] = lambda infos: None,
+        target: WorkerTarget = worker_main,
     ) -> None:
         self._ctx = mp.get_context("spawn")
-        self._outbox = self._ctx.Queue()
         self.slots = slots
         self.run_id = run_id
         self.measure_cfg = measure_cfg
         self.case_timeout_s = case_timeout_s
         self.plan_timeout_s = plan_timeout_s
+        self.ready_timeout_s = ready_timeout_s
         self.on_row = on_row
         self.on_ready = on_ready
+        self.target = target
         self.workers: dict[int, _Worker] = {}
         self.infos: dict[int, dict[str, Any]] = {}
+        self.start_failures: dict[int, int] = {}
+        self.given_up: dict[int, str] = {}
+        """Slots that never started, with why."""
+        self.cut_messages = 0
+        """Messages cut short by a worker's death (read as end-of-file, then dropped)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def _start(self, slot: WorkerSlot) -> _Worker:
-        inbox = self._ctx.Queue()
+    def _start(self, slot: WorkerSlot) -> None:
+        parent_end, child_end = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
-            target=worker_main,
-            args=(slot, self.run_id, self.measure_cfg, inbox, self._outbox),
+            target=self.target,
+            args=(slot, self.run_id, self.measure_cfg, child_end),
             daemon=True,
         )
         proc.start()
-        w = _Worker(slot, proc, inbox)
-        self.workers[slot.worker_id] = w
-        return w
+        child_end.close()  # the worker holds the only copy: its death closes the pipe
+        self.workers[slot.worker_id] = _Worker(slot, proc, parent_end, born_s=time.monotonic())
 
     def _kill(self, w: _Worker) -> None:
         if w.proc.is_alive():
             w.proc.kill()
         w.proc.join(timeout=10)
+        w.conn.close()
 
     def close(self) -> None:
         for w in self.workers.values():
-            if w.proc.is_alive():
-                w.inbox.put(None)
+            if w.proc.is_alive() and not w.broken:
+                self._send(w, None)
         deadline = time.monotonic() + 10
         for w in self.workers.values():
             w.proc.join(timeout=max(0.1, deadline - time.monotonic()))
             self._kill(w)
+
+    def _send(self, w: _Worker, item: Job | None) -> bool:
+        try:
+            w.conn.send(item)
+            return True
+        except (OSError, ValueError):  # the worker is gone: its pipe is closed
+            w.broken = True
+            return False
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self, jobs: list[Job]) -> None:
@@ -198,82 +262,102 @@ class WorkerPool:
         for slot in self.slots:
             self._start(slot)
         announced = False
-        t0 = time.monotonic()
         try:
             while pending or any(w.job is not None for w in self.workers.values()):
-                self._drain()
+                self._receive()
                 if not announced and all(w.ready for w in self.workers.values()):
                     announced = True
-                    self.on_ready([self.infos[s.worker_id] for s in self.slots])
-                if not announced and time.monotonic() - t0 > READY_TIMEOUT_S:
-                    raise RuntimeError("workers did not start within 10 minutes")
+                    self.on_ready([self.infos[w] for w in sorted(self.infos)])
                 for w in list(self.workers.values()):
                     self._watch(w, pending)
+                if not self.workers:
+                    self._give_up(pending, announced)
+                    return
                 for w in self.workers.values():
                     # no job before every worker is up: the header (with all ceilings) comes first
-                    if announced and w.ready and w.job is None and pending and w.proc.is_alive():
+                    if announced and w.ready and w.job is None and pending and not w.broken:
                         job = pending.popleft()
                         w.job, w.current, w.finished = job, None, set()
-                        w.inbox.put(job)
+                        if not self._send(w, job):
+                            pending.appendleft(job)
+                            w.job = None
         finally:
             self.close()
 
-    def _drain(self) -> None:
-        try:
-            msg = self._outbox.get(timeout=POLL_S)
-        except queue.Empty:
-            return
-        while True:
-            self._handle(msg)
-            try:
-                msg = self._outbox.get_nowait()
-            except queue.Empty:
-                return
+    def _receive(self) -> None:
+        """Wait up to POLL_S for a message or a worker's exit; handle what arrived."""
+        waitables: list[Any] = []
+        for w in self.workers.values():
+            if not w.broken:
+                waitables.append(w.conn)
+            waitables.append(w.proc.sentinel)
+        wait(waitables, timeout=POLL_S)
+        for w in list(self.workers.values()):
+            self._read_all(w)
 
-    def _handle(self, msg: tuple[Any, ...]) -> None:
-        kind, wid = msg[0], msg[1]
-        w = self.workers.get(wid)
-        if kind == "ready":
-            self.infos[wid] = {
-                "worker": wid,
-                "gpu": self.slots[wid].gpu,
-                "device": msg[2],
-                "ceilings": msg[3],
+    def _read_all(self, w: _Worker) -> None:
+        """Every complete message waiting on `w`'s pipe. A dead writer closes the pipe, so this
+        never blocks on a worker that is gone: a cut message reads as end-of-file."""
+        while not w.broken:
+            try:
+                if not w.conn.poll():
+                    return
+                msg: Message = w.conn.recv()
+            except EOFError:  # a clean end: the worker closed its pipe between messages
+                w.broken = True
+                return
+            except OSError:  # "got end of file during message": it died while writing
+                self.cut_messages += 1
+                w.broken = True
+                return
+            self._handle(w, msg)
+
+    def _handle(self, w: _Worker, msg: Message) -> None:
+        if isinstance(msg, Ready):
+            w.ready = True
+            self.start_failures.pop(w.slot.worker_id, None)
+            self.infos[w.slot.worker_id] = {
+                "worker": w.slot.worker_id,
+                "gpu": w.slot.gpu,
+                "device": msg.device,
+                "ceilings": msg.ceilings,
             }
-            if w is not None:
-                w.ready = True
             return
-        if w is None or w.job is None or msg[2] != w.job.job_id:
+        if w.job is None or msg.job_id != w.job.job_id:
             return  # a message from a job already given up on
-        if kind == "start":
-            w.current, w.started_s, w.planned = msg[3], time.monotonic(), False
-        elif kind == "planned":
+        if isinstance(msg, Started):
+            w.current, w.started_s, w.planned = msg.backend, time.monotonic(), False
+        elif isinstance(msg, Planned):
             w.started_s, w.planned = time.monotonic(), True
-        elif kind == "row":
-            row = ResultRow.model_validate(msg[3])
+        elif isinstance(msg, RowDone):
+            row = ResultRow.model_validate(msg.row)
             w.finished.add(row.backend)
             w.current = None
             self.on_row(row)
-        elif kind == "done":
+        elif isinstance(msg, JobDone):
             w.job, w.current = None, None
 
     def _watch(self, w: _Worker, pending: deque[Job]) -> None:
-        """Kill a worker stuck past the timeout; replace a dead one; requeue what is left."""
+        """Kill a worker stuck past its limit; replace a dead one; requeue what is left."""
+        now = time.monotonic()
         limit = self.case_timeout_s if w.planned else self.plan_timeout_s
         overdue = (
             self.case_timeout_s > 0
             and w.job is not None
             and w.current is not None
-            and time.monotonic() - w.started_s > limit
+            and now - w.started_s > limit
         )
-        dead = not w.proc.is_alive()
-        if not (overdue or dead):
+        late = not w.ready and now - w.born_s > self.ready_timeout_s
+        dead = w.broken or not w.proc.is_alive()
+        if not (overdue or dead or late):
             return
-        if dead:
-            self._drain_dead_worker(w)  # rows it sent before dying still count
+        self._read_all(w)  # rows it sent before dying still count
+        self._kill(w)  # also collects the exit code of a worker that is already gone
+        if not w.ready:
+            what = f"did not start within {self.ready_timeout_s:g} s" if late else "exited"
+            self._failed_start(w, what)
+            return
         job, current = w.job, w.current
-        if overdue:
-            self._kill(w)
         if job is not None:
             left = [b for b in job.backends if b not in w.finished]
             if overdue and current is not None:
@@ -285,7 +369,7 @@ class WorkerPool:
                     "worker killed",
                 )
                 left = [b for b in left if b != current]
-            elif dead and current is not None and job.attempt >= 1:
+            elif current is not None and job.attempt >= 1:
                 self._emit_failure(
                     job,
                     current,
@@ -294,17 +378,30 @@ class WorkerPool:
                 )
                 left = [b for b in left if b != current]
             if left:
-                attempt = job.attempt + 1 if (dead and current is not None) else job.attempt
+                attempt = job.attempt + 1 if (not overdue and current is not None) else job.attempt
                 pending.appendleft(Job(job.job_id, job.spec, tuple(left), attempt))
         self._start(w.slot)  # also replaces a worker that exited on purpose (poisoned context)
 
-    def _drain_dead_worker(self, w: _Worker) -> None:
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            try:
-                self._handle(self._outbox.get(timeout=0.05))
-            except queue.Empty:
-                return
+    def _failed_start(self, w: _Worker, what: str) -> None:
+        wid = w.slot.worker_id
+        self.start_failures[wid] = self.start_failures.get(wid, 0) + 1
+        if self.start_failures[wid] < MAX_START_FAILURES:
+            self._start(w.slot)
+            return
+        del self.workers[wid]
+        self.given_up[wid] = (
+            f"worker {wid} {what} {MAX_START_FAILURES} times (last exit code {w.proc.exitcode})"
+        )
+
+    def _give_up(self, pending: deque[Job], announced: bool) -> None:
+        """No worker could start: every variant not yet run becomes an error row."""
+        if not announced:
+            self.on_ready([])
+        why = "; ".join(self.given_up.values()) or "no worker could start"
+        while pending:
+            job = pending.popleft()
+            for name in job.backends:
+                self._emit_failure(job, name, "error", why)
 
     def _emit_failure(self, job: Job, backend: str, status: str, reason: str) -> None:
         from attnbench.sweep import failure_row

@@ -16,6 +16,29 @@ from attnbench.measure.config import MeasureConfig
 from attnbench.results import Header, ResultRow
 
 _CEILINGS: dict[str, Any] = {}
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail at once, with one line, for a Ray address that cannot work: Ray itself retries an
+    unreachable address for minutes. `local` starts a cluster here; `auto` is Ray's own lookup;
+    anything else must be `[ray://]HOST:PORT` with something listening there."""
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("ray") is None:
+        raise ValueError("ray: not installed; pip install 'attnbench[ray]'")
+    if address in ("local", "auto"):
+        return
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"ray={address!r}: allowed: local, auto, or [ray://]HOST:PORT")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ValueError(f"ray={address!r}: cannot reach {host}:{port} ({exc})") from None
 
 
 def _run_job(

@@ -39,6 +39,9 @@ def placement(
     from attnbench.parallel import parse_gpus
 
     if ray:
+        from attnbench.raycluster import check_address
+
+        check_address(ray)
         return Placement("ray", ray_address=ray)
     if info.kind == "cuda":
         ids = parse_gpus(gpus, visible_gpus) if gpus else [info.index]
@@ -123,7 +126,8 @@ def run_session(
     slots = [WorkerSlot(i, g) for i, g in enumerate(where.gpus)]
 
     def ready(infos: list[dict[str, Any]]) -> None:
-        write(make_header(run_id, settings, info, infos[0]["ceilings"], workers=infos))
+        ceilings = infos[0]["ceilings"] if infos else None  # none: no worker could start
+        write(make_header(run_id, settings, info, ceilings, workers=infos))
 
     on_status(f"starting {len(slots)} worker(s); each measures its device's ceilings")
     pool = WorkerPool(
