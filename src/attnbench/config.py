@@ -270,7 +270,10 @@ class Settings(BaseSettings):
             return None
         from attnbench.workload.models import get_model
 
-        return get_model(v).name
+        model = get_model(v)
+        if (why := model.unsupported_reason()) is not None:
+            raise ValueError(why)  # MLA, windows, sinks, soft-cap: not a plain GQA workload yet
+        return model.name
 
     @model_validator(mode="after")
     def _heads(self) -> Settings:

@@ -122,12 +122,19 @@ def config(
 
 @app.command()
 def models() -> None:
-    """Known model shapes (heads, head_dim, layers) for --model, with --tp sharding."""
+    """Known model presets for --model: heads, head_dim, layers, attention features (window
+    and layer pattern, sinks, soft-cap, MLA), experts, valid --tp, and the config each comes
+    from. Presets whose attention attnbench does not run yet are listed but refused by --model."""
+    from rich.text import Text
+
     from attnbench.workload.models import MODELS
 
     table = Table(title="models", header_style="bold")
-    for col in ("model", "num_qo_heads", "num_kv_heads", "head_dim", "layers", "valid --tp"):
+    for col in ("model", "num_qo_heads", "num_kv_heads", "head_dim", "layers"):
         table.add_column(col)
+    table.add_column("attention", overflow="fold")
+    table.add_column("experts")
+    table.add_column("valid --tp")
     for m in MODELS.values():
         tps = []
         for tp in (1, 2, 4, 8, 16):
@@ -136,15 +143,26 @@ def models() -> None:
                 tps.append(str(tp))
             except ValueError:
                 pass
+        group = m.num_qo_heads // m.num_kv_heads
+        kind = "MHA" if group == 1 else "MQA" if m.num_kv_heads == 1 else f"GQA {group}"
+        features = list(m.attention_features()) or [kind]
+        if m.unsupported_reason() is not None:
+            features.append("(--model: not yet)")
+        experts = f"{m.num_experts_per_tok}/{m.num_experts}" if m.num_experts else "-"
         table.add_row(
             m.name,
             str(m.num_qo_heads),
             str(m.num_kv_heads),
             str(m.head_dim),
             str(m.num_layers),
-            ",".join(tps),
+            Text("; ".join(features)),
+            experts,
+            ",".join(tps) or "-",
         )
     console.print(table)
+    console.print("[bold]sources[/] (config fields and values, and the file they were read from)")
+    for m in MODELS.values():
+        console.print(Text.assemble((m.name, "bold"), ": ", (m.source, "dim")))
 
 
 @app.command()
