@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from attnbench.workload.inputs import tree_ancestor_mask
-from attnbench.workload.spec import ITEMSIZE, WorkloadSpec
+from attnbench.workload.spec import ITEMSIZE, WorkloadSpec, causal_pairs
 
 INDEX_BYTES = 4  # int32 page ids, indptr and last_page_len entries
 
@@ -66,20 +65,18 @@ def bytes_moved(spec: WorkloadSpec) -> Bytes:
 def attended_pairs(spec: WorkloadSpec) -> int:
     """(query, key) pairs whose score is computed and used, summed over requests.
 
-    Non-causal: qo_len * kv_len. Causal: query i (0-based) of a request sits at position
-    kv_len - qo_len + i and sees that many keys plus itself, so the request contributes
-    qo_len * (kv_len - qo_len) + qo_len * (qo_len + 1) / 2. Tree: every node sees the context
+    Non-causal: qo_len * kv_len. Causal: `causal_pairs`. Tree: every node sees the context
     plus its ancestors and itself.
     """
     if spec.kind == "tree" and spec.tree is not None:
-        in_tree = int(tree_ancestor_mask(spec.tree.parents).sum())
+        in_tree = spec.tree.visible_pairs
         return sum(
             (kv - qo) * qo + in_tree for kv, qo in zip(spec.kv_lens, spec.qo_lens, strict=True)
         )
     total = 0
     for kv, qo in zip(spec.kv_lens, spec.qo_lens, strict=True):
         if spec.causal and qo > 1:
-            total += qo * (kv - qo) + qo * (qo + 1) // 2
+            total += causal_pairs(qo, kv)
         else:
             total += qo * kv
     return total

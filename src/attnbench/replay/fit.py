@@ -2,7 +2,7 @@
 
 Every cost term of the replay's models is a physical cost (a fixed launch cost, a per-sequence
 cost, microseconds per byte, per FLOP): none can be negative, so the fit is non-negative least
-squares (Lawson and Hanson's active-set algorithm). Rows are weighted by 1 / latency, so the fit
+squares (scipy's Lawson-Hanson solver). Rows are weighted by 1 / latency, so the fit
 minimises *relative* error: a 10 us decode and a 10 ms prefill count alike.
 """
 
@@ -19,8 +19,8 @@ CV_LEAVE_ONE_OUT_MAX = 40
 mod 10), both deterministic."""
 
 
-def nnls(a: FloatArray, b: FloatArray, max_iter: int | None = None) -> FloatArray:
-    """argmin ||a x - b||_2 subject to x >= 0 (Lawson and Hanson 1974, ch. 23).
+def nnls(a: FloatArray, b: FloatArray) -> FloatArray:
+    """argmin ||a x - b||_2 subject to x >= 0 (scipy's Lawson-Hanson active-set solver).
 
     Args:
         a: design matrix `[m, n]`.
@@ -28,31 +28,10 @@ def nnls(a: FloatArray, b: FloatArray, max_iter: int | None = None) -> FloatArra
     Returns:
         x `[n]`, non-negative.
     """
-    m, n = a.shape
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    tol = 10 * np.finfo(float).eps * max(1.0, float(np.abs(a).sum(axis=0).max())) * max(m, n)
-    w = a.T @ (b - a @ x)
-    for _ in range(max_iter or 3 * n + 30):
-        if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
-            break
-        j = int(np.argmax(np.where(passive, -np.inf, w)))
-        passive[j] = True
-        while True:
-            z = np.zeros(n)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (z[passive] > tol).all():
-                x = z
-                break
-            neg = passive & (z <= tol)
-            alpha = float(np.min(x[neg] / (x[neg] - z[neg])))
-            x = x + alpha * (z - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-            if not passive.any():
-                break
-        w = a.T @ (b - a @ x)
-    return x
+    from scipy.optimize import nnls as scipy_nnls
+
+    x, _ = scipy_nnls(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+    return np.asarray(x)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from attnbench.replay.steps import (
     StepFeatures,
 )
 from attnbench.replay.traffic import ReplayRequest
+from attnbench.workload.spec import causal_pairs
 
 
 @dataclass(frozen=True)
@@ -282,7 +283,7 @@ class _Sim:
         kv_max = int(self.dec_kv.max()) if decode else 0
         q = [c for _, c in chunks]
         kv = [p.done + c for p, c in chunks]
-        pairs = sum(c * (k - c) + c * (c + 1) // 2 for c, k in zip(q, kv, strict=True))
+        pairs = sum(causal_pairs(c, k) for c, k in zip(q, kv, strict=True))
         completing = sum(1 for p, c in chunks if c == p.remaining)
         dur = self.cost.step_s(n_dec, kv_total, kv_max, len(q), sum(q), pairs, n_dec + completing)
         t_end = t + dur

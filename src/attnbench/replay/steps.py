@@ -13,6 +13,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from attnbench.workload.spec import causal_pairs
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -49,7 +51,7 @@ class StepFeatures:
     """Prompt tokens computed this step."""
     kv_prefill: IntArray
     pairs_prefill: IntArray
-    """Causal (query, key) pairs of the prefill part: sum of q * (kv - q) + q * (q + 1) / 2."""
+    """Causal (query, key) pairs of the prefill part (`workload.spec.causal_pairs`)."""
     n_sample: IntArray
     """Rows of logits: decoding requests plus prefills that complete their prompt this step."""
 
@@ -84,7 +86,7 @@ class StepFeatures:
     def of_batch(cls, batch: StepBatch, completing: int) -> StepFeatures:
         """Features of one step from its exact batch (`completing`: prompts finished in it)."""
         kv, q, pk = batch.decode_kv_lens, batch.prefill_qo_lens, batch.prefill_kv_lens
-        pairs = int(np.sum(q * (pk - q) + q * (q + 1) // 2)) if q.size else 0
+        pairs = int(np.sum(causal_pairs(q, pk))) if q.size else 0
         return cls(
             n_decode=np.array([kv.size]),
             kv_total=np.array([int(kv.sum())]),

@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal, overload
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Kind = Literal["decode", "prefill", "append", "tree", "shared_prefix"]
@@ -54,6 +55,19 @@ def is_fp8(kv_dtype: str) -> bool:
     return kv_dtype.startswith("fp8")
 
 
+@overload
+def causal_pairs(qo_len: int, kv_len: int) -> int: ...
+@overload
+def causal_pairs(qo_len: np.ndarray, kv_len: np.ndarray) -> np.ndarray: ...
+def causal_pairs(qo_len: Any, kv_len: Any) -> Any:
+    """(query, key) pairs that `qo_len` causal queries at the end of `kv_len` keys attend to.
+
+    Query i (0-based) sits at position kv_len - qo_len + i and sees that many keys plus itself:
+    qo_len * (kv_len - qo_len) + qo_len * (qo_len + 1) / 2. Works on ints and integer arrays.
+    """
+    return qo_len * (kv_len - qo_len) + qo_len * (qo_len + 1) // 2
+
+
 class TreeSpec(BaseModel):
     """A speculative-decoding draft tree: node i's parent is `parents[i]` (-1 for a root)."""
 
@@ -74,6 +88,15 @@ class TreeSpec(BaseModel):
     @property
     def num_nodes(self) -> int:
         return len(self.parents)
+
+    @property
+    def visible_pairs(self) -> int:
+        """(node, node) pairs where the first sees the second: each node sees itself and its
+        ancestors, so a node at depth d (a root: 0) contributes d + 1."""
+        depth: list[int] = []
+        for p in self.parents:
+            depth.append(0 if p < 0 else depth[p] + 1)
+        return sum(depth) + len(depth)
 
 
 class WorkloadSpec(BaseModel):
