@@ -24,11 +24,13 @@ from attnbench.backends.flashinfer_common import (
     xqa_causal_mask,
 )
 from attnbench.backends.flashinfer_rules import (
+    CUDA_CORE_DECODE_GROUP_SIZES,
     VARIANTS,
     Route,
     cascade_levels,
     cascade_shared_pages,
     is_chain,
+    library_refusal,
     resolve_knobs,
     route,
 )
@@ -377,6 +379,132 @@ def test_flashinfer_every_variant_is_described() -> None:
         assert summary
 
 
+# -- GQA group sizes --------------------------------------------------------------------------
+
+CUDA_CORE = {"fa2", "auto"}
+"""Variants whose single-token decode is FlashInfer's CUDA-core kernel (use_tensor_cores=False)."""
+ANY_GROUP = {"tc", "fa3", "cudnn", "xqa"}
+
+
+def _gqa(group: int, kind: str = "decode", **overrides: Any) -> WorkloadSpec:
+    return make_spec(kind, num_qo_heads=2 * group, num_kv_heads=2, **overrides)
+
+
+def test_flashinfer_cuda_core_decode_group_sizes_are_the_dispatch_list() -> None:
+    """0.7.4 utils.cuh DISPATCH_GQA_GROUP_SIZE: 1, 2, 3, 4, 6, 8, 16 and nothing else."""
+    assert CUDA_CORE_DECODE_GROUP_SIZES == (1, 2, 3, 4, 6, 8, 16)
+
+
+@pytest.mark.parametrize("group", range(1, 17))
+def test_flashinfer_decode_group_sizes_per_variant(group: int) -> None:
+    spec = _gqa(group)
+    supported = {b.short for b in backends() if b.check(spec, H200) is None}
+    if group in CUDA_CORE_DECODE_GROUP_SIZES:
+        assert supported == CUDA_CORE | ANY_GROUP
+    else:
+        assert supported == ANY_GROUP
+        for short in CUDA_CORE:
+            why = reason(short, spec)
+            assert f"group size {group} ({2 * group}/2 heads)" in why
+            assert "CUDA-core decode supports 1, 2, 3, 4, 6, 8, 16; use flashinfer:tc" in why
+
+
+def test_flashinfer_qwen25_7b_group_7_is_refused_before_any_kernel_is_built() -> None:
+    spec = make_spec("decode", num_qo_heads=28, num_kv_heads=4)
+    assert reason("fa2", spec) == (
+        "flashinfer:fa2: group size 7 (28/4 heads): FlashInfer's CUDA-core decode supports "
+        "1, 2, 3, 4, 6, 8, 16; use flashinfer:tc (tensor cores take any group size)"
+    )
+    assert variant("tc").check(spec, H200) is None
+    assert variant("xqa").check(spec, H200) is None
+
+
+@pytest.mark.parametrize("kind", ["append", "prefill", "tree", "shared_prefix"])
+def test_flashinfer_prefill_kernels_take_any_group_size(kind: str) -> None:
+    """Multi-token rows run fa2/fa3 prefill kernels, which divide by the group at run time."""
+    spec = _gqa(7, kind, **({"qo_lens": (2, 2, 2)} if kind == "shared_prefix" else {}))
+    assert variant("fa2").check(spec, H200) is None
+    assert variant("auto").check(spec, H200) is None
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            "Error in function 'operator()' at /root/.cache/flashinfer/0.7.4/90a/generated/"
+            "batch_decode_with_kv_cache_dtype_q_bf16_head_dim_qk_128/batch_decode.cu:63: "
+            "Unsupported group_size: 7",
+            "FlashInfer refused the case inside its kernel dispatch (batch_decode.cu:63): "
+            "Unsupported group_size: 7; use flashinfer:tc (tensor cores take any group size)",
+        ),
+        (
+            "Error in function 'operator()' at csrc/batch_prefill.cu:120: Unsupported head_dim: "
+            "96\nStack trace: ...",
+            "FlashInfer refused the case inside its kernel dispatch (batch_prefill.cu:120): "
+            "Unsupported head_dim: 96",
+        ),
+        ("Error in function 'f' at a.cu:3: Check failed: x == y", None),
+        ("CUDA error: an illegal memory access was encountered", None),
+        ("Unsupported group_size: 7", None),
+    ],
+)
+def test_flashinfer_library_refusal_reads_only_dispatch_refusals(
+    message: str, expected: str | None
+) -> None:
+    assert library_refusal(message) == expected
+
+
+class _RefusingBackend:
+    """plan() raises what FlashInfer's CUDA-core decode raised on the H200 for 28/4 heads."""
+
+    name = "flashinfer:fa2"
+    devices: tuple[str, ...] = ("cpu",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def available(self) -> str | None:
+        return None
+
+    def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
+        return None
+
+    def plan(self, spec: WorkloadSpec, inputs: Any, knobs: Any = None) -> Any:
+        raise RuntimeError(self.message)
+
+
+@pytest.mark.parametrize(
+    ("message", "status"),
+    [
+        (
+            "Error in function 'operator()' at /root/.cache/flashinfer/generated/"
+            "batch_decode.cu:63: Unsupported group_size: 7",
+            "unsupported",
+        ),
+        ("Error in function 'operator()' at batch_decode.cu:80: Check failed: status", "error"),
+    ],
+)
+def test_sweep_records_a_flashinfer_refusal_inside_the_kernel_as_unsupported(
+    message: str, status: str
+) -> None:
+    from attnbench.backends.reference import reference_attention
+    from attnbench.hardware import detect
+    from attnbench.measure.config import MeasureConfig
+    from attnbench.sweep import SweepContext, run_backend
+
+    spec = make_spec("decode", num_qo_heads=28, num_kv_heads=4, kv_lens=(40, 17, 3))
+    inputs = make_inputs(spec, "cpu")
+    cfg = MeasureConfig(timer="fake", warmup_ms=0.0, min_runs=3, max_runs=3)
+    ctx = SweepContext(run_id="test-flashinfer-refusal", info=detect("cpu"), measure_cfg=cfg)
+    row = run_backend(spec, _RefusingBackend(message), inputs, reference_attention(inputs), ctx)
+    assert row.status == status
+    if status == "unsupported":
+        assert row.reason == (
+            "FlashInfer refused the case inside its kernel dispatch (batch_decode.cu:63): "
+            "Unsupported group_size: 7; use flashinfer:tc (tensor cores take any group size)"
+        )
+
+
 # -- GPU: every variant through the accuracy gate ---------------------------------------------
 
 GPU_CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -464,3 +592,32 @@ def test_gpu_flashinfer_knobs_are_recorded_and_honoured() -> None:
     out = planned.run()
     torch.cuda.synchronize()
     assert check_accuracy(planned.unpack(out), oracle, spec.dtype).passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", [5, 6, 7, 16])
+def test_gpu_flashinfer_group_sizes_follow_the_dispatch_rule(group: int) -> None:
+    """Decode at group sizes around the CUDA-core dispatch list: the variants check() admits
+    pass the gate; at 5 and 7 the CUDA-core kernel itself refuses, as the rule says."""
+    pytest.importorskip("flashinfer")
+    from attnbench.backends import flashinfer_decode
+    from attnbench.hardware import detect
+    from attnbench.measure.config import MeasureConfig
+    from attnbench.sweep import SweepContext, run_case
+
+    spec = _gqa(group)
+    info = detect("cuda:0")
+    cfg = MeasureConfig(warmup_ms=1.0, min_runs=3, max_runs=5, max_time_ms=5.0)
+    ctx = SweepContext(run_id="test-flashinfer-gqa", info=info, measure_cfg=cfg)
+    chosen = [b for b in backends() if b.short in CUDA_CORE | ANY_GROUP]
+    rows = {r.backend.split(":", 1)[1]: r for r in run_case(spec, chosen, ctx)}
+    for short, row in rows.items():
+        expected = "unsupported" if variant(short).check(spec, info) else "ok"
+        assert row.status == expected, f"{short}: {row.status}: {row.reason}"
+    if group not in CUDA_CORE_DECODE_GROUP_SIZES:
+        inputs = make_inputs(spec, "cuda:0")
+        with pytest.raises(Exception) as err:  # noqa: PT011 - whatever the FFI raises
+            flashinfer_decode.plan_decode(
+                Route("decode", "fa2"), spec, inputs, {"use_cuda_graph": False}
+            )
+        assert library_refusal(str(err.value)), str(err.value)

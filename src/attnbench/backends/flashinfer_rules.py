@@ -19,6 +19,7 @@ Routes:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -62,6 +63,16 @@ VARIANTS: dict[str, tuple[str, Knobs]] = {
 
 FA3_HEAD_DIMS = (64, 128, 256)
 XQA_PAGE_SIZES = (16, 32, 64, 128)
+CUDA_CORE_DECODE_GROUP_SIZES = (1, 2, 3, 4, 6, 8, 16)
+"""GQA group sizes (num_qo_heads / num_kv_heads) the CUDA-core batch decode kernel is compiled
+for: 0.7.4 include/flashinfer/utils.cuh `DISPATCH_GQA_GROUP_SIZE`, which csrc/batch_decode.cu
+dispatches on in plan and run; any other size raises "Unsupported group_size: N" in plan. The
+decode wrapper takes that kernel whenever use_tensor_cores=False (flashinfer:fa2, and
+flashinfer:auto's single-token decode: its cuDNN pick needs SM100 and group 4/8/16 at d256).
+Every other path takes any group size: the tensor-core decode and fa2/fa3 prefill kernels divide
+by it at run time (`uint_fastdiv group_size`), XQA compiles a module per `HEAD_GRP_SIZE` (one JIT
+build per group size; head_dim > 256 would need group <= 16), cuDNN and trtllm-gen take the head
+counts at run time."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +161,18 @@ def _common(spec: WorkloadSpec, device: DeviceInfo) -> str | None:
     return None
 
 
+def cuda_core_group_size(spec: WorkloadSpec, who: str) -> str | None:
+    """Why FlashInfer's CUDA-core decode cannot take this GQA group size (None if it can)."""
+    group = spec.group_size
+    if group in CUDA_CORE_DECODE_GROUP_SIZES:
+        return None
+    sizes = ", ".join(str(g) for g in CUDA_CORE_DECODE_GROUP_SIZES)
+    return (
+        f"{who}: group size {group} ({spec.num_qo_heads}/{spec.num_kv_heads} heads): FlashInfer's "
+        f"CUDA-core decode supports {sizes}; use flashinfer:tc (tensor cores take any group size)"
+    )
+
+
 def _fa3(spec: WorkloadSpec, device: DeviceInfo, who: str) -> str | None:
     if device.sm // 10 != 9:
         return f"{who}: FlashInfer's FA3 kernels are SM90 (Hopper) only (this GPU is SM{device.sm})"
@@ -174,7 +197,9 @@ def route(short: str, spec: WorkloadSpec, device: DeviceInfo) -> Route | Unsuppo
 
 def _fa2(spec: WorkloadSpec, device: DeviceInfo) -> Route | str:
     if _single_token(spec):
-        return Route("decode", "fa2", knobs_used=("use_cuda_graph",))
+        return cuda_core_group_size(spec, "flashinfer:fa2") or Route(
+            "decode", "fa2", knobs_used=("use_cuda_graph",)
+        )
     return Route(
         "paged",
         "fa2",
@@ -216,7 +241,9 @@ def _cudnn(spec: WorkloadSpec, device: DeviceInfo) -> Route | str:
 
 def _auto(spec: WorkloadSpec, device: DeviceInfo) -> Route | str:
     if _single_token(spec):
-        return Route("decode", "auto", knobs_used=("use_cuda_graph",))
+        return cuda_core_group_size(spec, "flashinfer:auto") or Route(
+            "decode", "auto", knobs_used=("use_cuda_graph",)
+        )
     return Route("paged", "auto", custom_mask=spec.kind == "tree")
 
 
@@ -289,6 +316,26 @@ _ROUTERS: dict[str, Router] = {
     "ragged-fa3": _ragged("fa3"),
     "cascade": _cascade,
 }
+
+
+_REFUSAL = re.compile(
+    r"Error in function '[^']*' at (?:[^\s:]*/)?([^/\s:]+:\d+): (Unsupported [A-Za-z_ ]+: [^\s;,]+)"
+)
+"""FlashInfer's C++ refusals: `FLASHINFER_ERROR` (0.7.4 include/flashinfer/exception.h) formats
+"Error in function 'F' at FILE:LINE: MSG", and its DISPATCH_* macros (utils.cuh) say
+"Unsupported group_size: 7", "Unsupported head_dim: 96"..."""
+
+
+def library_refusal(message: str) -> str | None:
+    """The refusal, as one line naming FlashInfer's source file, when `message` is FlashInfer
+    saying "Unsupported <what>: <value>" from inside a kernel's dispatch; None for any other
+    error. The sweep's safety net for cases `route` does not foresee: an `unsupported` row."""
+    found = _REFUSAL.search(message)
+    if found is None:
+        return None
+    where, what = found.groups()
+    hint = "; use flashinfer:tc (tensor cores take any group size)" if "group_size" in what else ""
+    return f"FlashInfer refused the case inside its kernel dispatch ({where}): {what}{hint}"
 
 
 def resolve_knobs(declared: Knobs, overrides: Mapping[str, object] | None) -> dict[str, object]:
