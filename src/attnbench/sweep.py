@@ -205,6 +205,10 @@ def run_backend(
     except UnsupportedCase as exc:
         return _row(ctx, spec, backend, "unsupported", str(exc))
     except Exception as exc:
+        from attnbench.backends.flashinfer_rules import library_refusal
+
+        if (refusal := library_refusal(str(exc))) is not None:  # "Unsupported group_size: 7"
+            return _row(ctx, spec, backend, "unsupported", refusal)
         status = "oom" if _is_oom(exc) else "error"
         resolved = planned.resolved if planned is not None else ""
         return _row(
