@@ -11,7 +11,7 @@ from attnbench.workload.ragged import length_stats, unpadded_label
 from attnbench.workload.spec import ITEMSIZE, WorkloadSpec
 from attnbench.workload.suite import builtin_suites, load_suite, suite_specs
 
-WORKLOAD_SUITES = ("ragged", "traces", "prefill", "trees", "shared_prefix", "brief70b")
+WORKLOAD_SUITES = ("ragged", "traces", "prefill", "trees", "shared_prefix", "brief70b", "gqa")
 KV_BUDGET_BYTES = 40e9
 """The largest case's KV cache must leave room on the 139 GiB H200 for backend copies."""
 
@@ -130,3 +130,14 @@ def test_the_largest_case_of_each_suite_materialises_on_the_gpu(
     del inputs
     torch.cuda.empty_cache()
     assert peak < 2.5 * KV_BUDGET_BYTES
+
+
+def test_gqa_suite_covers_every_group_size_mqa_and_qwen25_7b() -> None:
+    specs = _specs("gqa")
+    assert {s.group_size for s in specs if s.num_kv_heads == 8} == set(range(1, 17))
+    assert {s.num_qo_heads for s in specs if s.num_kv_heads == 1} == {8, 16}
+    qwen = [s for s in specs if s.model == "qwen2.5-7b"]
+    assert {(s.num_qo_heads, s.num_kv_heads, s.num_layers) for s in qwen} == {(28, 4, 28)}
+    assert {s.kind for s in specs} == {"decode"}
+    assert {(s.dtype, s.kv_dtype, s.head_dim) for s in specs} == {("bfloat16", "bfloat16", 128)}
+    assert Counter(s.lengths for s in specs) == {"ctx4096": 19, "mixed(256..16384)": 19}
