@@ -36,6 +36,7 @@ LIBRARIES = (
     "triton",
     "flashinfer-python",
     "fa3-fwd",
+    "tokenspeed-fa3",
     "flash-attn",
     "flash-attn-3",
     "nvidia-cudnn-frontend",
