@@ -1,17 +1,33 @@
 """FlashAttention-3 (Hopper) and FlashAttention-2 as attnbench backends.
 
-Variants:
+Variants (FA3 through `flash_attn_interface` or, if absent, `fa3_fwd_interface`):
 
-- `flash-attn:fa3`: FA3 through `flash_attn_interface` or, if absent, `fa3_fwd_interface`.
-  prefill: `varlen` over K/V packed contiguously in plan. decode/append/shared_prefix: a KV
-  cache with per-request lengths (`flash_attn_with_kvcache` semantics): paged through
-  `page_table` where the build has paged KV, else a contiguous `[batch, max_kv_len, Hkv, D]`
-  copy made in plan (knob `api=varlen` uses the packed layout instead). tree: one causal call
-  for a chain; otherwise what SGLang's FA3 backend does: context part by FA3 with its LSE, the
-  small draft-tree part by masked attention in torch, merged by LSE (`fa3+lse-merge`).
+- `flash-attn:fa3`: FA3 as serving engines run it (vLLM's and SGLang's FA3 backends): every
+  kind reads the case's paged KV cache, at its page size, through `page_table` with per-request
+  lengths (`seqused_k`, the API's `cache_seqlens`). The page table is built from the case's
+  `kv_indptr`/`kv_indices` and the lengths are `inputs.kv_lens`: the pages and lengths the
+  reference reads. FA3's scheduler metadata (`get_scheduler_metadata`) is computed in plan, as
+  engines compute it once per step for all layers; recomputing it is the `replan` that the
+  sweep times as `plan_us` (details `scheduler_metadata`: `per-step, in plan`; with the knob
+  off, or a build without it, FA3 computes it inside each run: `in each run`).
+  A build without paged KV (fa3-fwd 0.0.3) or an HND cache makes this variant `unsupported`,
+  with the reason; it never falls back to a copy, so `flash-attn:fa3` always means the paged
+  cache and rows of different layouts never share a name.
+- `flash-attn:fa3-contiguous`: the same kernels on copies made in plan (not timed):
+  decode/append/shared_prefix/tree context through a contiguous `[batch, max_kv_len, Hkv, D]`
+  cache with per-request lengths (knob `api=varlen`: K/V packed instead), prefill through
+  `varlen` on packed K/V. Beside `flash-attn:fa3`, the cost of paging is a measured figure.
+- tree (both): one causal call for a chain; otherwise what SGLang's FA3 backend does: context
+  part by FA3 with its LSE, the small draft-tree part by masked attention in torch, merged by
+  LSE (`fa3+lse-merge`).
 - `flash-attn:fa3-cascade` (kind=shared_prefix): the shared prefix once for all queries
-  stacked as one sequence, each request's suffix separately, merged by LSE.
+  stacked as one sequence (packed), each request's suffix separately (contiguous copy, as
+  `fa3-contiguous`), merged by LSE.
 - `flash-attn:fa2`: FA2 `flash_attn_varlen_func` on packed K/V for every kind (tree as above).
+
+Every row's details name the layout (`kv_cache`: paged, contiguous or packed), the knobs, and
+the build that ran (`library`, `fa_module`, `fa_distribution`, `fa_version`, `fa_build_flags`:
+see `fa_lib.FlashLib.provenance`); `knobs_ignored` lists knobs that cannot matter for the case.
 
 fp8 KV: FA3 needs q, k and v in fp8_e4m3 with `(batch, num_kv_heads)` float32 descales; q is
 quantised in plan with a per-tensor scale, the reference then uses that q (`q_effective`), and
@@ -23,13 +39,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from attnbench.backends import kvgather
-from attnbench.backends.base import PlannedRun, Unsupported
-from attnbench.backends.fa_lib import FlashLib, load_fa2, load_fa3
+from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
+from attnbench.backends.fa_lib import FlashLib, build_summary, load_fa2, load_fa3
 from attnbench.backends.masks import is_chain
 from attnbench.backends.merge import masked_attention_lse, merge_states
 from attnbench.hardware import DeviceInfo
@@ -40,12 +56,25 @@ from attnbench.workload.spec import WorkloadSpec
 PartCall = Callable[[], tuple[torch.Tensor, torch.Tensor]]
 """Runs one kernel call; returns (out `[total_q, Hq, D]`, lse `[total_q, Hq]` natural log)."""
 
+Layout = Literal["paged", "contiguous", "packed"]
+
+FA3_PAGED_KNOBS: dict[str, tuple[object, ...]] = {
+    "num_splits": (0, 1, 2, 4, 8, 16),
+    "pack_gqa": (None, True, False),
+    "scheduler_metadata": (True, False),
+}
+"""`flash-attn:fa3`: split-KV count (0: FA3's heuristic), pack-GQA (None: FA3 decides) and
+scheduler metadata computed in plan (True) or inside each run (False); defaults first."""
 FA3_KNOBS: dict[str, tuple[object, ...]] = {
     "num_splits": (0, 1, 2, 4, 8, 16),
     "pack_gqa": (None, True, False),
     "api": ("kvcache", "varlen"),
     "scheduler_metadata": (True, False),
 }
+"""`flash-attn:fa3-contiguous` and `-cascade`: also the copy's layout (`api`: a contiguous
+KV cache with lengths, or varlen over packed K/V)."""
+METADATA_IN_PLAN = "per-step, in plan"
+METADATA_IN_RUN = "in each run"
 
 
 @dataclass
@@ -58,6 +87,8 @@ class _Setup:
     knobs: dict[str, Any]
     q: torch.Tensor
     """Query as the kernel sees it `[total_q, Hq, D]` (fp8 on the fp8 path)."""
+    layout: Layout = "contiguous"
+    """How KV-cache calls read K/V: the paged cache, or copies (contiguous or packed)."""
     q_scale: float | None = None
     details: dict[str, str | int | float | bool] = field(default_factory=dict)
     replans: list[Callable[[], None]] = field(default_factory=list)
@@ -144,58 +175,32 @@ def _varlen_part(
 def _cache_part(
     s: _Setup, starts: list[int], ends: list[int], *, causal: bool
 ) -> tuple[PartCall, torch.Tensor | None]:
-    """One KV-cache call (flash_attn_with_kvcache semantics): each request's queries over
-    keys starts[b]..ends[b]; paged when the build allows and every range starts at 0."""
-    spec, inputs, lib = s.spec, s.inputs, s.lib
-    dev = s.q.device
-    lens = [e - b for b, e in zip(starts, ends, strict=True)]
-    seqlens = kvgather.int32(lens, dev)
-    cu_q = inputs.qo_indptr
-    max_q = max(spec.qo_lens)
+    """One KV-cache call (flash_attn_with_kvcache semantics): each request's queries over keys
+    starts[b]..ends[b], read through the page table (layout `paged`: every range starts at 0)
+    or from a contiguous copy."""
+    spec, lib = s.spec, s.lib
     kw = s.common(spec.batch_size)
-    paged = lib.paged and spec.kv_layout == "NHD" and not any(starts)
-    if paged:
-        k_cache, v_cache = inputs.kv_cache[:, 0], inputs.kv_cache[:, 1]
-        table = kvgather.page_table(inputs)
+    page_size: int | None = None
+    if s.layout == "paged":
+        if any(starts):
+            raise ValueError("a paged read starts every request at its first token")
+        k_cache, v_cache, table, seqlens = kvgather.paged_kv(s.inputs, ends)
         kw["page_table"] = table
-        max_k = table.shape[1] * spec.page_size
-        s.details["kv_cache"] = "paged"
+        page_size = spec.page_size
+        max_k = table.shape[1] * page_size  # what FA3 derives from the table: metadata must match
     else:
-        k_cache, v_cache = kvgather.padded_kv(inputs, starts, ends)
+        k_cache, v_cache = kvgather.padded_kv(s.inputs, starts, ends)
+        seqlens = kvgather.int32([e - b for b, e in zip(starts, ends, strict=True)], s.q.device)
         max_k = k_cache.shape[1]
-        s.details["kv_cache"] = "contiguous"
+    s.details["kv_cache"] = s.layout
+    cu_q = s.inputs.qo_indptr
+    max_q = max(spec.qo_lens)
     kw.update(cu_seqlens_q=cu_q, max_seqlen_q=max_q, seqused_k=seqlens, is_causal=causal)
     out = s.out_buffer(spec.total_q)
     if out is not None:
         kw["out"] = out
     if s.knobs["scheduler_metadata"] and lib.has_scheduler_metadata:
-
-        def metadata() -> torch.Tensor:
-            meta: torch.Tensor = lib.module.get_scheduler_metadata(
-                spec.batch_size,
-                max_q,
-                max_k,
-                spec.num_qo_heads,
-                spec.num_kv_heads,
-                spec.head_dim,
-                seqlens,
-                qkv_dtype=s.q.dtype,
-                cu_seqlens_q=cu_q,
-                page_size=spec.page_size if paged else None,
-                causal=causal,
-                num_splits=s.knobs["num_splits"],
-                pack_gqa=s.knobs["pack_gqa"],
-            )
-            return meta
-
-        meta = metadata()
-        kw["scheduler_metadata"] = meta
-
-        def replan() -> None:
-            meta.copy_(metadata())
-
-        s.replans.append(replan)
-        s.details["scheduler_metadata"] = True
+        kw["scheduler_metadata"] = _scheduler_metadata(s, seqlens, max_k, page_size, causal)
     q_lens = list(spec.qo_lens)
     q = s.q
 
@@ -206,11 +211,49 @@ def _cache_part(
     return call, out
 
 
+def _scheduler_metadata(
+    s: _Setup, seqlens: torch.Tensor, max_k: int, page_size: int | None, causal: bool
+) -> torch.Tensor:
+    """FA3's scheduler metadata for this call, computed now (in plan); its recomputation is
+    appended to the per-step replan. Its arguments mirror the forward call's exactly (FA3 sizes
+    the split buffers from the forward's own arguments)."""
+    spec, lib = s.spec, s.lib
+    cu_q, max_q = s.inputs.qo_indptr, max(spec.qo_lens)
+
+    def compute() -> torch.Tensor:
+        meta: torch.Tensor = lib.module.get_scheduler_metadata(
+            spec.batch_size,
+            max_q,
+            max_k,
+            spec.num_qo_heads,
+            spec.num_kv_heads,
+            spec.head_dim,
+            seqlens,
+            qkv_dtype=s.q.dtype,
+            cu_seqlens_q=cu_q,
+            page_size=page_size,
+            causal=causal,
+            num_splits=s.knobs["num_splits"],
+            pack_gqa=s.knobs["pack_gqa"],
+        )
+        return meta
+
+    meta = compute()
+
+    def replan() -> None:
+        meta.copy_(compute())
+
+    s.replans.append(replan)
+    s.details["scheduler_metadata"] = METADATA_IN_PLAN
+    return meta
+
+
 def _part(
     s: _Setup, starts: list[int], ends: list[int], *, causal: bool
 ) -> tuple[PartCall, torch.Tensor | None]:
-    """Per-request ranges through the KV-cache API or varlen (knob `api`; FA2: varlen)."""
-    if s.lib.generation == 3 and s.knobs["api"] == "kvcache":
+    """Per-request ranges through the KV-cache API (paged, or a contiguous copy when knob
+    `api=kvcache`) or varlen over packed K/V (`api=varlen`; FA2)."""
+    if s.layout == "paged" or (s.layout == "contiguous" and s.knobs["api"] == "kvcache"):
         return _cache_part(s, starts, ends, causal=causal)
     return _varlen_part(s, starts, ends, causal=causal)
 
@@ -273,19 +316,34 @@ class FlashAttnBackend:
 
     devices = ("cuda",)
 
-    def __init__(self, generation: int, cascade: bool = False) -> None:
+    def __init__(
+        self, generation: int, cascade: bool = False, layout: Layout | None = None
+    ) -> None:
         self.generation = generation
         self.cascade = cascade
-        base = "fa3" if generation == 3 else "fa2"
-        self.name = f"flash-attn:{base}" + ("-cascade" if cascade else "")
-        self.knobs: Mapping[str, tuple[object, ...]] = FA3_KNOBS if generation == 3 else {}
+        self.layout: Layout = layout or _default_layout(generation, cascade)
+        if cascade and self.layout == "paged":
+            raise ValueError("the cascade's suffix pass reads a contiguous copy, not the pages")
+        self.name = "flash-attn:" + _variant_name(generation, cascade, self.layout)
+        self.knobs: Mapping[str, tuple[object, ...]] = {}
+        if generation == 3:
+            self.knobs = FA3_PAGED_KNOBS if self.layout == "paged" else FA3_KNOBS
 
     def _lib(self) -> FlashLib | str:
         return load_fa3() if self.generation == 3 else load_fa2()
 
     def available(self) -> str | None:
         lib = self._lib()
-        return lib if isinstance(lib, str) else None
+        if isinstance(lib, str):
+            return lib
+        if self.layout == "paged" and not lib.paged:
+            return _no_paged_kv(lib)
+        return None
+
+    def describe(self) -> str:
+        """The build found and what it lacks (`attnbench backends` prints it); "" if none."""
+        lib = self._lib()
+        return "" if isinstance(lib, str) else build_summary(lib)
 
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
         if device.kind != "cuda":
@@ -293,13 +351,26 @@ class FlashAttnBackend:
         lib = self._lib()
         if isinstance(lib, str):
             return Unsupported(lib)
-        why = _check_build(lib, spec, device)
+        why = _check_build(lib, spec, device) or self._layout_reason(lib, spec)
         if why is None and self.cascade:
             why = _check_cascade(spec)
         no_context = any(kv == q for kv, q in zip(spec.kv_lens, spec.qo_lens, strict=True))
         if why is None and spec.kind == "tree" and not is_chain(spec) and no_context:
             why = "tree verification by LSE merge needs a non-empty context for every request"
         return Unsupported(why) if why else None
+
+    def _layout_reason(self, lib: FlashLib, spec: WorkloadSpec) -> str | None:
+        """Why this variant cannot read the case's cache as it claims to, or None."""
+        if self.layout != "paged":
+            return None
+        if not lib.paged:
+            return _no_paged_kv(lib)
+        if spec.kv_layout != "NHD":
+            return (
+                "FA3 reads NHD pages [num_pages, page_size, num_kv_heads, head_dim]; this "
+                "cache is HND (flash-attn:fa3-contiguous reads a copy)"
+            )
+        return None
 
     def plan(
         self,
@@ -310,8 +381,14 @@ class FlashAttnBackend:
         lib = self._lib()
         if isinstance(lib, str):
             raise RuntimeError(lib)
+        why = self._layout_reason(lib, spec)
+        if why:
+            raise UnsupportedCase(why)
+        unknown = set(knobs or {}) - set(self.knobs)
+        if unknown:
+            raise ValueError(f"{self.name} has no knob(s) {sorted(unknown)}")
         chosen = {k: v[0] for k, v in self.knobs.items()} | dict(knobs or {})
-        s = _setup(lib, spec, inputs, chosen)
+        s = _setup(lib, spec, inputs, chosen, self.layout)
         kv_lens = list(spec.kv_lens)
         zeros = [0] * spec.batch_size
         resolved = f"fa{lib.generation}"
@@ -319,19 +396,22 @@ class FlashAttnBackend:
         if self.cascade:
             run, out = self._plan_cascade(s)
             resolved += "+cascade"
-        elif spec.kind == "prefill":
-            call, out = _varlen_part(s, zeros, kv_lens, causal=spec.causal)
-            run = _single(call)
         elif spec.kind == "tree" and not is_chain(spec):
             n = spec.tree.num_nodes if spec.tree else 0
             ctx_call, _ = _part(s, zeros, [kv - n for kv in kv_lens], causal=False)
             run, out = _merged(s, ctx_call, _tree_draft_part(s))
             resolved += "+lse-merge"
-        else:  # decode, append, shared_prefix without cascade, a chain tree (plain causal)
+        elif spec.kind == "prefill" and s.layout != "paged":
+            call, out = _varlen_part(s, zeros, kv_lens, causal=spec.causal)
+            run = _single(call)
+        else:  # decode, append, paged prefill, shared_prefix without cascade, a chain tree
             causal = spec.causal or spec.kind == "tree"
             call, out = _part(s, zeros, kv_lens, causal=causal)
             run = _single(call)
-        s.details.update(library=lib.label, **_knob_details(lib, chosen))
+        s.details.update(library=lib.label, **lib.provenance(), **_knob_details(lib, chosen))
+        ignored = _ignored_knobs(lib, spec, s.layout)
+        if ignored:
+            s.details["knobs_ignored"] = ",".join(ignored)
         replans = list(s.replans)
 
         def replan() -> None:
@@ -361,10 +441,36 @@ class FlashAttnBackend:
         return _merged(s, pre_call, suf_call)
 
 
+def _default_layout(generation: int, cascade: bool) -> Layout:
+    if generation != 3:
+        return "packed"
+    return "contiguous" if cascade else "paged"
+
+
+def _variant_name(generation: int, cascade: bool, layout: Layout) -> str:
+    base = "fa3" if generation == 3 else "fa2"
+    if cascade:
+        return base + "-cascade"
+    return base + ("-contiguous" if generation == 3 and layout == "contiguous" else "")
+
+
+def _no_paged_kv(lib: FlashLib) -> str:
+    return (
+        f"{lib.label} was built without paged KV (FLASHATTENTION_DISABLE_PAGEDKV): "
+        "flash-attn:fa3-contiguous runs it on a contiguous copy; tokenspeed-fa3 has paged KV"
+    )
+
+
 def _setup(
-    lib: FlashLib, spec: WorkloadSpec, inputs: AttentionInputs, knobs: dict[str, Any]
+    lib: FlashLib,
+    spec: WorkloadSpec,
+    inputs: AttentionInputs,
+    knobs: dict[str, Any],
+    layout: Layout,
 ) -> _Setup:
-    s = _Setup(lib, spec, inputs, knobs, q=inputs.q)
+    s = _Setup(lib, spec, inputs, knobs, q=inputs.q, layout=layout)
+    if lib.generation == 3:
+        s.details["scheduler_metadata"] = METADATA_IN_RUN  # until a call computes it in plan
     if spec.is_fp8:
         fp8 = torch_dtype(spec.kv_dtype)
         s.q_scale = per_tensor_scale(inputs.q, fp8)
@@ -378,12 +484,25 @@ def _knob_details(lib: FlashLib, knobs: dict[str, Any]) -> dict[str, str | int |
     if lib.generation != 3:
         return {}
     pack = knobs["pack_gqa"]
-    return {
+    details: dict[str, str | int | float | bool] = {
         "num_splits": int(knobs["num_splits"]),
         "pack_gqa": "auto" if pack is None else bool(pack),
-        "api": str(knobs["api"]),
         "out_buffer": "fixed" if lib.raw is not None else "allocated",
     }
+    if "api" in knobs:
+        details["api"] = str(knobs["api"])
+    return details
+
+
+def _ignored_knobs(lib: FlashLib, spec: WorkloadSpec, layout: Layout) -> list[str]:
+    """Knobs that cannot change this case, whatever the others are (tune measures once)."""
+    if lib.generation != 3:
+        return []
+    packed_only = layout == "contiguous" and spec.kind == "prefill"  # always varlen
+    ignored = ["api"] if packed_only else []
+    if packed_only or not lib.has_scheduler_metadata:
+        ignored.append("scheduler_metadata")
+    return ignored
 
 
 def _check_build(lib: FlashLib, spec: WorkloadSpec, device: DeviceInfo) -> str | None:
@@ -407,6 +526,8 @@ def _check_build(lib: FlashLib, spec: WorkloadSpec, device: DeviceInfo) -> str |
     align = 16 if spec.is_fp8 else 8
     if spec.head_dim > 256 or spec.head_dim % align:
         return f"head_dim={spec.head_dim} unsupported: needs <= 256 and a multiple of {align}"
+    if lib.generation == 3 and lib.head_dim_bucket(spec.head_dim) is None:
+        return f"{lib.label} was built without a head_dim kernel that holds {spec.head_dim}"
     return None
 
 
@@ -425,4 +546,9 @@ def _check_cascade(spec: WorkloadSpec) -> str | None:
 
 
 def backends() -> list[FlashAttnBackend]:
-    return [FlashAttnBackend(3), FlashAttnBackend(3, cascade=True), FlashAttnBackend(2)]
+    return [
+        FlashAttnBackend(3),
+        FlashAttnBackend(3, layout="contiguous"),
+        FlashAttnBackend(3, cascade=True),
+        FlashAttnBackend(2),
+    ]

@@ -9,6 +9,9 @@ Shapes (cache dtype kept: fp8 stays fp8):
 
     packed:  k, v [sum(end_b - start_b), num_kv_heads, head_dim]        (varlen kernels)
     padded:  k, v [batch_size, max_len, num_kv_heads, head_dim], zeros past each length
+
+`page_table` and `paged_kv` give paged kernels that take a dense page table (vLLM's
+`block_table`, FA3's `page_table`) the case's own pages, without a copy.
 """
 
 from __future__ import annotations
@@ -148,3 +151,21 @@ def page_table(inputs: AttentionInputs) -> torch.Tensor:
     rows, cols = padded_index(counts, inputs.device)
     table[rows, cols] = inputs.kv_indices[: indptr[-1]]
     return table
+
+
+def paged_kv(
+    inputs: AttentionInputs, ends: Sequence[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The case's paged cache as dense-page-table kernels take it, for keys 0..ends[b] of every
+    request (default: whole requests): K and V pages `[num_pages, page_size, num_kv_heads,
+    head_dim]` (views of the cache, NHD only), the page table `[batch_size, max_pages]` int32
+    from `kv_indptr`/`kv_indices`, and the lengths int32 (`inputs.kv_lens` itself for whole
+    requests): the pages and lengths the reference reads."""
+    spec = inputs.spec
+    if spec.kv_layout != "NHD":
+        raise ValueError("dense-page-table kernels take NHD pages [pages, page_size, heads, dim]")
+    if ends is None or list(ends) == list(spec.kv_lens):
+        lens = inputs.kv_lens
+    else:
+        lens = int32(ends, inputs.device)
+    return inputs.k_cache, inputs.v_cache, page_table(inputs), lens

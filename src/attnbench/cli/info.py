@@ -36,14 +36,17 @@ def backends(
     for b in all_backends():
         if getattr(b, "hidden", False):
             continue
+        describe = getattr(b, "describe", None)  # the library build found, what it lacks
         try:
             reason = b.available()
+            build = str(describe()) if callable(describe) else ""
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
+            reason, build = f"{type(exc).__name__}: {exc}", ""
         if reason is None and info.kind not in b.devices:
             reason = f"needs {' or '.join(b.devices)}; this is {info.kind}"
         ok = reason is None
-        table.add_row(b.name, "[green]yes[/]" if ok else "[red]no[/]", reason or "")
+        notes = "; ".join(n for n in (reason, build and f"build: {build}") if n)
+        table.add_row(b.name, "[green]yes[/]" if ok else "[red]no[/]", notes)
     console.print(table)
 
 
