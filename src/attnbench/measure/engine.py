@@ -15,9 +15,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
 import torch
 
+from attnbench.measure.clocks import ClockLog, ClockMonitor, record_batch
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.l2 import L2Flusher
 from attnbench.measure.stats import Stats, summarize
@@ -40,6 +43,8 @@ class Measurement:
     warmup_runs: int
     converged: bool
     notes: list[str] = field(default_factory=list)
+    clocks: dict[str, Any] = field(default_factory=dict)
+    """The SM clock around the timed batches (`measure.clocks`)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -49,6 +54,7 @@ class Measurement:
             "repeats": self.stats.n,
             "converged": self.converged,
             "notes": self.notes,
+            "clocks": self.clocks,
         }
 
 
@@ -99,11 +105,16 @@ def measure(
         return Measurement(summarize(fake), fake, timer.name, l2_policy, 0, True, notes)
 
     warmup_runs, per_call_ms = _warm_up(timer, timed, cfg.warmup_ms, device)
+    monitor = clock_monitor(_gpu_index(device))
+    clocks = monitor.new_log()
     samples: list[float] = []
     converged = False
     batch = max(1, min(cfg.min_runs, cfg.max_runs))
     while True:
-        samples += timer.time(timed, batch, flush)
+        before = monitor.read()
+        got = timer.time(timed, batch, flush)
+        record_batch(clocks, before, monitor.read(), len(got))
+        samples += got
         stats = summarize(samples)
         spent_ms = sum(samples) / 1e3
         if len(samples) >= cfg.min_runs and stats.rel_ci <= cfg.target_rel_ci:
@@ -119,7 +130,30 @@ def measure(
         notes.append(
             f"noise target not met: median 95% CI ±{stats.rel_ci:.1%} after {stats.n} runs"
         )
-    return Measurement(stats, samples, timer.name, l2_policy, warmup_runs, converged, notes)
+    notes += _throttle_note(clocks)
+    return Measurement(
+        stats, samples, timer.name, l2_policy, warmup_runs, converged, notes, clocks.summary()
+    )
+
+
+@cache
+def clock_monitor(index: int | None) -> ClockMonitor:
+    """One NVML monitor per GPU and process (CUDA's index; None on the CPU)."""
+    return ClockMonitor(index)
+
+
+def _gpu_index(device: torch.device) -> int | None:
+    if device.type != "cuda":
+        return None
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _throttle_note(log: ClockLog) -> list[str]:
+    n = sum(log.flags)
+    if not n:
+        return []
+    reasons = ", ".join(log.summary()["slowdowns"])
+    return [f"{n} of {len(log.flags)} samples timed while the GPU was held back ({reasons})"]
 
 
 def _warm_up(timer: Timer, fn: Fn, warmup_ms: float, device: torch.device) -> tuple[int, float]:
