@@ -359,7 +359,7 @@ def test_fa3_grid_runs_through_every_route(
     from test_flash_attn import fake_lib, make_spec
 
     monkeypatch.setattr(fa, "load_fa3", lambda: fake_lib())
-    fa3 = next(b for b in fa.backends() if b.name == "flash-attn:fa3")
+    fa3 = next(b for b in fa.backends() if b.name == "flash-attn:fa3-contiguous")
     spec = make_spec("decode")
     from attnbench.workload.inputs import make_inputs
 
@@ -371,7 +371,7 @@ def test_fa3_grid_runs_through_every_route(
     assert out.search.configs == 72
     assert out.search.failed == 0, out.search.failures
     assert out.tuned.status == "ok"
-    assert out.tuned.backend == "flash-attn:fa3+tuned"
+    assert out.tuned.backend == "flash-attn:fa3-contiguous+tuned"
     assert set(out.tuned.details["knobs"]) == {
         "num_splits",
         "pack_gqa",
