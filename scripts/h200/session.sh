@@ -24,6 +24,36 @@ stage=${1:?stage A, B or C}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 case $stage in
+X)  # session 3, call 1: paged FA3 checked, then the brief suite (page 16), page 64, raggedness
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  step 45 backends $AB backends --device cuda
+  step 100 fa3-tests bash -c "timeout -s INT 90 python3 -m pytest -m gpu -q -p no:cacheprovider \
+    -rfE tests/test_flash_attn.py -k 'paged or every_variant or fp8_budget' \
+    > $OUT/h200-fa3-tests.txt 2>&1; tail -15 $OUT/h200-fa3-tests.txt"
+  step 230 brief $RUN --suite brief $ALL --out "$OUT/h200-brief.jsonl"
+  step 120 paged64 $RUN --suite scripts/h200/paged64.toml $DEC --out "$OUT/h200-paged64.jsonl"
+  step 80 ragged $RUN --suite ragged $DEC --out "$OUT/h200-ragged.jsonl"
+  ;;
+Y)  # session 3, call 2 (chained, warm kernels): fp8, traces, 70B, trees, shared prefixes, GQA
+  step 100 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --out "$OUT/h200-fp8.jsonl"
+  step 70 traces $RUN --suite traces $DEC --out "$OUT/h200-traces.jsonl"
+  step 80 brief70b $RUN --suite brief70b $DEC --out "$OUT/h200-brief70b.jsonl"
+  step 80 trees $RUN --suite trees -b flash-attn:fa3 -b flashinfer:tc -b flashinfer:fa2 \
+    -b flashinfer:fa3 -b sdpa:cudnn -b sdpa:efficient --out "$OUT/h200-trees.jsonl"
+  step 80 shared_prefix $RUN --suite shared_prefix -b flashinfer:cascade \
+    -b flash-attn:fa3-cascade -b flash-attn:fa3 -b flashinfer:tc -b flashinfer:fa2 \
+    --out "$OUT/h200-shared-prefix.jsonl"
+  step 50 gqa $RUN --suite gqa $DEC --out "$OUT/h200-gqa.jsonl"
+  ;;
+P)  # a probe before the long calls: the paged FA3 path, the tests that failed last time, tools
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  python3 -c "import pynvml; pynvml.nvmlInit(); print('nvml ok', pynvml.nvmlSystemGetDriverVersion())"
+  ncu --version | tail -1
+  step 60 backends $AB backends --device cuda
+  step 240 probe-tests bash -c "timeout -s INT 230 python3 -m pytest -m gpu -q -p no:cacheprovider \
+    -rfE tests/test_flash_attn.py tests/test_gpu_core.py 'tests/test_flex.py::test_gpu_every_kind_passes_the_gate' \
+    > $OUT/h200-probe-tests.txt 2>&1; tail -30 $OUT/h200-probe-tests.txt"
+  ;;
 A)
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   step 60 backends $AB backends --device cuda
