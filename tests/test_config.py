@@ -95,3 +95,79 @@ def test_repeated_length_flags_may_hold_semicolons() -> None:
 def test_non_string_lengths_are_a_config_error() -> None:
     with pytest.raises(ConfigError, match="lengths"):
         load_settings({"lengths": [0]})
+
+
+# -- .env and ATTNBENCH_* variables: one error naming the file, line or variable -------------
+
+
+def test_seed_must_be_a_valid_generator_seed() -> None:
+    with pytest.raises(ConfigError, match=r"seed=-5: must be an integer from 0 to 4294967295"):
+        load_settings({"seed": -5})
+    assert load_settings({"seed": 4294967295})[0].seed == 4294967295
+
+
+def test_binary_dotenv_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match=r"^\.env: not a UTF-8 text file"):
+        load_settings()
+
+
+def test_malformed_dotenv_is_one_error_naming_the_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / ".env").write_text("ATTNBENCH_PAGE_SIZE=32\nfoo bar baz\n=3\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value) == ".env:2: cannot parse 'foo bar baz'; expected KEY=VALUE"
+    assert not [r for r in caplog.records if "dotenv" in r.name]  # no stream of warnings
+
+
+def test_dotenv_key_without_value(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("# settings\nATTNBENCH_PAGE_SIZE\n")
+    with pytest.raises(ConfigError, match=r"\.env:2: ATTNBENCH_PAGE_SIZE has no value"):
+        load_settings()
+
+
+def test_unknown_attnbench_names_are_errors_in_env_and_dotenv_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTNBENCH_PAGESIZE", "32")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    msg = str(info.value)
+    assert msg.startswith("environment variable ATTNBENCH_PAGESIZE is not an attnbench setting")
+    assert "did you mean ATTNBENCH_PAGE_SIZE?" in msg
+    assert "ATTNBENCH_BATCH_SIZE" in msg  # the allowed names
+    monkeypatch.delenv("ATTNBENCH_PAGESIZE")
+    (tmp_path / ".env").write_text("HF_TOKEN=abc\nATTNBENCH_PAGESIZE=32\n")
+    with pytest.raises(ConfigError, match=r"^\.env:2: ATTNBENCH_PAGESIZE is not an attnbench"):
+        load_settings()
+
+
+def test_other_tools_keys_and_known_non_settings_are_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".env").write_text("HF_TOKEN=abc\nexport ATTNBENCH_PAGE_SIZE=32\n")
+    monkeypatch.setenv("ATTNBENCH_RESULTS", "results")
+    monkeypatch.setenv("ATTNBENCH_GIT_SHA", "abc123")
+    s, src = load_settings()
+    assert s.page_size == 32
+    assert src["page_size"] == ".env"
+
+
+def test_bad_values_name_where_they_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTNBENCH_SEED", "-1")
+    with pytest.raises(ConfigError, match=r"seed='-1' \(from environment ATTNBENCH_SEED\)"):
+        load_settings()
+    monkeypatch.delenv("ATTNBENCH_SEED")
+    (tmp_path / "attnbench.toml").write_text("page_size = 3\n")
+    with pytest.raises(ConfigError, match=r"page_size=3 \(from attnbench.toml\): must be a power"):
+        load_settings()
+
+
+def test_binary_toml_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "attnbench.toml").write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match=r"attnbench.toml: not a UTF-8 text file"):
+        load_settings()

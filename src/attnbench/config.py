@@ -8,7 +8,9 @@ device). Library code never reads Settings: the CLI turns them into frozen run c
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +24,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from attnbench.limits import MAX_SEED
 from attnbench.measure.config import TIMERS, MeasureConfig, TimerName
 from attnbench.workload.spec import KINDS, Kind, KVLayout, normalize_dtype
 
@@ -41,6 +44,11 @@ LIMITS = {
 }
 """Upper bounds that keep a typo from asking for petabytes."""
 ENV_PREFIX = "ATTNBENCH_"
+OTHER_ENV_VARS = ("ATTNBENCH_RESULTS", "ATTNBENCH_GIT_SHA")
+"""`ATTNBENCH_*` environment variables that are not settings: where `report`, `recommend`,
+`compare` and `replay` look for results, and the commit a copy without .git names in
+provenance. Any other `ATTNBENCH_*` name that is not a setting is an error (a typo would
+otherwise be ignored); names without the prefix are other tools' and are left alone."""
 
 
 class ConfigError(ValueError):
@@ -88,6 +96,7 @@ class Settings(BaseSettings):
         env_file=".env",
         env_file_encoding="utf-8",
         toml_file=CONFIG_FILE,
+        dotenv_filtering="only_existing",  # unknown ATTNBENCH_* keys: `check_environment`
         extra="forbid",
         use_attribute_docstrings=True,
         validate_default=True,
@@ -226,6 +235,13 @@ class Settings(BaseSettings):
             raise ValueError(f"must be a positive integer up to {limit}")
         return v
 
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int) -> int:
+        if not 0 <= v <= MAX_SEED:
+            raise ValueError(f"must be an integer from 0 to {MAX_SEED}")
+        return v
+
     @field_validator("workers")
     @classmethod
     def _non_negative(cls, v: int) -> int:
@@ -346,7 +362,9 @@ def load_settings(
     if toml_path.is_file():
         try:
             toml_data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{toml_path}: not a UTF-8 text file (offset {exc.start})") from None
+        except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{toml_path}: invalid TOML: {exc}") from None
         unknown = sorted(set(toml_data) - set(Settings.model_fields))
         if unknown:
@@ -355,37 +373,112 @@ def load_settings(
                 + ", ".join(Settings.model_fields)
             )
 
+    check_environment(os.environ)
+    check_dotenv(Path(".env"))
+    sources = _sources(cli, toml_path)
+
     class _Settings(Settings):
         model_config = SettingsConfigDict(toml_file=toml_path)
 
     try:
         settings = _Settings(**cli)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc)) from None
+        raise ConfigError(_one_line(exc, sources)) from None
     except SettingsError as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
     except ValueError as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
-    return settings, _sources(cli, toml_path)
+    return settings, sources
 
 
-def _one_line(exc: ValidationError) -> str:
+def setting_env_names() -> list[str]:
+    """The environment variable of every setting: ATTNBENCH_BATCH_SIZE, ..."""
+    return [ENV_PREFIX + name.upper() for name in Settings.model_fields]
+
+
+def _unknown_name(name: str, where: str) -> str:
+    """`WHERE NAME is not a setting (did you mean ...?); allowed: ...`."""
+    import difflib
+
+    fields = [f.upper() for f in Settings.model_fields]
+    close = difflib.get_close_matches(name.upper().removeprefix(ENV_PREFIX), fields, n=1)
+    hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
+    return f"{where}{name} is not an attnbench setting{hint}; allowed: " + ", ".join(
+        setting_env_names() + list(OTHER_ENV_VARS)
+    )
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Raise ConfigError for an `ATTNBENCH_*` variable that is neither a setting nor one of
+    OTHER_ENV_VARS (names are matched case-insensitively, as the settings read them)."""
+    known = set(setting_env_names()) | set(OTHER_ENV_VARS)
+    for key in sorted(environ):
+        if key.upper().startswith(ENV_PREFIX) and key.upper() not in known:
+            raise ConfigError(_unknown_name(key, "environment variable "))
+
+
+def check_dotenv(path: Path) -> None:
+    """Raise ConfigError, naming the file and line, for a `.env` that is not UTF-8 text, a line
+    that is not KEY=VALUE, an `ATTNBENCH_*` key that is not a setting or a key without a value.
+    Keys without the prefix belong to other tools and are ignored."""
+    if not path.is_file():
+        return
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not a UTF-8 text file (byte {exc.object[exc.start]:#04x} at offset "
+            f"{exc.start}); expected KEY=VALUE lines"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if "\x00" in text:
+        raise ConfigError(f"{path}: binary file (NUL byte); expected KEY=VALUE lines")
+    import io
+
+    from dotenv.parser import parse_stream
+
+    for binding in parse_stream(io.StringIO(text)):
+        where = f"{path}:{binding.original.line}"
+        if binding.error:
+            statement = binding.original.string.strip()[:80]
+            raise ConfigError(f"{where}: cannot parse {statement!r}; expected KEY=VALUE")
+        key = binding.key
+        if key is None or not key.upper().startswith(ENV_PREFIX):
+            continue
+        if key.upper() not in setting_env_names():
+            raise ConfigError(_unknown_name(key, f"{where}: "))
+        if binding.value is None:
+            raise ConfigError(f"{where}: {key} has no value; write {key}=VALUE")
+
+
+def _one_line(exc: ValidationError, sources: dict[str, str] | None = None) -> str:
     err = exc.errors()[0]
-    label = _field_label(tuple(err["loc"]))
+    loc = tuple(err["loc"])
+    label = _field_label(loc)
     msg = err["msg"].removeprefix("Value error, ")
+    field = str(loc[0]) if loc else ""
+    source = (sources or {}).get(field, "default")
+    env_name = ENV_PREFIX + field.upper()
+    origin = {
+        "cli": "",
+        "default": "",
+        "env": f" (from environment {env_name})",
+        ".env": f" (from .env {env_name})",
+    }.get(source, f" (from {source})")
     if err["type"] == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
-        return f"{label}={err.get('input')!r} is not allowed; allowed: {expected}"
+        return f"{label}={err.get('input')!r}{origin} is not allowed; allowed: {expected}"
     if err["type"] == "extra_forbidden":
         return f"unknown setting {label!r}; allowed: {', '.join(Settings.model_fields)}"
     if err.get("loc"):
-        return f"{label}={err.get('input')!r}: {msg}"
+        if msg.startswith(f"{label}="):  # the validator named the field and value already
+            return msg + origin
+        return f"{label}={err.get('input')!r}{origin}: {msg}"
     return msg
 
 
 def _sources(cli: dict[str, Any], toml_path: Path) -> dict[str, str]:
-    import os
-
     from dotenv import dotenv_values
 
     env = {k[len(ENV_PREFIX) :].lower() for k in os.environ if k.upper().startswith(ENV_PREFIX)}

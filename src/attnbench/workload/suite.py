@@ -67,7 +67,9 @@ def load_suite(name_or_path: str) -> Suite:
         )
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"suite {path}: not a UTF-8 text file (offset {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"suite {path}: invalid TOML: {exc}") from None
     unknown = sorted(set(data) - {"name", "description", "defaults", "group"})
     if unknown:
