@@ -71,6 +71,8 @@ def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
         out: list[Path] = []
         for entry in paths:
             found = _expand(entry)
+            if not found and Path(entry).is_dir():
+                raise NoResultsError(f"{entry}: a folder with no results files (.jsonl, .json)")
             if not found or not all(f.exists() for f in found):
                 raise FileNotFoundError(f"{entry}: no such file or directory")
             out += found

@@ -322,15 +322,15 @@ def compare_frames(
     return comp
 
 
-def parse_threshold(text: str) -> float:
+def parse_threshold(text: str, name: str = "threshold") -> float:
     """`5%` or `0.05` -> 0.05; raises ValueError otherwise (and for values outside (0, 10))."""
     t = text.strip()
     try:
         value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
-        raise ValueError(f"threshold={text!r} is not a number; write e.g. 5% or 0.05") from None
+        raise ValueError(f"{name}={text!r} is not a number; write e.g. 5% or 0.05") from None
     if not t.endswith("%") and value >= 1:
-        raise ValueError(f"threshold={text!r} is ambiguous; write {t}% or {value / 100:g}")
+        raise ValueError(f"{name}={text!r} is ambiguous; write {t}% or {value / 100:g}")
     if not 0 <= value < 10:
-        raise ValueError(f"threshold={text!r} must be between 0% and 1000%")
+        raise ValueError(f"{name}={text!r} must be between 0% and 1000%")
     return value

@@ -200,6 +200,7 @@ class ResultWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        drop_torn_tail(path)
         self._f = path.open("a", encoding="utf-8")
 
     def write(self, row: BaseModel | dict[str, Any]) -> None:
@@ -216,6 +217,25 @@ class ResultWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def drop_torn_tail(path: Path) -> None:
+    """End a results file with a newline before rows are appended: a last line an interrupted
+    write left incomplete (`read_results` skips it with a warning) is cut, a complete one gets
+    its newline. Otherwise the next row would glue onto it and make the file unreadable.
+    Files that are not results files are left alone."""
+    if not path.is_file() or path.read_bytes()[-1:] in (b"", b"\n"):
+        return
+    try:
+        torn = any("torn last line" in w for w in read_results(path).warnings)
+    except ResultsFileError:
+        return
+    with path.open("rb+") as f:
+        if torn:
+            f.truncate(path.read_bytes().rfind(b"\n") + 1)
+        else:  # a complete last row whose newline was not written
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
 
 
 def _finite(value: Any) -> Any:
@@ -298,7 +318,11 @@ def iter_rows(paths: Iterable[Path | str]) -> Iterator[tuple[ResultFile, ResultR
 
 
 def finished_keys(path: Path) -> set[tuple[str, str]]:
-    """(case_id, backend) pairs already in `path` with a final status, for `--resume`."""
+    """(case_id, backend) pairs already in `path` with a final status, for `--resume`.
+
+    A case refused for want of free memory (`unsupported` with `details.memory`) is not final:
+    memory may have been freed since, so a resumed run tries it again."""
     if not path.exists():
         return set()
-    return {r.key for r in read_results(path).rows if r.status in FINAL_STATUSES}
+    rows = read_results(path).rows
+    return {r.key for r in rows if r.status in FINAL_STATUSES and "memory" not in r.details}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from attnbench.results import ResultRow
@@ -74,11 +75,11 @@ def results_table(rows: Iterable[ResultRow], title: str = "") -> Table:
         err = r.accuracy.get("rel_l2_err") if r.accuracy else None
         status = f"[{style}]{r.status}[/]" if style else r.status
         if r.status != "ok" and r.reason:
-            status += f" [dim]{r.reason[:70]}[/]"
+            status += f" [dim]{escape(r.reason[:70])}[/]"
         table.add_row(
-            short_case(r.spec),
-            r.backend,
-            r.resolved,
+            escape(short_case(r.spec)),
+            escape(r.backend),
+            escape(r.resolved),
             status,
             fmt(r.latency_us, ".1f"),
             pct(rel_ci) if rel_ci is not None else "-",

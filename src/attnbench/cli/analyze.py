@@ -8,9 +8,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from attnbench.cli import app
-from attnbench.cli.common import console, fail, note
+from attnbench.cli.common import (
+    check_output_dir,
+    check_output_file,
+    console,
+    fail,
+    note,
+    write_output,
+)
 
 if TYPE_CHECKING:
     from attnbench.analysis import Loaded
@@ -49,10 +57,24 @@ def report(
     """Markdown + self-contained HTML report with plots, from stored results."""
     from attnbench.report import write_report
 
+    check_output_dir(out, "--out")
     loaded = _load(results)
-    with console.status("building the report (figures, statistics)"):
-        md, page = write_report(loaded, out)
-    console.print(f"report: {md} and {page} ({len(loaded.frame)} rows)")
+    if loaded.frame.empty and not loaded.extras:
+        fail(f"{_names(loaded.paths)}: no result rows (only headers): nothing to report")
+    try:
+        with console.status("building the report (figures, statistics)"):
+            md, page = write_report(loaded, out)
+    except OSError as exc:
+        fail(f"--out={out}: writing the report failed: {exc.strerror or exc}")
+    console.print(
+        f"report: {escape(str(md))} and {escape(str(page))} ({len(loaded.frame)} rows)",
+        highlight=False,
+    )
+
+
+def _names(paths: list[Path]) -> str:
+    shown = ", ".join(str(p) for p in paths[:3])
+    return shown + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
 
 @app.command()
@@ -72,7 +94,8 @@ def compare(
     from attnbench.compare import compare_frames, parse_threshold
 
     try:
-        thr, floor = parse_threshold(threshold), parse_threshold(noise_floor)
+        thr = parse_threshold(threshold, "--threshold")
+        floor = parse_threshold(noise_floor, "--noise-floor")
     except ValueError as exc:
         fail(str(exc))
     fa, fb = _load([a]).frame, _load([b]).frame
@@ -98,7 +121,7 @@ def _print_comparison(comp: Comparison, show_all: bool) -> None:
     shown = [
         e for e in comp.entries if show_all or len(comp.entries) <= 40 or e.outcome not in quiet
     ]
-    t = Table(title=f"B vs A ({comp.gpus[1]} vs {comp.gpus[0]})", header_style="bold")
+    t = Table(title=escape(f"B vs A ({comp.gpus[1]} vs {comp.gpus[0]})"), header_style="bold")
     for col in ("case", "backend", "A", "B", "B/A [95% CI]", "p", "verdict"):
         t.add_column(col, justify="right" if col in ("A", "B", "p") else "left", overflow="fold")
     order = {"broken": 0, "slower": 1, "status changed": 2, "faster": 3, "fixed": 4}
@@ -113,8 +136,8 @@ def _print_comparison(comp: Comparison, show_all: bool) -> None:
             verdict += " REGRESSION"
         style = _STYLE.get(e.outcome, "")
         t.add_row(
-            short_case(e.spec) if e.spec else e.case_id,
-            e.backend,
+            escape(short_case(e.spec) if e.spec else e.case_id),
+            escape(e.backend),
             fmt_us(e.median_a_us),
             fmt_us(e.median_b_us),
             ratio,
@@ -156,19 +179,20 @@ def recommend(
     from attnbench.hybrid import recommend as decide
     from attnbench.report_sections import recommendation_blocks
 
+    if json_out is not None:
+        check_output_file(json_out, "--json")
     loaded = _load(results)
     with console.status("ranking backends (bootstrap confidence intervals)"):
         recs = decide(loaded.frame)
     if not recs:
         fail("no row passed the accuracy gate: nothing to recommend from")
     for rec in recs:
-        console.rule(f"[bold]{rec.gpu}")
+        console.rule(f"[bold]{escape(rec.gpu)}")
         for block in recommendation_blocks(rec):
             _print_block(block)
     if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps([_as_json(r) for r in recs], indent=2) + "\n")
-        console.print(f"decision written to {json_out}")
+        write_output(json_out, json.dumps([_as_json(r) for r in recs], indent=2) + "\n", "--json")
+        console.print(f"decision written to {escape(str(json_out))}", highlight=False)
 
 
 def _rich(text: str) -> str:
@@ -185,11 +209,12 @@ def _print_block(block: Block) -> None:
     if isinstance(block, Text):
         console.print(_rich(block.markdown), soft_wrap=True)
     elif isinstance(block, Code):
-        console.print(block.text, style="cyan", soft_wrap=True, highlight=False)
+        console.print(block.text, style="cyan", soft_wrap=True, highlight=False, markup=False)
     elif isinstance(block, Table):
-        t = RichTable(title=block.caption or None, header_style="bold", show_lines=True)
+        caption = escape(block.caption) if block.caption else None
+        t = RichTable(title=caption, header_style="bold", show_lines=True)
         for h in block.headers:
-            t.add_column(str(h), overflow="fold")
+            t.add_column(escape(str(h)), overflow="fold")
         for row in block.rows:
             t.add_row(*(_rich(c) for c in row))
         console.print(t)

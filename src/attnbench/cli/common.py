@@ -1,23 +1,145 @@
-"""Shared CLI helpers: one console, one way to fail."""
+"""Shared CLI helpers: one console, one way to fail, one check of output paths, exit codes."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import tempfile
+from pathlib import Path
 from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 # Wide enough for result tables when output goes to a file or a CI log (rich assumes 80).
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# No emoji codes: data such as `root:x:0` must not print as `root❌0`.
+console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
+
+EXIT_OK = 0
+"""Measured, written or printed what was asked."""
+EXIT_REGRESSION = 1
+"""`compare` found a significant slowdown or an ok -> failed case."""
+EXIT_BAD_INPUT = 2
+"""A flag, setting, file or path is wrong (the one-line message names it)."""
+EXIT_NOTHING_RAN = 3
+"""Nothing could run here: every case was unsupported or failed, or the command needs a GPU."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: finished rows are kept (`run --resume` finishes the run)."""
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok (measured / written); 1 `compare` found a regression; "
+    "2 bad input (the message names the flag, setting or file); "
+    "3 nothing could run (every case unsupported or failed, or no GPU for a GPU-only step); "
+    "130 interrupted (finished rows are kept)."
+)
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print one clear line (no traceback) and exit."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print one clear line (no traceback) and exit. The message is plain text, not markup."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
 def note(message: str) -> None:
-    err_console.print(f"[yellow]note:[/] {message}", highlight=False, soft_wrap=True)
+    """One plain-text line on stderr (square brackets in it are kept, not read as markup)."""
+    err_console.print(f"[yellow]note:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """Fail now, before any work, unless `path` can be written as a file.
+
+    Rejects a directory, something that is not a regular file (a device such as /dev/full, a
+    pipe), a parent that is a file, and a place this process cannot create or write the file.
+    Nothing is left behind: a probe file or folder made here is removed again.
+    """
+    if path.is_dir():
+        fail(f"{flag}={path} is a directory; give a file path, e.g. {path / 'out.json'}")
+    if path.exists() and not path.is_file():
+        fail(f"{flag}={path} is not a regular file; give a file path")
+    made = _make_parents(path.parent, flag, path)
+    try:
+        existed = path.exists()
+        try:
+            with path.open("a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            fail(f"{flag}={path} cannot be written: {exc.strerror or exc}")
+        if not existed:
+            path.unlink(missing_ok=True)
+    finally:
+        _remove_dirs(made)
+
+
+def check_output_dir(path: Path, flag: str) -> None:
+    """Fail now, before any work, unless files can be written inside the folder `path`."""
+    if path.exists() and not path.is_dir():
+        fail(f"{flag}={path} is an existing file; give a folder (it is created if missing)")
+    made = _make_parents(path, flag, path)
+    try:
+        try:
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as exc:
+            fail(f"{flag}={path} cannot be written: {exc.strerror or exc}")
+    finally:
+        _remove_dirs(made)
+
+
+def write_output(path: Path, text: str, flag: str) -> None:
+    """Write a whole output file; a failure (disk full, removed folder) is one line naming
+    the flag, not a traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"{flag}={path}: writing failed: {exc.strerror or exc}")
+
+
+class RowWriteFailed(Exception):
+    """A results file could not take a row (disk full, file gone read-only...); the OSError
+    is its cause. Raised from the row callbacks so the command can say so in one line."""
+
+    def describe(self) -> str:
+        err = self.__cause__
+        return err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+
+
+def _make_parents(folder: Path, flag: str, path: Path) -> list[Path]:
+    """Create `folder` and its missing parents; return those created (deepest last)."""
+    missing: list[Path] = []
+    p = folder
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        fail(f"{flag}={path}: {p} is a file, not a folder")
+    made: list[Path] = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            _remove_dirs(made)
+            fail(f"{flag}={path}: cannot create folder {d}: {exc.strerror or exc}")
+        made.append(d)
+    return made
+
+
+def _remove_dirs(made: list[Path]) -> None:
+    for d in reversed(made):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+
+
+def flag_for(name: str, source: str) -> str:
+    """`--out` when the value came from the command line, else the setting and its source."""
+    if source == "cli":
+        return "--" + name.replace("_", "-")
+    env = f"ATTNBENCH_{name.upper()}"
+    where = {"env": f"environment {env}", ".env": f".env {env}"}.get(source, source)
+    return f"{name} (from {where})"

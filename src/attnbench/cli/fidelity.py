@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli import app
-from attnbench.cli.common import console, fail
+from attnbench.cli.common import EXIT_NOTHING_RAN, check_output_file, console, fail, write_output
 
 
 @app.command()
@@ -22,7 +23,9 @@ def fidelity(
     import torch
 
     if not torch.cuda.is_available():
-        fail("fidelity needs a CUDA GPU (it compares GPU timers and profilers)")
+        fail("fidelity needs a CUDA GPU (it compares GPU timers and profilers)", EXIT_NOTHING_RAN)
+    if out is not None:
+        check_output_file(out, "--out")
     from attnbench.fidelity import check_case, default_cases, ncu_case
     from attnbench.measure.config import MeasureConfig
     from attnbench.results import provenance
@@ -56,7 +59,7 @@ def fidelity(
         )
     for r in records:
         if r["status"] != "ok":
-            table.add_row(r["case"], r["backend"], f"[red]{r['reason'][:60]}[/]")
+            table.add_row(r["case"], r["backend"], f"[red]{escape(r['reason'][:60])}[/]")
             continue
         n = r.get("ncu", {})
         ok = n.get("status") == "ok"
@@ -74,5 +77,5 @@ def fidelity(
         )
     console.print(table)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"provenance": provenance(), "cases": records}, indent=1))
+        doc = {"provenance": provenance(), "cases": records}
+        write_output(out, json.dumps(doc, indent=1), "--out")

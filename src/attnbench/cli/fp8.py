@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from attnbench.cli import app
-from attnbench.cli.common import console, fail, note
+from attnbench.cli.common import EXIT_BAD_INPUT, check_output_file, console, fail, note
+from attnbench.limits import MAX_SEED
 
 Opt = typer.Option
 BRIEF_LENGTHS = ("1024", "4096", "16384", "65536", "mixed")
@@ -24,7 +26,7 @@ def fp8(
     out: Annotated[
         Path | None, Opt(help="Study JSON (default results/<time>_<device>_fp8-<size>.json).")
     ] = None,
-    seed: Annotated[int, Opt()] = 0,
+    seed: Annotated[int, Opt(min=0, max=MAX_SEED)] = 0,
     kernel: Annotated[
         bool, Opt("--kernel/--no-kernel", help="Also run FlashInfer's fp8 decode (CUDA).")
     ] = True,
@@ -66,6 +68,9 @@ def fp8(
         fail(str(exc))
     if why:
         note(why.split(":")[0] + ": running the fp8 study on the CPU")
+    size = "full" if full else "small"
+    path = out or _default_out(dev, size)
+    check_output_file(path, "--out" if out else "the default output (set --out)")
     cfg = StudyConfig.full(dev, seed) if full else StudyConfig.small(dev, seed)
     lengths: tuple[int, ...] | None = None
     if needle_lengths:
@@ -82,7 +87,6 @@ def fp8(
         rel_l2_bound=rel_l2_bound,
         recall_bound=recall_bound,
     )
-    size = "full" if full else "small"
     console.print(f"[bold]attnbench fp8[/] ({size}) device=[cyan]{dev}[/] seed={seed}")
     doc = run_study(cfg)
     console.print(errors_table(doc))
@@ -92,12 +96,15 @@ def fp8(
     else:
         note(f"kernel error skipped: {doc['kernel_skipped']}")
     console.print(summary_table(doc))
-    path = out or _default_out(dev, size)
-    write_study(doc, path)
+    try:
+        write_study(doc, path)
+    except OSError as exc:
+        fail(f"--out={path}: writing the study failed: {exc.strerror or exc}")
     t = doc["timings"]
     console.print(
         f"errors {t['errors_s']:.1f}s, needle {t['needle_s']:.1f}s, kernel {t['kernel_s']:.1f}s"
-        f" -> {path}"
+        f" -> {escape(str(path))}",
+        highlight=False,
     )
 
 
@@ -120,11 +127,12 @@ def _capacity(
     from attnbench.fp8study.tables import capacity_rich_table
     from attnbench.workload.lengths import parse_lengths
 
+    _check_capacity_args(page_size, hbm_gib, utilization, reserve_gib)
     lengths: dict[str, list[int]] = {}
     for text in BRIEF_LENGTHS:
         case = parse_lengths(text, 32, seed)[0]
         lengths[text if text != "mixed" else case.label] = list(case.kv_lens)
-    gpus = {"custom": hbm_gib} if hbm_gib else dict(GPU_MEMORY_GIB)
+    gpus = {"custom": hbm_gib} if hbm_gib is not None else dict(GPU_MEMORY_GIB)
     try:
         rows = capacity_table(
             model=model,
@@ -140,6 +148,7 @@ def _capacity(
     except ValueError as exc:
         fail(str(exc))
     weights = rows[0].weight_bytes / (1 << 30) if rows else 0.0
+    _check_room(rows, gpus, utilization, reserve_gib, weights)
     title = (
         f"KV capacity per GPU: {model} TP{tp}, page {page_size}, weights {weights:.1f} GiB "
         f"(bf16), budget = {utilization:g} x memory - weights - {reserve_gib:g} GiB"
@@ -149,3 +158,36 @@ def _capacity(
         "fp8 halves bytes per token at most (50% with per-tensor scales; per-token scales "
         "add 4 B per token and head for K and V); `batch @L` = requests of length L that fit."
     )
+
+
+def _check_capacity_args(
+    page_size: int, hbm_gib: float | None, utilization: float, reserve_gib: float
+) -> None:
+    if page_size < 1:
+        fail(f"--page-size={page_size}: must be a positive number of tokens")
+    if hbm_gib is not None and not 0 < hbm_gib < 1 << 20:
+        fail(f"--hbm-gib={hbm_gib:g}: must be a positive number of GiB (device memory)")
+    if not 0 < utilization <= 1:
+        fail(f"--utilization={utilization:g}: must be a fraction in (0, 1], e.g. 0.9")
+    if not 0 <= reserve_gib < 1 << 20:
+        fail(f"--reserve-gib={reserve_gib:g}: must be 0 or a positive number of GiB")
+
+
+def _check_room(
+    rows: list[Any], gpus: dict[str, float], utilization: float, reserve: float, weights: float
+) -> None:
+    """A GPU whose budget leaves no room for any KV cache is said so, not printed as zeros;
+    when no GPU has room, that is an error naming the flags to change."""
+    full = [g for g in gpus if all(r.budget_bytes <= 0 for r in rows if r.gpu == g)]
+    for g in full:
+        why = (
+            f"{utilization:g} x {gpus[g]:g} GiB leaves nothing for the KV cache after "
+            f"{weights:.1f} GiB of weights and {reserve:g} GiB reserved"
+        )
+        if len(full) == len(gpus):
+            flag = "--hbm-gib" if "custom" in gpus else "--tp"
+            fail(
+                f"{flag}: {g}: {why}; raise --hbm-gib or --tp, or lower --reserve-gib",
+                EXIT_BAD_INPUT,
+            )
+        note(f"{g}: {why}")

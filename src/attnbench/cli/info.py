@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli import app
-from attnbench.cli.common import console, fail, note
+from attnbench.cli.common import check_output_file, console, fail, note, write_output
 
 
 @app.command()
@@ -63,6 +64,8 @@ def hw(
         dev, why = resolve_device(device)
     except ValueError as exc:
         fail(str(exc))
+    if out is not None:
+        check_output_file(out, "--out")
     if why:
         note(why)
     info = detect(dev)
@@ -91,10 +94,8 @@ def hw(
         table.add_row(f"method: {k}", v)
     console.print(table)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(
-            json.dumps({"device": info.as_dict(), "ceilings": ceilings.as_dict()}, indent=2)
-        )
+        facts = {"device": info.as_dict(), "ceilings": ceilings.as_dict()}
+        write_output(out, json.dumps(facts, indent=2), "--out")
 
 
 @app.command()
@@ -117,9 +118,8 @@ def config(
         value = getattr(settings, name)
         src = sources[name]
         style = "dim" if src == "default" else "cyan"
-        table.add_row(
-            name, str(value), f"[{style}]{src}[/]", " ".join((field.description or "").split())
-        )
+        meaning = " ".join((field.description or "").split())
+        table.add_row(name, escape(str(value)), f"[{style}]{escape(src)}[/]", escape(meaning))
     console.print(table)
 
 

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnbench.cli import app
-from attnbench.cli.common import console, fail, note
+from attnbench.cli.common import (
+    EXIT_NOTHING_RAN,
+    check_output_file,
+    console,
+    fail,
+    note,
+    write_output,
+)
+from attnbench.limits import MAX_SEED
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -25,8 +33,8 @@ def _floats(text: str, flag: str) -> tuple[float, ...]:
         values = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
         fail(f"{flag}={text!r}: expected comma-separated numbers, e.g. 0.5,1,2,4")
-    if not values or any(v <= 0 for v in values):
-        fail(f"{flag}={text!r}: every value must be positive")
+    if not values or not all(0 < v < float("inf") for v in values):
+        fail(f"{flag}={text!r}: every value must be a positive finite number")
     return values
 
 
@@ -89,7 +97,7 @@ def replay(
         float, Opt(help="Fixed cost per all-reduce (2 per layer); 0 = not modelled.")
     ] = 0.0,
     allreduce_gbps: Annotated[float, Opt(help="All-reduce bus bandwidth, GB/s.")] = 0.0,
-    seed: Annotated[int, Opt()] = 0,
+    seed: Annotated[int, Opt(min=0, max=MAX_SEED)] = 0,
     out: Annotated[Path | None, Opt(help="Write the replay document (JSON) here.")] = None,
     live: Annotated[
         int, Opt(min=0, help="Measure this many replayed steps on the GPU (CUDA only).")
@@ -105,6 +113,21 @@ def replay(
     from attnbench.analysis import NoResultsError, resolve_paths
     from attnbench.replay.pipeline import ReplayConfig, ReplayError, run_replay
 
+    _check_numbers(
+        gpu_mem_gib=gpu_mem_gib,
+        mem_utilization=mem_utilization,
+        itl_target_ms=itl_target_ms,
+        copy_gbps=copy_gbps,
+        matmul_tflops=matmul_tflops,
+        allreduce_us=allreduce_us,
+        allreduce_gbps=allreduce_gbps,
+        page_size=page_size,
+    )
+    if out is not None:
+        check_output_file(out, "--out")
+    if live:
+        _check_live_device(device)
+        check_output_file(_live_path(live_out, out), "--live-out" if live_out else "--live")
     try:
         paths = resolve_paths([str(p) for p in results] if results else None)
     except (NoResultsError, FileNotFoundError) as exc:
@@ -162,9 +185,46 @@ def replay(
     if live:
         data["live"] = _live(outcome, live, live_prefill, live_out, out, device)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(_clean(data), indent=1, default=str) + "\n", encoding="utf-8")
-        console.print(f"replay -> {out}")
+        write_output(out, json.dumps(_clean(data), indent=1, default=str) + "\n", "--out")
+        console.print(f"replay -> {escape(str(out))}", highlight=False)
+
+
+def _check_numbers(**values: float | None) -> None:
+    """Memory, rates and costs that must be positive (or, for all-reduce, not negative)."""
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if name == "mem_utilization" and not 0 < value <= 1:
+            fail(f"{flag}={value:g}: must be a fraction in (0, 1], e.g. 0.9")
+        elif name.startswith("allreduce") and not 0 <= value < float("inf"):
+            fail(f"{flag}={value:g}: must be 0 (not modelled) or positive")
+        elif not name.startswith("allreduce") and not 0 < value < float("inf"):
+            fail(f"{flag}={value:g}: must be a positive number")
+
+
+def _check_live_device(device: str) -> None:
+    """--live measures on a GPU: say so before the replay, not after it."""
+    from attnbench.hardware import detect, resolve_device
+
+    try:
+        dev, _ = resolve_device(device)
+    except ValueError as exc:
+        fail(f"--device: {exc}")
+    if detect(dev).kind != "cuda":
+        fail(
+            f"--live needs a CUDA GPU (it measures the replayed steps on it); --device={device} "
+            f"is {dev} here: replay without --live",
+            EXIT_NOTHING_RAN,
+        )
+
+
+def _live_path(live_out: Path | None, out: Path | None) -> Path:
+    if live_out is not None:
+        return live_out
+    if out is not None:
+        return out.with_name(out.stem + "-live.jsonl")
+    return Path("results") / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}_replay-live.jsonl"
 
 
 def _live(
@@ -189,17 +249,12 @@ def _live(
         mem_utilization=cfg["mem_utilization"],
         reserve_gib=cfg["reserve_gib"],
     )
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = live_out or (
-        out.with_name(out.stem + "-live.jsonl")
-        if out
-        else Path("results") / f"{stamp}_replay-live.jsonl"
-    )
+    path = _live_path(live_out, out)
     sim = outcome.sims[outcome.main]
     try:
         res = run_live(
             sim, outcome.models, dep, count, path, prefill=prefill, device=device,
-            progress=lambda msg: console.print(f"[dim]{msg}[/]"),
+            progress=lambda msg: console.print(f"[dim]{escape(msg)}[/]"),
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
@@ -233,7 +288,7 @@ def _f(v: float | None, digits: int = 1) -> str:
 def _runs_table(data: dict[str, Any]) -> Table:
     from rich.table import Table
 
-    t = Table(title=f"replay {data['trace']['name']} on {data['gpu']} (ms)")
+    t = Table(title=escape(f"replay {data['trace']['name']} on {data['gpu']} (ms)"))
     for col in (
         "candidate",
         "rate×",
@@ -306,7 +361,7 @@ def _padded_table(data: dict[str, Any]) -> Table:
         t.add_column(col, justify="right")
     for r in data["padded_vs_ragged"]:
         t.add_row(
-            r["backend"],
+            escape(r["backend"]),
             _f(r["ragged_itl_ms_p50"], 2),
             _f(r["padded_itl_ms_p50"], 2),
             _f(r["ratio_itl_ms_p50"], 2),
@@ -333,7 +388,7 @@ def _models_table(data: dict[str, Any]) -> Table:
     for m in data["models"]:
         dec, pre = m.get("decode") or {}, m.get("prefill") or {}
         t.add_row(
-            m["backend"],
+            escape(m["backend"]),
             str(dec.get("n_rows", 0)),
             _f(m.get("decode_bandwidth_gbps"), 0),
             pct(dec.get("cv_rel_rmse")),
@@ -341,7 +396,7 @@ def _models_table(data: dict[str, Any]) -> Table:
             str(pre.get("n_rows", 0)),
             _f(m.get("prefill_tflops"), 0),
             pct(pre.get("cv_rel_rmse")),
-            "; ".join(m.get("notes") or []),
+            escape("; ".join(m.get("notes") or [])),
         )
     return t
 
@@ -349,7 +404,7 @@ def _models_table(data: dict[str, Any]) -> Table:
 def _live_table(res: dict[str, Any]) -> Table:
     from rich.table import Table
 
-    t = Table(title=f"cost model vs live GPU steps ({res['device']})")
+    t = Table(title=escape(f"cost model vs live GPU steps ({res['device']})"))
     for col in ("variant / part", "measured", "rel RMSE", "median |err|", "max |err|", "bias"):
         t.add_column(col, justify="right")
     for key, v in res["summary"].items():

@@ -7,9 +7,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from attnbench.cli import app
-from attnbench.cli.common import console, fail, note
+from attnbench.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING_RAN,
+    RowWriteFailed,
+    check_output_file,
+    console,
+    fail,
+    flag_for,
+    note,
+)
 
 if TYPE_CHECKING:
     from attnbench.config import Settings
@@ -112,7 +122,8 @@ def run(
 
 
 def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
-    """The whole `run` pipeline; returns the results path. Exits with one line on bad input."""
+    """The whole `run` pipeline; returns the results path. Exits with one line on bad input,
+    with EXIT_NOTHING_RAN when no (case, variant) could be measured."""
     from attnbench.config import ConfigError, load_settings
 
     try:
@@ -124,8 +135,8 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
 
     from attnbench.backends import select_backends
     from attnbench.hardware import detect, resolve_device
-    from attnbench.results import ResultsFileError, ResultWriter, finished_keys
-    from attnbench.session import placement, run_session
+    from attnbench.results import ResultsFileError, finished_keys
+    from attnbench.session import placement
     from attnbench.table import results_table
 
     try:
@@ -135,6 +146,7 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
     if device_note:
         note(device_note)
     info = detect(device)
+    check_timer(settings.timer, info.kind, flag_for("timer", sources["timer"]))
     specs, suite_name = _cases(settings, sources, info.kind)
     try:
         backends = select_backends(settings.backends)
@@ -146,25 +158,83 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
         backends = _runnable_here(backends, info.kind)
 
     out_path = settings.out or _default_out(info.name, suite_name)
+    out_flag = flag_for("out", sources["out"])
+    check_output_file(out_path, out_flag)
     skip: set[tuple[str, str]] = set()
-    if settings.resume:
-        try:
+    try:
+        if settings.resume:
             skip = finished_keys(out_path)
-        except ResultsFileError as exc:
+        else:
+            _check_appendable(out_path)
+    except ResultsFileError as exc:
+        if settings.resume:
             fail(f"--resume: {exc}")
+        fail(f"{out_flag}: {exc}; choose another file")
+    if settings.resume:
         note(f"resuming {out_path}: {len(skip)} finished rows kept")
     todo = sum((s.case_id, b.name) not in skip for s in specs for b in backends)
     console.print(
-        f"[bold]attnbench run[/] suite=[cyan]{suite_name}[/] cases={len(specs)} "
-        f"variants={len(backends)} device=[cyan]{info.name}[/] ({where.mode}) -> {out_path}"
+        f"[bold]attnbench run[/] suite=[cyan]{escape(suite_name)}[/] cases={len(specs)} "
+        f"variants={len(backends)} device=[cyan]{escape(info.name)}[/] ({where.mode}) -> "
+        f"{escape(str(out_path))}",
+        highlight=False,
     )
+    rows = _sweep(settings, suite_name, specs, backends, info, where, skip, out_path, out_flag)
+    shown = [r for r in rows if r.status != "unsupported"] or rows
+    console.print(results_table(shown, title=escape(f"{suite_name} on {info.name}")))
+    counts = {s: sum(r.status == s for r in rows) for s in {r.status for r in rows}}
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    console.print(f"rows: {summary} -> {escape(str(out_path))}", highlight=False)
+    _exit_if_nothing_ran(rows, todo, settings.resume, out_path, summary)
+    return out_path
+
+
+def check_timer(timer: str, device_kind: str, flag: str) -> None:
+    """CUDA timers on a machine without a GPU would be a row claiming GPU timing: refuse."""
+    if timer.startswith("cuda") and device_kind != "cuda":
+        fail(
+            f"{flag}={timer} needs a CUDA device and this run is on the {device_kind}; "
+            "allowed here: auto, cpu, fake"
+        )
+
+
+def _check_appendable(path: Path) -> None:
+    """A new run appends to --out: refuse a file that is there but holds no attnbench rows."""
+    from attnbench.results import read_results
+
+    if path.is_file() and path.stat().st_size > 0:
+        read_results(path)
+
+
+def _sweep(
+    settings: Settings,
+    suite_name: str,
+    specs: list[WorkloadSpec],
+    backends: list[Any],
+    info: Any,
+    where: Any,
+    skip: set[tuple[str, str]],
+    out_path: Path,
+    out_flag: str,
+) -> list[Any]:
+    """Run the session, writing each row as it comes; returns the rows written."""
+    from attnbench.results import ResultWriter
+    from attnbench.session import run_session
 
     rows: list[Any] = []
-    with ResultWriter(out_path) as writer, _progress() as progress:
+    try:
+        writer = ResultWriter(out_path)
+    except OSError as exc:
+        fail(f"{out_flag}={out_path} cannot be written: {exc.strerror or exc}")
+    with writer, _progress() as progress:
+        todo = sum((s.case_id, b.name) not in skip for s in specs for b in backends)
         task = progress.add_task("starting", total=todo)
 
         def write(item: Any) -> None:
-            writer.write(item)
+            try:
+                writer.write(item)
+            except OSError as exc:
+                raise RowWriteFailed(out_path) from exc
             if getattr(item, "type", "") == "header":
                 _print_ceilings(item.ceilings)
                 return
@@ -189,14 +259,38 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
         except KeyboardInterrupt:
             progress.stop()
             note(f"interrupted: {len(rows)} rows kept in {out_path}; finish with --resume")
-            raise typer.Exit(130) from None
-    shown = [r for r in rows if r.status != "unsupported"] or rows
-    console.print(results_table(shown, title=f"{suite_name} on {info.name}"))
-    counts = {s: sum(r.status == s for r in rows) for s in {r.status for r in rows}}
-    console.print(
-        "rows: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f" -> {out_path}"
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except RowWriteFailed as exc:
+            progress.stop()
+            fail(
+                f"{out_flag}={out_path}: writing a row failed ({exc.describe()}); the "
+                f"{len(rows)} rows written before are kept; free space or choose another "
+                "--out, then --resume"
+            )
+    return rows
+
+
+def _exit_if_nothing_ran(
+    rows: list[Any], todo: int, resume: bool, out_path: Path, summary: str
+) -> None:
+    """Exit EXIT_NOTHING_RAN when no (case, variant) was measured, unless --resume found
+    nothing left to do or measured rows from before are in the file."""
+    from attnbench.results import read_results
+
+    if any(r.status == "ok" for r in rows):
+        return
+    if resume:
+        if todo == 0:
+            note(f"nothing left to run: every (case, variant) is finished in {out_path}")
+            return
+        if any(r.status == "ok" for r in read_results(out_path).rows):
+            return
+    fail(
+        f"nothing could run: none of {todo} (case, variant) pairs was measured "
+        f"({summary or 'no rows'}); the reasons are in the table and in {out_path}; "
+        "`attnbench backends` says what runs here",
+        EXIT_NOTHING_RAN,
     )
-    return out_path
 
 
 def _print_ceilings(ceilings: dict[str, Any] | None) -> None:

@@ -11,9 +11,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from attnbench.cli import app
-from attnbench.cli.common import console, fail, note
+from attnbench.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING_RAN,
+    RowWriteFailed,
+    check_output_file,
+    console,
+    fail,
+    flag_for,
+    note,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -92,10 +102,12 @@ def tune(
         "cold_l2": cold_l2,
         "max_time_ms": max_time_ms,
     }
-    if budget_s is not None and budget_s <= 0:
-        fail(f"budget-s={budget_s}: must be > 0")
-    if grid_limit < 1 or stage_ms <= 0:
-        fail("grid-limit must be >= 1 and stage-ms > 0")
+    if budget_s is not None and not budget_s > 0:
+        fail(f"--budget-s={budget_s:g}: must be a positive number of seconds")
+    if grid_limit < 1:
+        fail(f"--grid-limit={grid_limit}: must be 1 or more")
+    if not stage_ms > 0:
+        fail(f"--stage-ms={stage_ms:g}: must be a positive number of milliseconds")
     from attnbench.config import ConfigError, load_settings
 
     try:
@@ -104,9 +116,16 @@ def tune(
         fail(str(exc))
 
     from attnbench.backends import select_backends
-    from attnbench.cli.run import _cases, _default_out, _print_ceilings, _runnable_here
+    from attnbench.cli.run import (
+        _cases,
+        _check_appendable,
+        _default_out,
+        _print_ceilings,
+        _runnable_here,
+        check_timer,
+    )
     from attnbench.hardware import detect, measure_ceilings, resolve_device
-    from attnbench.results import ResultWriter
+    from attnbench.results import ResultsFileError, ResultWriter
     from attnbench.session import make_header
     from attnbench.sweep import SweepContext
     from attnbench.tune import Deadline, DeviceLost, TuneOptions, run_tune
@@ -119,6 +138,7 @@ def tune(
     if device_note:
         note(device_note)
     info = detect(dev)
+    check_timer(settings.timer, info.kind, flag_for("timer", sources["timer"]))
     specs, suite_name = _cases(settings, sources, info.kind)
     if settings.backends == ["all"]:
         chosen = _runnable_here(chosen, info.kind)
@@ -130,13 +150,23 @@ def tune(
         fail("none of the selected variants has knobs to tune")
 
     out_path = settings.out or _default_out(info.name, f"{suite_name}-tune")
+    out_flag = flag_for("out", sources["out"])
+    check_output_file(out_path, out_flag)
     trials_path = trials_path_for(out_path)
+    for path, flag in ((out_path, out_flag), (trials_path, f"{out_flag} (its trials file)")):
+        check_output_file(path, flag)
+        try:
+            _check_appendable(path)
+        except ResultsFileError as exc:
+            fail(f"{flag}: {exc}; choose another file")
     deadline = Deadline(None if budget_s is None else budget_s - (time.monotonic() - started))
     opts = TuneOptions(grid_limit=grid_limit, stage0_ms=stage_ms)
     console.print(
-        f"[bold]attnbench tune[/] suite=[cyan]{suite_name}[/] cases={len(specs)} "
-        f"variants={len(chosen)} device=[cyan]{info.name}[/] budget="
-        f"{'none' if budget_s is None else f'{budget_s:g} s'} -> {out_path} (+ {trials_path.name})"
+        f"[bold]attnbench tune[/] suite=[cyan]{escape(suite_name)}[/] cases={len(specs)} "
+        f"variants={len(chosen)} device=[cyan]{escape(info.name)}[/] budget="
+        f"{'none' if budget_s is None else f'{budget_s:g} s'} -> "
+        + escape(f"{out_path} (+ {trials_path.name})"),
+        highlight=False,
     )
     ceilings = measure_ceilings(info, quick=info.kind == "cpu")
     tune_settings = {"grid_limit": grid_limit, "stage_ms": stage_ms, "budget_s": budget_s}
@@ -157,11 +187,17 @@ def tune(
         trial_writer.write(header)
 
         def on_trial(row: ResultRow) -> None:
-            trial_writer.write(row)
+            try:
+                trial_writer.write(row)
+            except OSError as exc:
+                raise RowWriteFailed(trials_path) from exc
             counts["trials"] += 1
 
         def on_tuned(row: ResultRow) -> None:
-            writer.write(row)
+            try:
+                writer.write(row)
+            except OSError as exc:
+                raise RowWriteFailed(out_path) from exc
             tuned.append(row)
             if row.status != "unsupported":
                 knobs = row.details.get("knobs_label", "")
@@ -169,6 +205,7 @@ def tune(
                     f"  {row.case_id} {row.backend}: {row.status} "
                     f"{'' if row.latency_us is None else f'{row.latency_us:.1f} µs '}{knobs}",
                     highlight=False,
+                    markup=False,
                 )
 
         try:
@@ -180,13 +217,21 @@ def tune(
                 on_trial,
                 on_tuned,
                 opts,
-                on_status=lambda text: console.print(f"[dim]{text}[/]", highlight=False),
+                on_status=lambda text: console.print(f"[dim]{escape(text)}[/]", highlight=False),
             )
         except KeyboardInterrupt:
             note(f"interrupted: {len(tuned)} tuned rows kept in {out_path}")
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except RowWriteFailed as exc:
+            fail(
+                f"{out_flag}: writing {exc.args[0]} failed ({exc.describe()}); "
+                f"{len(tuned)} tuned rows kept"
+            )
         except DeviceLost as exc:
-            fail(f"the GPU is unusable after a trial; {len(tuned)} tuned rows kept: {exc}", 3)
+            fail(
+                f"the GPU is unusable after a trial; {len(tuned)} tuned rows kept: {exc}",
+                EXIT_NOTHING_RAN,
+            )
     shown = [r for r in tuned if r.status != "unsupported"] or tuned
     console.print(tune_table(shown, title=f"tuned: {suite_name} on {info.name}"))
     if skipped:
@@ -196,9 +241,16 @@ def tune(
         note(f"{len(stopped)} searches stopped by the budget (best configuration so far kept)")
     elapsed = time.monotonic() - started
     console.print(
-        f"{len(tuned)} tuned rows -> {out_path}; {counts['trials']} trials -> {trials_path}; "
-        f"{elapsed:.0f} s"
+        f"{len(tuned)} tuned rows -> {escape(str(out_path))}; {counts['trials']} trials -> "
+        f"{escape(str(trials_path))}; {elapsed:.0f} s",
+        highlight=False,
     )
+    if not any(r.status == "ok" for r in tuned):
+        fail(
+            f"nothing could be tuned: none of {len(tuned)} (case, variant) pairs has a measured "
+            "configuration; the reasons are in the table and in " + str(out_path),
+            EXIT_NOTHING_RAN,
+        )
 
 
 def _split_lengths(lengths: list[str] | None) -> list[str] | None:
@@ -245,12 +297,12 @@ def tune_table(rows: list[ResultRow], title: str = "") -> Table:
             + (" [yellow]budget[/]" if t.get("stopped_by_budget") else "")
         )
         if r.status != "ok":
-            knobs = f"[red]{r.status}[/] [dim]{r.reason[:60]}[/]"
+            knobs = f"[red]{r.status}[/] [dim]{escape(r.reason[:60])}[/]"
         else:
-            knobs = str(d.get("knobs_label", ""))
+            knobs = escape(str(d.get("knobs_label", "")))
         table.add_row(
-            short_case(r.spec),
-            r.backend,
+            escape(short_case(r.spec)),
+            escape(r.backend),
             fmt(d.get("default_latency_us"), ".1f"),
             fmt(r.latency_us, ".1f"),
             fmt(d.get("speedup_vs_default"), ".2f", "x"),

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli import app
 from attnbench.cli.common import console, fail
+from attnbench.limits import MAX_SEED
 
 _EXAMPLES = """Examples: 1024,4096 | mixed | trace:azure-code | prompts:mooncake-conv |
 skew:131072 | padded:skew:131072,giant | prefix:16384+uniform:1-256 |
@@ -19,7 +21,7 @@ trace-prefix:mooncake-conv,2"""
 def lengths(
     dist: Annotated[str, typer.Argument(help="Length distribution. " + _EXAMPLES)],
     batch_size: Annotated[int, typer.Option("--batch-size", "-n", help="Requests per batch.")] = 32,
-    seed: Annotated[int, typer.Option(help="Seed of the sampling.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed of the sampling.")] = 0,
     show: Annotated[
         bool, typer.Option("--show/--no-show", help="Also print every request's length.")
     ] = False,
@@ -37,7 +39,7 @@ def lengths(
         if "allowed" not in message:
             message += f" (forms: {', '.join(DISTRIBUTIONS)})"
         fail(message)
-    table = Table(title=f"lengths {dist!r} (batch_size={batch_size}, seed={seed})")
+    table = Table(title=escape(f"lengths {dist!r} (batch_size={batch_size}, seed={seed})"))
     columns = ("case", "requests", "total", "min", "p50", "mean", "max", "max/mean", "cv")
     for col in columns:
         table.add_column(col, justify="left" if col == "case" else "right")
@@ -46,7 +48,7 @@ def lengths(
     for case in cases:
         s = length_stats(case.kv_lens)
         table.add_row(
-            case.label,
+            escape(case.label),
             str(s.batch_size),
             f"{s.total:,}",
             f"{s.min:,}",
@@ -62,5 +64,7 @@ def lengths(
     if show:
         for case in cases:
             console.print(
-                f"{case.label}: {', '.join(str(n) for n in case.kv_lens)}", soft_wrap=True
+                f"{case.label}: {', '.join(str(n) for n in case.kv_lens)}",
+                soft_wrap=True,
+                markup=False,
             )

@@ -204,7 +204,12 @@ def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> StudyOutcome:
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
     if dep.kv_pages <= 0:
-        raise ReplayError(f"no memory left for the KV cache: {dep.describe()}")
+        d = dep.describe()
+        raise ReplayError(
+            f"no memory left for the KV cache: {d['mem_utilization']:g} x {d['gpu_mem_gib']:g} "
+            f"GiB leaves nothing after {d['weight_gib']:g} GiB of {d['model']} weights at tp "
+            f"{d['tp']} and {d['reserve_gib']:g} GiB reserved; raise --gpu-mem-gib or --tp"
+        )
     key = ShapeKey(
         shard.num_qo_heads,
         shard.num_kv_heads,
