@@ -5,6 +5,10 @@
             available? check? -> plan (plan_us) -> poisoned run -> accuracy gate
             -> measure(runner) -> metrics -> row (append, flush, fsync)
 
+Before a case is built, its memory estimate (`workload.memory`) is checked against the memory
+free on the device: a variant that cannot fit is an `unsupported` row saying how much it needs
+and how much is free (`details.memory`), never a process the OS kills.
+
 Every failure becomes a row: `unsupported` (with the backend's reason), `mismatch` (wrong or
 non-finite output: never timed), `oom` (memory freed, the sweep goes on), `error` (the
 exception's type and message). Nothing here knows a particular library.
@@ -30,6 +34,7 @@ from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
 from attnbench.measure.l2 import L2Flusher
 from attnbench.results import ResultRow, now_iso, thin_samples
+from attnbench.workload import memory
 from attnbench.workload.inputs import AttentionInputs, make_inputs
 from attnbench.workload.spec import WorkloadSpec
 
@@ -50,6 +55,9 @@ class SweepContext:
     on_planned: Callable[[str], None] = lambda backend: None
     """Called once `plan` (where JIT compilation happens) has returned: the watchdog then
     switches from the plan time limit to the run time limit."""
+    free_memory: Callable[[torch.device], int | None] | None = None
+    """Bytes free where the case's tensors go (default `workload.memory.free_bytes`; a
+    result of None means unknown: nothing is refused)."""
     _flusher: L2Flusher | None = None
     _availability: dict[str, str | None] = field(default_factory=dict)
 
@@ -124,6 +132,7 @@ def run_case(spec: WorkloadSpec, backends: list[Backend], ctx: SweepContext) -> 
             emit(_row(ctx, spec, b, "unsupported", why))
         else:
             runnable.append(b)
+    runnable = fit_memory(spec, runnable, ctx, emit)
     if not runnable:
         return rows
 
@@ -146,6 +155,32 @@ def run_case(spec: WorkloadSpec, backends: list[Backend], ctx: SweepContext) -> 
     del inputs, oracle
     _free()
     return rows
+
+
+def fit_memory(
+    spec: WorkloadSpec,
+    backends: list[Backend],
+    ctx: SweepContext,
+    emit: Callable[[ResultRow], None],
+) -> list[Backend]:
+    """The variants whose estimated peak fits in the free memory; the others become
+    `unsupported` rows naming what they need and what is free (`details.memory`)."""
+    if not backends:
+        return backends
+    free = (ctx.free_memory or memory.free_bytes)(ctx.device)
+    if free is None:
+        return backends
+    where = "GPU" if ctx.device.type == "cuda" else "host"
+    kept: list[Backend] = []
+    for b in backends:
+        est = memory.estimate(spec, b.name)
+        reason = memory.too_big(est, free, where)
+        if reason is None:
+            kept.append(b)
+            continue
+        info = est.as_dict() | {"free_bytes": free, "where": where}
+        emit(_row(ctx, spec, b, "unsupported", reason, details={"memory": info}))
+    return kept
 
 
 def run_backend(

@@ -34,7 +34,7 @@ from attnbench.backends.base import Backend
 from attnbench.backends.reference import reference_attention
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
-from attnbench.sweep import SweepContext, failure_row, order_cases, run_backend
+from attnbench.sweep import SweepContext, failure_row, fit_memory, order_cases, run_backend
 from attnbench.workload.inputs import AttentionInputs, make_inputs
 from attnbench.workload.spec import WorkloadSpec
 
@@ -372,6 +372,7 @@ def run_tune(
                 on_tuned(failure_row(ctx.run_id, spec, b.name + TUNED_SUFFIX, "unsupported", why))
             else:
                 runnable.append(b)
+        runnable = fit_memory(spec, runnable, ctx, lambda row: on_tuned(_tuned_name(row)))
         if runnable:
             pairs.append((spec, runnable))
 
@@ -450,3 +451,8 @@ def free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def _tuned_name(row: ResultRow) -> ResultRow:
+    """A sweep row under the `<variant>+tuned` name tune writes."""
+    return row.model_copy(update={"backend": row.backend + TUNED_SUFFIX})
