@@ -1,0 +1,674 @@
+"""Bad and unusual inputs across every command: each must end with its documented exit code and
+one line naming the flag, setting or file, never a traceback.
+
+Each entry: (argv, environment, files to create in the working folder, exit code, a substring
+that one line of the output must contain). `{rows}` in argv is a small results file of replay
+rows; every command runs in an empty temporary folder with no ATTNBENCH_* variables set. The
+table stays fast: commands that would do real work are left out or kept tiny.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import replay_rows as rr
+from attnbench.cli import app
+from attnbench.results import SCHEMA_VERSION
+
+runner = CliRunner()
+Files = dict[str, str | bytes]
+
+HEADER = (
+    f'{{"type": "header", "schema_version": {SCHEMA_VERSION}, "run_id": "r", "provenance": {{}}}}\n'
+)
+ROW = (
+    '{"type": "result", "run_id": "r", "case_id": "c", "backend": "b", "status": "ok", '
+    '"spec": {}}\n'
+)
+TINY = ["--device", "cpu", "-b", "reference", "-l", "16", "--batch-size", "1"]
+TINY += ["--kv-dtype", "bf16", "--timer", "fake", "--max-time-ms", "1"]
+BAD_UTF8 = b"\x00\x01\xff\xfe binary"
+GROUP = '[[group]]\nkinds = ["decode"]\nlengths = ["16"]\n'
+
+
+def case(
+    argv: list[str],
+    code: int,
+    message: str,
+    *,
+    env: dict[str, str] | None = None,
+    files: Files | None = None,
+    id: str,
+) -> Any:
+    return pytest.param(argv, env or {}, files or {}, code, message, id=id)
+
+
+RUN = [
+    # -- flags --------------------------------------------------------------------------------
+    case(["run", "--batch-size", "0"], 2, "batch_size=0", id="run-batch-0"),
+    case(["run", "--batch-size", "-1"], 2, "batch_size=-1", id="run-batch-negative"),
+    case(["run", "--batch-size", "99999999"], 2, "up to 65536", id="run-batch-huge"),
+    case(["run", "--batch-size", "abc"], 2, "'--batch-size'", id="run-batch-text"),
+    case(["run", "--num-heads", "0"], 2, "num_heads=0", id="run-heads-0"),
+    case(["run", "--num-kv-heads", "0"], 2, "num_kv_heads=0", id="run-kv-heads-0"),
+    case(["run", "--num-heads", "32", "--num-kv-heads", "5"], 2, "not divisible", id="run-gqa"),
+    case(["run", "--head-dim", "0"], 2, "head_dim=0", id="run-head-dim-0"),
+    case(["run", "--head-dim", "5000"], 2, "head_dim=5000", id="run-head-dim-huge"),
+    case(["run", "--page-size", "0"], 2, "power of two", id="run-page-0"),
+    case(["run", "--page-size", "3"], 2, "power of two", id="run-page-3"),
+    case(["run", "--page-size", "131072"], 2, "page_size=131072", id="run-page-huge"),
+    case(["run", "--dtype", "fp64"], 2, "dtype='fp64'", id="run-dtype"),
+    case(["run", "--dtype", "fp8"], 2, "allowed: float16, bfloat16", id="run-dtype-fp8"),
+    case(["run", "--kv-dtype", "int8"], 2, "kv_dtype='int8'", id="run-kv-dtype"),
+    case(["run", "--kv-layout", "XYZ"], 2, "kv_layout='XYZ'", id="run-layout"),
+    case(["run", "--device", "gpu"], 2, "allowed: auto, cpu, cuda, cuda:N", id="run-device"),
+    case(["run", "--device", "cuda:x"], 2, "device='cuda:x'", id="run-device-index"),
+    case(["run", "--seed", "-5"], 2, "seed=-5", id="run-seed-negative"),
+    case(["run", "--seed", "99999999999"], 2, "seed=99999999999", id="run-seed-huge"),
+    case(["run", "--seed", "x"], 2, "'--seed'", id="run-seed-text"),
+    case(["run", "--timer", "bogus"], 2, "timer='bogus'", id="run-timer"),
+    case(["run", *TINY, "--timer", "cuda-graph"], 2, "--timer=cuda-graph", id="run-graph-cpu"),
+    case(["run", *TINY, "--timer", "cuda-event"], 2, "needs a CUDA device", id="run-event-cpu"),
+    case(["run", "--max-time-ms", "0"], 2, "max_time_ms=0", id="run-max-time-0"),
+    case(["run", "--max-time-ms", "-1"], 2, "max_time_ms=-1", id="run-max-time-neg"),
+    case(["run", "--max-time-ms", "nan"], 2, "max_time_ms=nan", id="run-max-time-nan"),
+    case(["run", "--case-timeout", "-1"], 2, "case_timeout_s=-1", id="run-case-timeout"),
+    case(["run", "--workers", "-1"], 2, "workers=-1", id="run-workers"),
+    case(["run", "--tp", "0"], 2, "tp=0", id="run-tp-0"),
+    case(["run", "--model", "llama-3.1-70b", "--tp", "3"], 2, "tp=3", id="run-tp-3"),
+    case(["run", "--model", "nope"], 2, "model='nope'", id="run-model"),
+    case(["run", "--kind", "sideways"], 2, "kinds", id="run-kind"),
+    case(["run", "-l", "gamma:1", "--device", "cpu"], 2, "not a known distribution", id="len-g"),
+    case(["run", "-l", "0", "--device", "cpu"], 2, "0", id="len-zero"),
+    case(["run", "-l", "-5", "--device", "cpu"], 2, "-5", id="len-negative"),
+    case(["run", "-l", "uniform:10-5", "--device", "cpu"], 2, "uniform", id="len-uniform-rev"),
+    case(["run", "-l", "uniform:a-b", "--device", "cpu"], 2, "uniform", id="len-uniform-text"),
+    case(["run", "-l", "lognormal:x", "--device", "cpu"], 2, "lognormal", id="len-lognormal"),
+    case(["run", "-l", "trace:nope", "--device", "cpu"], 2, "nope", id="len-trace"),
+    case(["run", "-l", "prompts:nope", "--device", "cpu"], 2, "nope", id="len-prompts"),
+    case(["run", "-l", "skew:0", "--device", "cpu"], 2, "skew", id="len-skew"),
+    case(["run", "-l", "padded:", "--device", "cpu"], 2, "padded", id="len-padded"),
+    case(["run", "-l", "prefix:abc", "--device", "cpu"], 2, "prefix", id="len-prefix"),
+    case(["run", "-l", "list:", "--device", "cpu"], 2, "list", id="len-list"),
+    case(["run", "-l", "99999999", "--device", "cpu"], 2, "99999999", id="len-huge"),
+    case(["run", "-l", "trace-prefix:nope,2", "--device", "cpu"], 2, "nope", id="len-tprefix"),
+    case(["run", "-b", "nope", "--device", "cpu"], 2, "backend='nope'", id="run-backend"),
+    case(["run", "-b", "flashinfer:nope", "--device", "cpu"], 2, "flashinfer:nope", id="run-var"),
+    case(["run", "--gpus", "0", "--device", "cpu"], 2, "gpus", id="run-gpus-on-cpu"),
+    case(["run", "--no-such-flag"], 2, "--no-such-flag", id="run-unknown-flag"),
+    case(["run", "extra"], 2, "extra", id="run-extra-argument"),
+    # -- suites -------------------------------------------------------------------------------
+    case(["run", "--suite", "nosuch", "--device", "cpu"], 2, "suite='nosuch'", id="suite-name"),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "invalid TOML",
+        files={"s.toml": "name = \n"},
+        id="suite-bad-toml",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "s.toml: not a UTF-8 text file",
+        files={"s.toml": BAD_UTF8},
+        id="suite-binary",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "unknown key 'bogus'",
+        files={"s.toml": 'name = "s"\nbogus = 1\n' + GROUP},
+        id="suite-unknown-key",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "needs at least one [[group]] table",
+        files={"s.toml": 'name = "s"\n'},
+        id="suite-no-group-brackets-kept",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "nonsense",
+        files={"s.toml": 'name = "s"\n[[group]]\nnonsense = 1\n'},
+        id="suite-group-unknown-field",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "batch_size",
+        files={"s.toml": 'name = "s"\n[defaults]\nbatch_size = -1\n' + GROUP},
+        id="suite-bad-default",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "gamma",
+        files={"s.toml": 'name = "s"\n[[group]]\nlengths = ["gamma:1"]\n'},
+        id="suite-bad-lengths",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "s.toml",
+        files={"s.toml": 'name = "s"\ndefaults = 3\n' + GROUP},
+        id="suite-defaults-not-table",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "s.toml",
+        files={"s.toml": 'name = "s"\ngroup = 3\n'},
+        id="suite-group-not-table",
+    ),
+    # -- attnbench.toml, --config -------------------------------------------------------------
+    case(["run", "--config", "missing.toml"], 2, "missing.toml: not found", id="config-missing"),
+    case(["run", "--config", "."], 2, "not found", id="config-dir"),
+    case(["run"], 2, "invalid TOML", files={"attnbench.toml": "x = = 1"}, id="toml-bad"),
+    case(["run"], 2, "unknown field 'nope'", files={"attnbench.toml": "nope = 1"}, id="toml-key"),
+    case(["run"], 2, "not a UTF-8 text file", files={"attnbench.toml": BAD_UTF8}, id="toml-binary"),
+    case(
+        ["run"],
+        2,
+        "page_size='x' (from attnbench.toml)",
+        files={"attnbench.toml": 'page_size = "x"'},
+        id="toml-bad-value",
+    ),
+    case(["run"], 2, "power of two", files={"attnbench.toml": "page_size = 3"}, id="toml-page-3"),
+    case(
+        ["config"],
+        2,
+        "context_lengths",
+        files={"attnbench.toml": "context_lengths = [0]"},
+        id="toml-lengths-0",
+    ),
+    # -- .env ---------------------------------------------------------------------------------
+    case(["config"], 2, ".env: not a UTF-8 text file", files={".env": BAD_UTF8}, id="env-binary"),
+    case(["config"], 2, ".env: binary file", files={".env": "A=1\n\x00\n"}, id="env-nul"),
+    case(
+        ["config"],
+        2,
+        ".env:2: cannot parse 'foo bar baz'",
+        files={".env": "A=1\nfoo bar baz\n=3\n"},
+        id="env-malformed",
+    ),
+    case(
+        ["config"],
+        2,
+        ".env:1: ATTNBENCH_NOPE is not an attnbench setting",
+        files={".env": "ATTNBENCH_NOPE=1\n"},
+        id="env-unknown-key",
+    ),
+    case(
+        ["config"],
+        2,
+        "did you mean ATTNBENCH_PAGE_SIZE?",
+        files={".env": "ATTNBENCH_PAGESIZE=32\n"},
+        id="env-typo",
+    ),
+    case(
+        ["config"],
+        2,
+        ".env:1: ATTNBENCH_PAGE_SIZE has no value",
+        files={".env": "ATTNBENCH_PAGE_SIZE\n"},
+        id="env-no-value",
+    ),
+    case(
+        ["config"],
+        2,
+        "batch_size='abc' (from .env ATTNBENCH_BATCH_SIZE)",
+        files={".env": "HF_TOKEN=x\nATTNBENCH_BATCH_SIZE=abc\n"},
+        id="env-bad-value",
+    ),
+    case(
+        ["run"],
+        2,
+        "seed='-1' (from .env ATTNBENCH_SEED)",
+        files={".env": "ATTNBENCH_SEED=-1\n"},
+        id="env-seed",
+    ),
+    # -- environment variables ----------------------------------------------------------------
+    case(
+        ["config"],
+        2,
+        "environment variable ATTNBENCH_NOPE is not an attnbench setting",
+        env={"ATTNBENCH_NOPE": "1"},
+        id="var-unknown",
+    ),
+    case(
+        ["run"],
+        2,
+        "did you mean ATTNBENCH_BATCH_SIZE?",
+        env={"ATTNBENCH_BATCHSIZE": "1"},
+        id="var-typo",
+    ),
+    case(["run"], 2, "batch_size='abc'", env={"ATTNBENCH_BATCH_SIZE": "abc"}, id="var-batch"),
+    case(
+        ["run"],
+        2,
+        "not a valid JSON list",
+        env={"ATTNBENCH_CONTEXT_LENGTHS": "[1,2"},
+        id="var-json",
+    ),
+    case(["run"], 2, "context_lengths", env={"ATTNBENCH_CONTEXT_LENGTHS": "0"}, id="var-len-0"),
+    case(["run"], 2, "device='tpu'", env={"ATTNBENCH_DEVICE": "tpu"}, id="var-device"),
+    case(["run"], 2, "kinds", env={"ATTNBENCH_KINDS": "x"}, id="var-kinds"),
+    case(["run"], 2, "fp8_mode='maybe'", env={"ATTNBENCH_FP8_MODE": "maybe"}, id="var-bool"),
+    case(["run"], 2, "resume='maybe'", env={"ATTNBENCH_RESUME": "maybe"}, id="var-resume"),
+    case(
+        ["run"],
+        2,
+        "seed='-1' (from environment ATTNBENCH_SEED)",
+        env={"ATTNBENCH_SEED": "-1"},
+        id="var-seed",
+    ),
+    case(
+        ["run"],
+        2,
+        "min_runs=5 exceeds max_runs=2",
+        env={"ATTNBENCH_MIN_RUNS": "5", "ATTNBENCH_MAX_RUNS": "2"},
+        id="var-runs",
+    ),
+    case(["run"], 2, "target_rel_ci='0'", env={"ATTNBENCH_TARGET_REL_CI": "0"}, id="var-ci"),
+    case(["run"], 2, "warmup_ms='-1'", env={"ATTNBENCH_WARMUP_MS": "-1"}, id="var-warmup"),
+    case(["run"], 2, "prefill_tokens='0'", env={"ATTNBENCH_PREFILL_TOKENS": "0"}, id="var-pf"),
+    case(["run"], 2, "append_len='0'", env={"ATTNBENCH_APPEND_LEN": "0"}, id="var-append"),
+    case(
+        ["run", *TINY],
+        2,
+        "out (from environment ATTNBENCH_OUT)=sub is a directory",
+        env={"ATTNBENCH_OUT": "sub"},
+        files={"sub/keep": ""},
+        id="var-out-dir",
+    ),
+    # -- output paths -------------------------------------------------------------------------
+    case(["run", *TINY, "--out", "/dev/full"], 2, "not a regular file", id="run-out-dev-full"),
+    case(["run", *TINY, "--out", "."], 2, "--out=. is a directory", id="run-out-dir"),
+    case(
+        ["run", *TINY, "--out", "f/x.jsonl"],
+        2,
+        "f is a file, not a folder",
+        files={"f": "x"},
+        id="run-out-under-file",
+    ),
+    case(
+        ["run", *TINY, "--out", "/proc/nope/x.jsonl"],
+        2,
+        "--out=/proc/nope/x.jsonl",
+        id="run-out-unwritable",
+    ),
+    case(
+        ["run", *TINY, "--out", "f.json"],
+        2,
+        "not an attnbench row",
+        files={"f.json": '{"a": 1}\n'},
+        id="run-out-foreign",
+    ),
+    case(
+        ["run", *TINY, "--out", "f.jsonl"],
+        2,
+        "not a UTF-8 text file",
+        files={"f.jsonl": BAD_UTF8},
+        id="run-out-binary",
+    ),
+    case(
+        ["run", *TINY, "--resume", "--out", "f.json"],
+        2,
+        "--resume",
+        files={"f.json": '{"a": 1}\n'},
+        id="resume-foreign",
+    ),
+    case(
+        ["run", *TINY, "--resume", "--out", "f.jsonl"],
+        2,
+        "schema_version=99",
+        files={"f.jsonl": '{"type": "header", "schema_version": 99}\n'},
+        id="resume-schema",
+    ),
+    case(
+        ["run", *TINY, "--resume", "--out", "f.jsonl"],
+        2,
+        "no header row",
+        files={"f.jsonl": "\n\n"},
+        id="resume-blank",
+    ),
+    # -- nothing could run (tiny: every variant is refused before any input is built) ---------
+    case(
+        ["run", *TINY[:2], "-b", "sdpa:flash", "-l", "16", "--batch-size", "1", "--out", "u.jsonl"],
+        3,
+        "nothing could run",
+        id="run-all-unsupported",
+    ),
+]
+
+ANALYZE = [
+    case(["report", "nope.jsonl"], 2, "nope.jsonl: no such file", id="report-missing"),
+    case(["report", "e.jsonl"], 2, "no header row", files={"e.jsonl": ""}, id="report-empty"),
+    case(
+        ["report", "h.jsonl"],
+        2,
+        "no result rows",
+        files={"h.jsonl": HEADER},
+        id="report-header-only",
+    ),
+    case(
+        ["report", "f.jsonl"],
+        2,
+        "f.jsonl:1: not an attnbench row",
+        files={"f.jsonl": '{"a": 1}\n'},
+        id="report-foreign",
+    ),
+    case(
+        ["report", "f.jsonl"],
+        2,
+        "f.jsonl:1: not an attnbench row",
+        files={"f.jsonl": "[1, 2]\n"},
+        id="report-json-list",
+    ),
+    case(
+        ["report", "t.jsonl"],
+        2,
+        "t.jsonl:2: not JSON",
+        files={"t.jsonl": HEADER + '{"type": "res\n' + ROW},
+        id="report-torn-middle",
+    ),
+    case(
+        ["report", "v.jsonl"],
+        2,
+        "schema_version=7",
+        files={"v.jsonl": '{"type": "header", "schema_version": 7}\n'},
+        id="report-schema",
+    ),
+    case(
+        ["report", "b.jsonl"],
+        2,
+        "not a UTF-8 text file",
+        files={"b.jsonl": BAD_UTF8},
+        id="report-binary",
+    ),
+    case(
+        ["report", "r.jsonl"],
+        2,
+        "result row before any header",
+        files={"r.jsonl": ROW},
+        id="report-row-first",
+    ),
+    case(
+        ["report", "m.jsonl"],
+        2,
+        "field status",
+        files={"m.jsonl": HEADER + ROW.replace('"status": "ok", ', "")},
+        id="report-row-missing-field",
+    ),
+    case(
+        ["report", "m.jsonl"],
+        2,
+        "field status",
+        files={"m.jsonl": HEADER + ROW.replace('"ok"', '"great"')},
+        id="report-row-bad-status",
+    ),
+    case(["report"], 2, "no results files found", id="report-nothing-here"),
+    case(
+        ["report"],
+        2,
+        "no results files found",
+        env={"ATTNBENCH_RESULTS": "/nonexistent"},
+        id="report-env-missing",
+    ),
+    case(
+        ["report", "d"],
+        2,
+        "d: a folder with no results files",
+        files={"d/readme.txt": "x"},
+        id="report-dir-empty",
+    ),
+    case(
+        ["report", "{rows}", "--out", "f"],
+        2,
+        "--out=f is an existing file",
+        files={"f": "x"},
+        id="report-out-file",
+    ),
+    case(["report", "{rows}", "--out", "/dev/full"], 2, "existing file", id="report-out-dev"),
+    case(
+        ["report", "{rows}", "--out", "f/sub"],
+        2,
+        "f is a file, not a folder",
+        files={"f": "x"},
+        id="report-out-under-file",
+    ),
+    case(["recommend", "nope.jsonl"], 2, "nope.jsonl", id="recommend-missing"),
+    case(
+        ["recommend", "h.jsonl"],
+        2,
+        "no row passed the accuracy gate",
+        files={"h.jsonl": HEADER},
+        id="recommend-header-only",
+    ),
+    case(["recommend", "{rows}", "--json", "/dev/full"], 2, "--json=/dev/full", id="rec-dev-full"),
+    case(["recommend", "{rows}", "--json", "."], 2, "--json=. is a directory", id="rec-json-dir"),
+    case(
+        ["recommend", "{rows}", "--json", "/proc/nope/x.json"],
+        2,
+        "--json=/proc/nope/x.json",
+        id="rec-json-unwritable",
+    ),
+    case(["compare", "a.jsonl", "b.jsonl"], 2, "a.jsonl: no such file", id="compare-missing"),
+    case(
+        ["compare", "h.jsonl", "h.jsonl"],
+        2,
+        "no result rows to compare",
+        files={"h.jsonl": HEADER},
+        id="compare-empty",
+    ),
+    case(
+        ["compare", "{rows}", "{rows}", "--threshold", "abc"],
+        2,
+        "--threshold='abc'",
+        id="compare-thr",
+    ),
+    case(["compare", "{rows}", "{rows}", "--threshold", "-5%"], 2, "-5%", id="compare-neg"),
+    case(
+        ["compare", "{rows}", "{rows}", "--noise-floor", "x"],
+        2,
+        "--noise-floor='x'",
+        id="compare-floor",
+    ),
+    case(["compare", "{rows}"], 2, "Missing argument", id="compare-one-file"),
+    case(
+        ["compare", "{rows}", "o.jsonl"],
+        2,
+        "share no (case, backend) pair",
+        files={"o.jsonl": HEADER + ROW},
+        id="compare-disjoint",
+    ),
+]
+
+FP8 = [
+    case(["fp8", "--capacity", "--hbm-gib", "-1"], 2, "--hbm-gib=-1", id="cap-hbm-negative"),
+    case(["fp8", "--capacity", "--hbm-gib", "0"], 2, "--hbm-gib=0", id="cap-hbm-0"),
+    case(["fp8", "--capacity", "--hbm-gib", "nan"], 2, "--hbm-gib=nan", id="cap-hbm-nan"),
+    case(["fp8", "--capacity", "--hbm-gib", "10"], 2, "leaves nothing", id="cap-hbm-small"),
+    case(["fp8", "--capacity", "--utilization", "0"], 2, "--utilization=0", id="cap-util-0"),
+    case(["fp8", "--capacity", "--utilization", "1.5"], 2, "--utilization=1.5", id="cap-util"),
+    case(["fp8", "--capacity", "--reserve-gib", "-1"], 2, "--reserve-gib=-1", id="cap-reserve"),
+    case(["fp8", "--capacity", "--tp", "3"], 2, "tp=3", id="cap-tp"),
+    case(["fp8", "--capacity", "--model", "nope"], 2, "model='nope'", id="cap-model"),
+    case(["fp8", "--capacity", "--page-size", "0"], 2, "--page-size=0", id="cap-page"),
+    case(["fp8", "--seed", "-1"], 2, "'--seed'", id="fp8-seed"),
+    case(["fp8", "--device", "cpu", "--out", "."], 2, "--out=. is a directory", id="fp8-out-dir"),
+    case(["fp8", "--device", "cpu", "--out", "/dev/full"], 2, "regular file", id="fp8-dev-full"),
+    case(["fp8", "--device", "tpu"], 2, "device='tpu'", id="fp8-device"),
+    case(["fp8", "--device", "cuda:9"], 2, "cuda:9", id="fp8-no-gpu"),
+    case(["fp8", "--device", "cpu", "--needle-lengths", "a,b"], 2, "comma-separated", id="fp8-nl"),
+    case(["fp8", "--device", "cpu", "--needle-lengths", "1"], 2, "at least 2", id="fp8-nl-1"),
+    case(["fp8", "--trials", "0"], 2, "'--trials'", id="fp8-trials"),
+]
+
+REPLAY_ARGS = ["replay", "{rows}", "--trace", "azure-code", "--limit", "5"]
+REPLAY = [
+    case([*REPLAY_ARGS, "--gpu-mem-gib", "-1"], 2, "--gpu-mem-gib=-1", id="replay-mem-neg"),
+    case([*REPLAY_ARGS, "--gpu-mem-gib", "10"], 2, "raise --gpu-mem-gib", id="replay-mem-small"),
+    case([*REPLAY_ARGS, "--gpu-mem-gib", "inf"], 2, "--gpu-mem-gib=inf", id="replay-mem-inf"),
+    case([*REPLAY_ARGS, "--mem-utilization", "0"], 2, "--mem-utilization=0", id="replay-util"),
+    case([*REPLAY_ARGS, "--rate-scale", "0"], 2, "positive finite", id="replay-rate-0"),
+    case([*REPLAY_ARGS, "--rate-scale", "nan"], 2, "positive finite", id="replay-rate-nan"),
+    case([*REPLAY_ARGS, "--rate-scale", "1,x"], 2, "comma-separated", id="replay-rate-text"),
+    case([*REPLAY_ARGS, "--rate-scale", ","], 2, "--rate-scale", id="replay-rate-empty"),
+    case([*REPLAY_ARGS, "--hybrid", "x"], 2, "PREFILL,DECODE", id="replay-hybrid"),
+    case([*REPLAY_ARGS, "--hybrid", "a,b"], 2, "no cost model", id="replay-hybrid-unknown"),
+    case(["replay", "{rows}", "--trace", "no-such"], 2, "no-such", id="replay-trace"),
+    case(["replay", "{rows}", "--trace", "agents:0"], 2, "agents:0", id="replay-agents-0"),
+    case(["replay", "{rows}", "--trace", "agents:x"], 2, "agents:N", id="replay-agents-x"),
+    case(
+        ["replay", "{rows}", "--trace", "t.csv"],
+        2,
+        "missing column 'TIMESTAMP'",
+        files={"t.csv": "a,b\n1,2\n"},
+        id="replay-trace-columns",
+    ),
+    case(
+        ["replay", "{rows}", "--trace", "t.csv"],
+        2,
+        "t.csv",
+        files={"t.csv": BAD_UTF8},
+        id="replay-trace-binary",
+    ),
+    case(
+        ["replay", "{rows}", "--trace", "t.csv"],
+        2,
+        "t.csv",
+        files={"t.csv": ""},
+        id="replay-trace-empty",
+    ),
+    case(
+        ["replay", "{rows}", "--trace", "t.jsonl"],
+        2,
+        "t.jsonl",
+        files={"t.jsonl": '{"timestamp": "x"}\n'},
+        id="replay-trace-jsonl",
+    ),
+    case(
+        ["replay", "{rows}", "--trace", "root:x:0"],
+        2,
+        "root:x:0",
+        id="replay-trace-no-emoji",
+    ),
+    case([*REPLAY_ARGS, "--live", "2"], 3, "--live needs a CUDA GPU", id="replay-live-cpu"),
+    case([*REPLAY_ARGS, "--live", "2", "--device", "foo"], 2, "device='foo'", id="replay-dev"),
+    case([*REPLAY_ARGS, "--out", "."], 2, "--out=. is a directory", id="replay-out-dir"),
+    case([*REPLAY_ARGS, "--out", "/dev/full"], 2, "not a regular file", id="replay-dev-full"),
+    case([*REPLAY_ARGS, "--seed", "-1"], 2, "'--seed'", id="replay-seed"),
+    case([*REPLAY_ARGS, "--limit", "0"], 2, "'--limit'", id="replay-limit"),
+    case([*REPLAY_ARGS, "--max-batch", "0"], 2, "'--max-batch'", id="replay-max-batch"),
+    case([*REPLAY_ARGS, "--token-budget", "0"], 2, "'--token-budget'", id="replay-budget"),
+    case([*REPLAY_ARGS, "--tp", "0"], 2, "'--tp'", id="replay-tp-0"),
+    case([*REPLAY_ARGS, "--tp", "3"], 2, "tp=3", id="replay-tp-3"),
+    case([*REPLAY_ARGS, "--model", "nope"], 2, "model='nope'", id="replay-model"),
+    case([*REPLAY_ARGS, "--page-size", "3"], 2, "page_size=3", id="replay-page"),
+    case([*REPLAY_ARGS, "--page-size", "0"], 2, "--page-size=0", id="replay-page-0"),
+    case([*REPLAY_ARGS, "--itl-target-ms", "0"], 2, "--itl-target-ms=0", id="replay-itl"),
+    case([*REPLAY_ARGS, "--allreduce-us", "-1"], 2, "--allreduce-us=-1", id="replay-ar"),
+    case([*REPLAY_ARGS, "--copy-gbps", "-1"], 2, "--copy-gbps=-1", id="replay-copy"),
+    case([*REPLAY_ARGS, "--matmul-tflops", "0"], 2, "--matmul-tflops=0", id="replay-mm"),
+    case(["replay", "nope.jsonl"], 2, "nope.jsonl: no such file", id="replay-missing"),
+    case([*REPLAY_ARGS, "--backend", "nope"], 2, "no cost model", id="replay-backend"),
+    case([*REPLAY_ARGS, "--gpu", "nope"], 2, "gpu='nope'", id="replay-gpu"),
+    case([*REPLAY_ARGS, "--dtype", "fp64"], 2, "dtype='fp64'", id="replay-dtype"),
+    case([*REPLAY_ARGS, "--kv-dtype", "x"], 2, "kv_dtype='x'", id="replay-kv-dtype"),
+    case(
+        ["replay", "h.jsonl"],
+        2,
+        "no result rows",
+        files={"h.jsonl": HEADER},
+        id="replay-header-only",
+    ),
+]
+
+OTHER = [
+    case(["lengths", "gamma:1"], 2, "not a known distribution", id="lengths-unknown"),
+    case(["lengths", "1024", "-n", "0"], 2, "--batch-size=0", id="lengths-batch"),
+    case(["lengths", "1024", "--seed", "-1"], 2, "'--seed'", id="lengths-seed"),
+    case(["lengths", "trace:nope"], 2, "nope", id="lengths-trace"),
+    case(["lengths", ""], 2, "length", id="lengths-empty"),
+    case(["lengths", "uniform:1-99999999"], 2, "99999999", id="lengths-huge"),
+    case(["lengths"], 2, "Missing argument", id="lengths-missing"),
+    case(["tune", "--budget-s", "0"], 2, "--budget-s=0", id="tune-budget"),
+    case(["tune", "--grid-limit", "0"], 2, "--grid-limit=0", id="tune-grid"),
+    case(["tune", "--device", "cpu", "--timer", "cuda-graph"], 2, "--timer", id="tune-timer"),
+    case(["tune", "--device", "cpu", "--out", "."], 2, "--out=. is a directory", id="tune-out"),
+    case(
+        ["tune", "--device", "cpu", "-b", "reference"],
+        2,
+        "none of the selected variants has knobs",
+        id="tune-no-knobs",
+    ),
+    case(["tune", "--seed", "-2"], 2, "seed=-2", id="tune-seed"),
+    case(["hw", "--device", "tpu"], 2, "device='tpu'", id="hw-device"),
+    case(["hw", "--device", "cpu", "--out", "."], 2, "--out=. is a directory", id="hw-out-dir"),
+    case(["hw", "--device", "cpu", "--out", "/dev/full"], 2, "regular file", id="hw-dev-full"),
+    case(["config", "--config", "nope.toml"], 2, "nope.toml: not found", id="config-cmd-missing"),
+    case(["backends", "--device", "tpu"], 2, "device='tpu'", id="backends-device"),
+    case(["nosuchcommand"], 2, "nosuchcommand", id="unknown-command"),
+]
+
+TABLE = RUN + ANALYZE + FP8 + REPLAY + OTHER
+
+
+@pytest.fixture(scope="module")
+def rows_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return rr.write(tmp_path_factory.mktemp("rows") / "rows.jsonl")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for key in list(os.environ):
+        if key.upper().startswith("ATTNBENCH_"):
+            monkeypatch.delenv(key)
+
+
+def _create(files: Files) -> None:
+    for name, content in files.items():
+        path = Path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+
+
+def test_the_table_is_large_and_ids_are_unique() -> None:
+    ids = [p.id for p in TABLE]
+    assert len(TABLE) >= 150
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize(("argv", "env", "files", "code", "message"), TABLE)
+def test_bad_input(
+    argv: list[str],
+    env: dict[str, str],
+    files: Files,
+    code: int,
+    message: str,
+    rows_file: Path,
+) -> None:
+    _create(files)
+    args = [a.replace("{rows}", str(rows_file)) for a in argv]
+    res = runner.invoke(app, args, env=env)
+    output = res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), output
+    assert "Traceback" not in output
+    assert res.exit_code == code, output
+    plain = re.sub(r"[│╭╮╰╯─]", " ", output)
+    lines = [ln for ln in plain.splitlines() if message in ln]
+    assert lines, f"no line contains {message!r}:\n{output}"
+    errors = [ln for ln in output.splitlines() if ln.startswith("error:")]
+    assert len(errors) <= 1, output  # one error line, not a stream of them
