@@ -166,8 +166,15 @@ def test_report_of_a_file_without_rows(tmp_path: Path) -> None:
     with ResultWriter(path) as w:
         w.write(Header(run_id="h", provenance={}))
     text = _clean(runner.invoke(app, ["report", str(path), "--out", "rep"]), EXIT_BAD_INPUT)
-    assert "no result rows (only headers): nothing to report" in text
+    assert "no result rows (only headers) and no fp8 study or replay document" in text
     assert not (tmp_path / "rep").exists()
+
+
+def test_report_of_a_json_file_it_cannot_read(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text('{"a": 1}\n')
+    text = _clean(runner.invoke(app, ["report", "x.json"]), EXIT_BAD_INPUT)
+    assert "x.json: neither an fp8 study nor a replay document: skipped" in text
+    assert "nothing to report" in text
 
 
 def test_capacity_with_negative_memory_is_refused() -> None:
@@ -278,6 +285,18 @@ def test_a_torn_last_line_is_cut_before_appending(tmp_path: Path) -> None:
     f = read_results(out)
     assert not f.warnings
     assert sorted(r.spec["kv_lens"][0] for r in f.rows) == [16, 32]
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_run_killed_while_writing_its_header_is_started_afresh(
+    tmp_path: Path, resume: bool
+) -> None:
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"type": "header", "schema_version": 1, "run_id": "x", "prov')
+    args = ["run", *TINY, "-l", "16", "--out", str(out)] + (["--resume"] if resume else [])
+    _clean(runner.invoke(app, args), EXIT_OK)
+    f = read_results(out)
+    assert (len(f.headers), len(f.rows), f.warnings) == (1, 1, [])
 
 
 def test_a_complete_last_line_without_newline_gets_one(tmp_path: Path) -> None:

@@ -219,12 +219,30 @@ class ResultWriter:
         self.close()
 
 
+def interrupted_first_write(path: Path) -> bool:
+    """True for a file that holds only the start of a header row: a run killed while writing
+    its first line. Such a file has no finished row; appending starts it afresh."""
+    if not path.is_file():
+        return False
+    data = path.read_bytes()
+    if b"\n" in data or not data.startswith(b'{"type": "header"'):
+        return False
+    try:
+        json.loads(data)
+    except ValueError:
+        return True
+    return False
+
+
 def drop_torn_tail(path: Path) -> None:
     """End a results file with a newline before rows are appended: a last line an interrupted
     write left incomplete (`read_results` skips it with a warning) is cut, a complete one gets
     its newline. Otherwise the next row would glue onto it and make the file unreadable.
     Files that are not results files are left alone."""
     if not path.is_file() or path.read_bytes()[-1:] in (b"", b"\n"):
+        return
+    if interrupted_first_write(path):
+        path.write_bytes(b"")
         return
     try:
         torn = any("torn last line" in w for w in read_results(path).warnings)
@@ -322,7 +340,7 @@ def finished_keys(path: Path) -> set[tuple[str, str]]:
 
     A case refused for want of free memory (`unsupported` with `details.memory`) is not final:
     memory may have been freed since, so a resumed run tries it again."""
-    if not path.exists():
+    if not path.exists() or interrupted_first_write(path):
         return set()
     rows = read_results(path).rows
     return {r.key for r in rows if r.status in FINAL_STATUSES and "memory" not in r.details}

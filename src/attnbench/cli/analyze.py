@@ -59,8 +59,13 @@ def report(
 
     check_output_dir(out, "--out")
     loaded = _load(results)
-    if loaded.frame.empty and not loaded.extras:
-        fail(f"{_names(loaded.paths)}: no result rows (only headers): nothing to report")
+    named = {p for p in results or [] if p.suffix == ".json"}
+    documents = _documents(loaded.extras, named)
+    if loaded.frame.empty and not documents:
+        what = "no result rows (only headers)" if loaded.headers else "no result rows"
+        fail(
+            f"{_names(loaded.paths)}: {what} and no fp8 study or replay document: nothing to report"
+        )
     try:
         with console.status("building the report (figures, statistics)"):
             md, page = write_report(loaded, out)
@@ -70,6 +75,32 @@ def report(
         f"report: {escape(str(md))} and {escape(str(page))} ({len(loaded.frame)} rows)",
         highlight=False,
     )
+
+
+def _documents(paths: list[Path], named: set[Path]) -> list[Path]:
+    """The .json files the report has a section for (fp8 studies, replay documents). A file
+    named on the command line that is neither is said to be skipped (files found in a folder,
+    such as `attnbench hw --out` facts, are skipped quietly)."""
+    from attnbench.fp8study import DOCUMENT_TYPE
+    from attnbench.replay.study import SCHEMA
+
+    found: list[Path] = []
+    for p in paths:
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            why = f"not a JSON document ({type(exc).__name__})"
+        else:
+            known = isinstance(data, dict) and (
+                data.get("schema") == SCHEMA or data.get("type") == DOCUMENT_TYPE
+            )
+            if known:
+                found.append(p)
+                continue
+            why = "neither an fp8 study nor a replay document"
+        if p in named:
+            note(f"{p}: {why}: skipped")
+    return found
 
 
 def _names(paths: list[Path]) -> str:

@@ -200,9 +200,9 @@ def check_timer(timer: str, device_kind: str, flag: str) -> None:
 
 def _check_appendable(path: Path) -> None:
     """A new run appends to --out: refuse a file that is there but holds no attnbench rows."""
-    from attnbench.results import read_results
+    from attnbench.results import interrupted_first_write, read_results
 
-    if path.is_file() and path.stat().st_size > 0:
+    if path.is_file() and path.stat().st_size > 0 and not interrupted_first_write(path):
         read_results(path)
 
 
