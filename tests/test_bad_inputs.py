@@ -318,6 +318,7 @@ RUN = [
         files={"f.jsonl": BAD_UTF8},
         id="run-out-binary",
     ),
+    case(["run", *TINY, "--resume"], 2, "--resume needs --out", id="resume-without-out"),
     case(
         ["run", *TINY, "--resume", "--out", "f.json"],
         2,
@@ -655,6 +656,7 @@ OTHER = [
     case(["lengths", "trace:nope"], 2, "nope", id="lengths-trace"),
     case(["lengths", ""], 2, "length", id="lengths-empty"),
     case(["lengths", "uniform:1-99999999"], 2, "99999999", id="lengths-huge"),
+    case(["lengths", "prefix:4194000+1000"], 2, "reaches 4195000 tokens", id="lengths-prefix-huge"),
     case(["lengths"], 2, "Missing argument", id="lengths-missing"),
     case(["tune", "--budget-s", "0"], 2, "--budget-s=0", id="tune-budget"),
     case(["tune", "--grid-limit", "0"], 2, "--grid-limit=0", id="tune-grid"),

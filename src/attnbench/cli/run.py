@@ -157,6 +157,8 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
     if settings.backends == ["all"]:
         backends = _runnable_here(backends, info.kind)
 
+    if settings.resume and settings.out is None:
+        fail("--resume needs --out naming the results file to finish (the default is a new file)")
     out_path = settings.out or _default_out(info.name, suite_name)
     out_flag = flag_for("out", sources["out"])
     check_output_file(out_path, out_flag)

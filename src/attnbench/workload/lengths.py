@@ -120,9 +120,16 @@ def _composite(kind: str, arg: str, text: str, batch_size: int, seed: int) -> li
                 "distribution), e.g. prefix:16384+uniform:1-256"
             )
         p = int(p_text)
+        cases = parse_lengths(rest, batch_size, seed)
+        longest = p + max(n for c in cases for n in c.kv_lens)
+        if longest > MAX_LEN:
+            raise ValueError(
+                f"lengths={text!r}: prefix plus suffix reaches {longest} tokens; "
+                f"allowed: {MIN_LEN}..{MAX_LEN}"
+            )
         return [
             LengthCase(f"prefix{p}+{c.label}", tuple(p + n for n in c.kv_lens), shared_prefix_len=p)
-            for c in parse_lengths(rest, batch_size, seed)
+            for c in cases
         ]
     name, _, rest = arg.partition("@") if kind == "prompts" else arg.partition(",")
     if not name.strip():
