@@ -54,6 +54,14 @@ NAMES = [
 TREE = TreeSpec(name="tree-5", parents=(-1, 0, 0, 1, 1))
 
 
+
+@pytest.fixture(autouse=True)
+def _cudnn_frontend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The routing rules are tested as on a machine with the cuDNN frontend installed."""
+    import attnbench.backends.flashinfer as fi
+
+    monkeypatch.setattr(fi, "_has_cudnn_frontend", lambda: True)
+
 def device(sm: int = 90, kind: str = "cuda") -> DeviceInfo:
     cc = (sm // 10, sm % 10) if kind == "cuda" else None
     return DeviceInfo(kind, 0, "NVIDIA H200", cc, 132, 50 << 20, 141 << 30)
@@ -195,6 +203,17 @@ def test_flashinfer_fa3_needs_hopper() -> None:
 def test_flashinfer_trtllm_gen_only_on_blackwell() -> None:
     assert variant("trtllm-gen").check(make_spec("decode"), device(100)) is None
     assert "SM100" in reason("trtllm-gen", make_spec("decode"), device(120))
+
+
+def test_flashinfer_cudnn_needs_the_frontend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without nvidia-cudnn-frontend FlashInfer falls back to cubins it must download: refused
+    before anything is built, saying what to install (on the H200 it was an error row)."""
+    import attnbench.backends.flashinfer as fi
+
+    monkeypatch.setattr(fi, "_has_cudnn_frontend", lambda: False)
+    assert "nvidia-cudnn-frontend" in reason("cudnn", make_spec("decode"), H200)
+    monkeypatch.setattr(fi, "_has_cudnn_frontend", lambda: True)
+    assert variant("cudnn").check(make_spec("decode"), H200) is None
 
 
 def test_flashinfer_expected_support_on_h200() -> None:

@@ -20,7 +20,7 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage A, B or C}
+stage=${1:?stage: A, B, C, D, E, P, X or Y}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 case $stage in
@@ -77,6 +77,23 @@ C)
   step 220 gpu-tests bash -c "timeout -s INT 200 python3 -m pytest -m gpu -q -p no:cacheprovider \
     -rfE tests > $OUT/h200-gpu-tests.txt 2>&1; tail -25 $OUT/h200-gpu-tests.txt"
   step 100 default-warm $AB run --device cuda --out "$OUT/h200-default-warm.jsonl"
+  ;;
+D)  # session 4, call 1: finish the brief and fp8 suites (resumed), FP8 on the GPU, fidelity
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  cp results/h200-brief.jsonl results/h200-fp8.jsonl "$OUT/"
+  step 30 backends $AB backends --device cuda
+  step 130 brief $RUN --suite brief $ALL --resume --out "$OUT/h200-brief.jsonl"
+  step 190 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
+  step 100 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
+  step 100 fidelity $AB fidelity --ncu --out "$OUT/h200-fidelity.json"
+  ;;
+E)  # session 4, call 2 (chained): SM activity under ncu, the GPU tests, tuning ragged and fp8
+  step 170 sm-activity $AB fidelity --ncu --cases sm-activity --out "$OUT/h200-sm-activity.json"
+  step 230 gpu-tests bash -c "timeout -s INT 220 python3 -m pytest -m gpu -q -p no:cacheprovider \
+    -rfE tests > $OUT/h200-gpu-tests.txt 2>&1; tail -25 $OUT/h200-gpu-tests.txt"
+  TUNE="$AB tune --device cuda -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa -b flash-attn:fa3"
+  step 90 tune-ragged $TUNE --suite ragged --budget-s 80 --out "$OUT/h200-tune-ragged.jsonl"
+  step 90 tune-fp8 $TUNE --suite fp8 --budget-s 80 --out "$OUT/h200-tune-fp8.jsonl"
   ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"

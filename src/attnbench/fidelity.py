@@ -39,6 +39,7 @@ NCU_METRICS = (
     "dram__bytes_read.sum",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__cycles_active.avg.pct_of_peak_sustained_elapsed",
     "launch__waves_per_multiprocessor",
     "launch__grid_size",
 )
@@ -80,6 +81,39 @@ def default_cases() -> list[FidelityCase]:
             "decode-mixed", "flashinfer:fa2", _spec("decode", mixed.kv_lens, lengths=mixed.label)
         ),
         FidelityCase("prefill-4x16k", "flash-attn:fa3", _spec("prefill", (16384,) * 4)),
+    ]
+
+
+SM_ACTIVITY_BACKENDS = (
+    "flashinfer:fa2",
+    "flashinfer:tc",
+    "flashinfer:xqa",
+    "flash-attn:fa3",
+    "flash-attn:fa3-contiguous",
+)
+
+
+def sm_activity_cases() -> list[FidelityCase]:
+    """The brief's claim that uniform grids leave most SMs idle on ragged batches, put to ncu:
+    every decode kernel on three batches of 32 requests holding the same total KV (the brief's
+    mixed 256..64k batch, the same tokens spread evenly, and four 64k requests beside 28 short
+    ones), so only the raggedness differs."""
+    from attnbench.workload.lengths import parse_lengths
+
+    (mixed,) = parse_lengths("mixed", 32, 0)
+    total = sum(mixed.kv_lens)
+    uniform = (round(total / 32),) * 32
+    short = round((total - 4 * 65536) / 28)
+    four_long = (65536,) * 4 + (short,) * 28
+    batches = {
+        "uniform": _spec("decode", uniform),
+        "mixed": _spec("decode", mixed.kv_lens, lengths=mixed.label),
+        "4-long": _spec("decode", four_long, lengths=f"4x65536+28x{short}"),
+    }
+    return [
+        FidelityCase(f"sm-{name}", backend, spec)
+        for backend in SM_ACTIVITY_BACKENDS
+        for name, spec in batches.items()
     ]
 
 
@@ -164,6 +198,9 @@ def check_case(case: FidelityCase, cfg: MeasureConfig) -> dict[str, Any]:
         "repeat_diff": abs(b - a) / a,
         "profiler_kernel_us": prof_us,
         "profiler_diff": (a - prof_us) / prof_us,
+        "total_kv_tokens": sum(case.spec.kv_lens),
+        "clocks": first.clocks,
+        "clocks_repeat": second.clocks,
     }
 
 
@@ -220,6 +257,7 @@ def ncu_case(case: FidelityCase, timeout_s: float = 120) -> dict[str, Any]:
         "dram_read_bytes": total.get("dram__bytes_read.sum", 0.0) / NCU_CALLS,
         "dram_throughput_pct": weighted("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
         "achieved_occupancy_pct": weighted("sm__warps_active.avg.pct_of_peak_sustained_active"),
+        "sm_active_pct": weighted("sm__cycles_active.avg.pct_of_peak_sustained_elapsed"),
         "waves_per_sm": max(
             k["metrics"].get("launch__waves_per_multiprocessor", 0.0) for k in kernels
         ),

@@ -63,10 +63,11 @@ class FlashInferBackend:
         found = route(self.short, spec, device)
         if isinstance(found, Unsupported):
             return found
-        if found.backend == "cudnn" and spec.dtype != "bfloat16" and not _has_cudnn_frontend():
+        if found.backend == "cudnn" and not _has_cudnn_frontend():
             return Unsupported(
-                "without nvidia-cudnn-frontend FlashInfer's cuDNN decode falls back to a "
-                "bf16-only cubin path; pip install nvidia-cudnn-frontend"
+                "FlashInfer's cuDNN decode needs nvidia-cudnn-frontend (without it FlashInfer "
+                "loads prebuilt bf16 cubins that it must download; on the H200 that failed with "
+                "'Failed to load cubin for decode'); pip install nvidia-cudnn-frontend"
             )
         return None
 

@@ -17,6 +17,13 @@ from attnbench.cli.common import EXIT_NOTHING_RAN, check_output_file, console, f
 @app.command()
 def fidelity(
     ncu: Annotated[bool, typer.Option(help="Also profile each case under Nsight Compute.")] = False,
+    cases: Annotated[
+        str,
+        typer.Option(
+            help="default: five timing cases; sm-activity: every decode kernel on uniform vs "
+            "ragged batches of the same total KV (use with --ncu for SM activity and occupancy).",
+        ),
+    ] = "default",
     out: Annotated[Path | None, typer.Option(help="Write the comparison as JSON.")] = None,
 ) -> None:
     """Check timing fidelity on a few cases: repeat agreement, profiler and ncu agreement."""
@@ -24,15 +31,18 @@ def fidelity(
 
     if not torch.cuda.is_available():
         fail("fidelity needs a CUDA GPU (it compares GPU timers and profilers)", EXIT_NOTHING_RAN)
+    if cases not in ("default", "sm-activity"):
+        fail(f"--cases must be one of: default, sm-activity (got {cases!r})")
     if out is not None:
         check_output_file(out, "--out")
-    from attnbench.fidelity import check_case, default_cases, ncu_case
+    from attnbench.fidelity import check_case, default_cases, ncu_case, sm_activity_cases
     from attnbench.measure.config import MeasureConfig
     from attnbench.results import provenance
 
     cfg = MeasureConfig(max_time_ms=400, min_runs=20)
     records: list[dict[str, Any]] = []
-    for case in default_cases():
+    chosen = default_cases() if cases == "default" else sm_activity_cases()
+    for case in chosen:
         with console.status(f"{case.name} {case.backend}"):
             rec = check_case(case, cfg)
             if ncu and rec["status"] == "ok":
@@ -53,6 +63,7 @@ def fidelity(
         "Δ ncu",
         "DRAM %",
         "occupancy %",
+        "SM active %",
     ):
         table.add_column(
             col, justify="right" if "µs" in col or "Δ" in col or "%" in col else "left"
@@ -74,6 +85,7 @@ def fidelity(
             f"{r['ncu_diff']:+.1%}" if "ncu_diff" in r else "-",
             f"{n['dram_throughput_pct']:.0f}" if ok else "-",
             f"{n['achieved_occupancy_pct']:.0f}" if ok else "-",
+            f"{n['sm_active_pct']:.0f}" if ok and "sm_active_pct" in n else "-",
         )
     console.print(table)
     if out is not None:

@@ -226,6 +226,13 @@ def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> StudyOutcome:
             f"shapes present: {', '.join(have) or 'none'}; run e.g. "
             f"`attnbench run --suite replay --model {cfg.model} --tp {cfg.tp}`"
         )
+    for part in ("decode", "prefill"):
+        if not any(getattr(m, part) for m in models.values()):
+            raise ReplayError(
+                f"no {part} rows of shape {key.describe()} ({cfg.model} at tp {cfg.tp}) on "
+                f"{loaded.gpu}: a replay needs both decode and prefill; run e.g. "
+                f"`attnbench run --suite replay --model {cfg.model} --tp {cfg.tp}`"
+            )
     keep = _select(models, cfg.backends)
     singles = tuple(sorted(keep))
     hybrid, hybrid_source = cfg.hybrid, "--hybrid"
