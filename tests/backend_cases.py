@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.spec import TreeSpec, WorkloadSpec
 
 TREE = TreeSpec(name="tree-5", parents=(-1, 0, 0, 1, 1))

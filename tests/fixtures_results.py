@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from attnbench import metrics
+from attnbench.measure import metrics
 from attnbench.measure.stats import summarize
 from attnbench.results import Header, ResultRow, ResultWriter, thin_samples
 from attnbench.workload.spec import WorkloadSpec

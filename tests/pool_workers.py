@@ -11,7 +11,7 @@ import time
 from multiprocessing.connection import Connection
 
 from attnbench.measure.config import MeasureConfig
-from attnbench.parallel import Job, JobDone, Planned, Ready, RowDone, Started, WorkerSlot
+from attnbench.run.worker import Job, JobDone, Planned, Ready, RowDone, Started, WorkerSlot
 
 
 def spec(job_id: int) -> dict[str, object]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnbench import metrics
+from attnbench.measure import metrics
 from attnbench.results import Header, ResultRow, ResultWriter
 from attnbench.workload.spec import WorkloadSpec
 

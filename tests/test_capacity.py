@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.capacity import (
+from attnbench.workload.capacity import (
     GIB,
     capacity_table,
     kv_bytes_per_token,

@@ -90,7 +90,7 @@ def test_replay_checks_out_before_the_replay(
 def test_recommend_checks_json_before_ranking(
     rows: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("attnbench.hybrid.recommend", _never("the recommender"))
+    monkeypatch.setattr("attnbench.analysis.hybrid.recommend", _never("the recommender"))
     (tmp_path / "file").write_text("x")
     res = runner.invoke(app, ["recommend", str(rows), "--json", "file/x.json"])
     assert "--json=file/x.json: file is a file, not a folder" in _clean(res, EXIT_BAD_INPUT)
@@ -104,7 +104,7 @@ def test_run_with_unwritable_out_names_the_flag() -> None:
 def test_report_out_naming_an_existing_file(
     rows: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("attnbench.report.write_report", _never("the report"))
+    monkeypatch.setattr("attnbench.report.build.write_report", _never("the report"))
     (tmp_path / "taken").write_text("x")
     res = runner.invoke(app, ["report", str(rows), "--out", "taken"])
     assert "--out=taken is an existing file; give a folder" in _clean(res, EXIT_BAD_INPUT)
@@ -234,8 +234,8 @@ def test_square_brackets_survive_fail_and_note(capsys: pytest.CaptureFixture[str
 def test_square_brackets_survive_the_results_table() -> None:
     from rich.console import Console
 
+    from attnbench.report.table import results_table
     from attnbench.results import ResultRow
-    from attnbench.table import results_table
 
     row = ResultRow(
         run_id="r",

@@ -9,9 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.analysis import load
-from attnbench.cli import app
-from attnbench.compare import (
+from attnbench.analysis.compare import (
     Timing,
     compare_frames,
     estimate_ratio,
@@ -19,6 +17,8 @@ from attnbench.compare import (
     mann_whitney_p,
     parse_threshold,
 )
+from attnbench.analysis.frame import load
+from attnbench.cli import app
 from fixtures_results import decode_specs, header, row, write_results
 
 runner = CliRunner()

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.config import ConfigError, load_settings
+from attnbench.config_load import ConfigError, load_settings
 
 
 @pytest.fixture(autouse=True)

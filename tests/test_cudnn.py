@@ -7,7 +7,7 @@ import pytest
 
 from attnbench.backends import cudnn, select_backends
 from attnbench.backends.base import UnsupportedCase
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.spec import WorkloadSpec
 
 H200 = DeviceInfo("cuda", 0, "NVIDIA H200", (9, 0), 132, 50 << 20, 141 << 30)

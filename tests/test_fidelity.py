@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.fidelity import default_cases, parse_ncu_csv
+from attnbench.run.fidelity import default_cases, parse_ncu_csv
 
 NCU_CSV = """==PROF== Connected to process 123
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
@@ -32,8 +32,8 @@ def test_default_cases_cover_decode_and_prefill() -> None:
 
 @pytest.mark.gpu
 def test_gpu_engine_agrees_with_the_profiler() -> None:
-    from attnbench.fidelity import check_case
     from attnbench.measure.config import MeasureConfig
+    from attnbench.run.fidelity import check_case
 
     rec = check_case(default_cases()[1], MeasureConfig(max_time_ms=200, min_runs=20))
     assert rec["status"] == "ok", rec

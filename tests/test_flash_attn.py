@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import torch
 
+from attnbench.backends import fa_calls, kvgather
 from attnbench.backends import flash_attn as fa
-from attnbench.backends import kvgather
 from attnbench.backends.base import UnsupportedCase
 from attnbench.backends.fa_lib import FlashLib, build_summary
-from attnbench.hardware import DeviceInfo, detect
 from attnbench.measure.config import MeasureConfig
-from attnbench.sweep import SweepContext, run_backend
+from attnbench.measure.hardware import DeviceInfo, detect
+from attnbench.run.sweep import SweepContext, run_backend
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.spec import WorkloadSpec
 from attnbench.workload.trees import chain
@@ -340,7 +340,7 @@ def test_tree_context_reads_a_prefix_of_each_request(ctx: SweepContext) -> None:
 
 
 def test_build_without_paged_kv_makes_fa3_unsupported(ctx: SweepContext) -> None:
-    from attnbench.sweep import run_case
+    from attnbench.run.sweep import run_case
 
     lib = fa3_fwd_lib()
     spec = make_spec("decode")
@@ -363,7 +363,7 @@ def test_build_without_paged_kv_makes_fa3_unsupported(ctx: SweepContext) -> None
     copy = _run(spec, lib, ctx, "fa3-contiguous")
     assert copy.status == "ok", copy.reason
     assert copy.details["kv_cache"] == "contiguous"
-    assert copy.details["scheduler_metadata"] == fa.METADATA_IN_RUN
+    assert copy.details["scheduler_metadata"] == fa_calls.METADATA_IN_RUN
 
 
 def test_hnd_cache_is_unsupported_paged_and_copied_contiguous(ctx: SweepContext) -> None:
@@ -506,7 +506,7 @@ def test_rows_record_the_build(ctx: SweepContext) -> None:
 
 def test_fa3_grid_searches_the_paged_knobs(ctx: SweepContext) -> None:
     from attnbench.backends.reference import reference_attention
-    from attnbench.tune import Deadline, knob_grid, make_trial, tune_variant
+    from attnbench.run.tune import Deadline, knob_grid, make_trial, tune_variant
 
     fa3 = variant("fa3")
     assert knob_grid(fa3.knobs)[0] == {
@@ -705,9 +705,9 @@ def test_fa3_fwd_build_flags_are_read() -> None:
 
 def test_lse_layouts() -> None:
     lse = torch.arange(6.0).view(2, 3)  # [Hq, total_q]
-    assert torch.equal(fa._lse_tokens(lse, [1, 2]), lse.t())
+    assert torch.equal(fa_calls.lse_tokens(lse, [1, 2]), lse.t())
     padded = torch.arange(12.0).view(2, 2, 3)  # [B, Hq, max_q], FA2 before varlen LSE
-    got = fa._lse_tokens(padded, [1, 3])
+    got = fa_calls.lse_tokens(padded, [1, 3])
     assert got.shape == (4, 2)
     assert torch.equal(got[1], padded[1, :, 0])
 
@@ -776,7 +776,7 @@ def test_gpu_paged_fa3_passes_the_gate(
 ) -> None:
     """Paged FA3 (and its contiguous copy) against the fp64 reference through the sweep's gate,
     timed: ok rows that say they read the pages, with the metadata timed as plan_us."""
-    from attnbench.sweep import run_case
+    from attnbench.run.sweep import run_case
 
     lib = _paged_fa3_or_skip()
     if dtype == "float16" and not lib.fp16:
@@ -832,8 +832,8 @@ def test_gpu_repeated_runs_stay_correct(page_size: int, name: str, knobs: dict[s
     """Scheduler metadata and the tile semaphore are reused across calls: the 5th output of a
     plan, and the output after a replan, must still be right (a stale semaphore would skip
     tiles after the first call; metadata sized for another call would corrupt split buffers)."""
-    from attnbench.accuracy import check_accuracy
     from attnbench.backends.reference import reference_attention
+    from attnbench.measure.accuracy import check_accuracy
 
     lib = _paged_fa3_or_skip() if name == "fa3" else fa.load_fa3()
     if isinstance(lib, str):
@@ -864,7 +864,7 @@ def test_gpu_repeated_runs_stay_correct(page_size: int, name: str, knobs: dict[s
 def test_gpu_every_variant_passes_the_gate_or_says_why(
     kind: str, dtype: str, kv_dtype: str
 ) -> None:
-    from attnbench.sweep import run_case
+    from attnbench.run.sweep import run_case
 
     ctx = _gpu_ctx()
     spec = make_spec(kind, head_dim=128, page_size=16, dtype=dtype, kv_dtype=kv_dtype)

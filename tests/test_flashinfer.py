@@ -34,7 +34,7 @@ from attnbench.backends.flashinfer_rules import (
     resolve_knobs,
     route,
 )
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import make_inputs, page_table
 from attnbench.workload.spec import KINDS, KV_DTYPES, TreeSpec, WorkloadSpec
 from attnbench.workload.trees import chain
@@ -54,13 +54,13 @@ NAMES = [
 TREE = TreeSpec(name="tree-5", parents=(-1, 0, 0, 1, 1))
 
 
-
 @pytest.fixture(autouse=True)
 def _cudnn_frontend(monkeypatch: pytest.MonkeyPatch) -> None:
     """The routing rules are tested as on a machine with the cuDNN frontend installed."""
     import attnbench.backends.flashinfer as fi
 
     monkeypatch.setattr(fi, "_has_cudnn_frontend", lambda: True)
+
 
 def device(sm: int = 90, kind: str = "cuda") -> DeviceInfo:
     cc = (sm // 10, sm % 10) if kind == "cuda" else None
@@ -507,9 +507,9 @@ def test_sweep_records_a_flashinfer_refusal_inside_the_kernel_as_unsupported(
     message: str, status: str
 ) -> None:
     from attnbench.backends.reference import reference_attention
-    from attnbench.hardware import detect
     from attnbench.measure.config import MeasureConfig
-    from attnbench.sweep import SweepContext, run_backend
+    from attnbench.measure.hardware import detect
+    from attnbench.run.sweep import SweepContext, run_backend
 
     spec = make_spec("decode", num_qo_heads=28, num_kv_heads=4, kv_lens=(40, 17, 3))
     inputs = make_inputs(spec, "cpu")
@@ -565,9 +565,9 @@ EXPECTED_RESOLVED = {
 @pytest.mark.parametrize("case", list(GPU_CASES), ids=list(GPU_CASES))
 def test_gpu_flashinfer_every_variant_passes_the_gate(case: str) -> None:
     pytest.importorskip("flashinfer")
-    from attnbench.hardware import detect
     from attnbench.measure.config import MeasureConfig
-    from attnbench.sweep import SweepContext, run_case
+    from attnbench.measure.hardware import detect
+    from attnbench.run.sweep import SweepContext, run_case
 
     kind, overrides = GPU_CASES[case]
     spec = make_spec(kind, **overrides)
@@ -595,8 +595,8 @@ def test_gpu_flashinfer_every_variant_passes_the_gate(case: str) -> None:
 @pytest.mark.gpu
 def test_gpu_flashinfer_knobs_are_recorded_and_honoured() -> None:
     pytest.importorskip("flashinfer")
-    from attnbench.accuracy import check_accuracy
     from attnbench.backends.reference import reference_attention
+    from attnbench.measure.accuracy import check_accuracy
 
     spec = make_spec("decode", kv_lens=(4000, 37, 513))
     inputs = make_inputs(spec, "cuda:0")
@@ -620,9 +620,9 @@ def test_gpu_flashinfer_group_sizes_follow_the_dispatch_rule(group: int) -> None
     pass the gate; at 5 and 7 the CUDA-core kernel itself refuses, as the rule says."""
     pytest.importorskip("flashinfer")
     from attnbench.backends import flashinfer_decode
-    from attnbench.hardware import detect
     from attnbench.measure.config import MeasureConfig
-    from attnbench.sweep import SweepContext, run_case
+    from attnbench.measure.hardware import detect
+    from attnbench.run.sweep import SweepContext, run_case
 
     spec = _gqa(group)
     info = detect("cuda:0")

@@ -12,9 +12,9 @@ import torch
 from attnbench.backends import flex
 from attnbench.backends.masks import request_mask, token_ids
 from attnbench.backends.reference import reference_attention
-from attnbench.hardware import DeviceInfo, detect
 from attnbench.measure.config import MeasureConfig
-from attnbench.sweep import SweepContext, run_backend, run_case
+from attnbench.measure.hardware import DeviceInfo, detect
+from attnbench.run.sweep import SweepContext, run_backend, run_case
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.spec import WorkloadSpec
 from backend_cases import KINDS, make_spec

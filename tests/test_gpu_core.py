@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from attnbench.backends.reference import reference_attention
-from attnbench.hardware import detect, measure_ceilings
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
+from attnbench.measure.hardware import detect, measure_ceilings
 from attnbench.measure.l2 import L2Flusher
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.spec import WorkloadSpec

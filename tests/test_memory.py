@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 from attnbench.backends import select_backends
 from attnbench.backends.reference import _LOGITS_BUDGET_BYTES
 from attnbench.cli import app
-from attnbench.hardware import detect
 from attnbench.measure.config import MeasureConfig
+from attnbench.measure.hardware import detect
 from attnbench.results import ResultWriter, finished_keys, read_results
-from attnbench.sweep import SweepContext, run_case
+from attnbench.run.sweep import SweepContext, run_case
 from attnbench.workload import memory
 from attnbench.workload.spec import TreeSpec, WorkloadSpec
 
@@ -135,7 +135,7 @@ def test_sweep_refuses_a_case_that_cannot_fit_before_building_it(
     def no_inputs(*args: object, **kw: object) -> None:
         raise AssertionError("inputs must not be built for a case that cannot fit")
 
-    monkeypatch.setattr("attnbench.sweep.make_inputs", no_inputs)
+    monkeypatch.setattr("attnbench.run.sweep.make_inputs", no_inputs)
     rows: list[object] = []
     out = run_case(spec(kv_lens=(64,)), select_backends(["reference"]), _ctx(1024, rows))
     assert [r.status for r in out] == ["unsupported"]

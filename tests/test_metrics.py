@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench import metrics
-from attnbench.accuracy import check_accuracy, round_to
+from attnbench.measure import metrics
+from attnbench.measure.accuracy import check_accuracy, round_to
 from attnbench.workload.spec import TreeSpec, WorkloadSpec
 
 

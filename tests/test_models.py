@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli import app
-from attnbench.config import ConfigError, load_settings
-from attnbench.workload.models import MODELS, MLAShape, ModelShape, get_model, layer_cycle
+from attnbench.config_load import ConfigError, load_settings
+from attnbench.workload.models import MODELS, get_model
+from attnbench.workload.shapes import MLAShape, ModelShape, layer_cycle
 from attnbench.workload.suite import settings_specs
 
 SHAPE = ("num_qo_heads", "num_kv_heads", "head_dim", "num_layers")

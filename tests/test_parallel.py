@@ -8,9 +8,9 @@ import pytest
 
 from attnbench.cli.run import execute
 from attnbench.measure.config import MeasureConfig
-from attnbench.parallel import parse_gpus
-from attnbench.raycluster import _run_job
 from attnbench.results import read_results
+from attnbench.run.raycluster import _run_job
+from attnbench.run.worker import parse_gpus
 from attnbench.workload.spec import WorkloadSpec
 
 
@@ -109,7 +109,7 @@ def test_ray_local_cluster_runs_the_sweep(tmp_path: Path) -> None:
 )
 def test_a_bad_ray_address_fails_at_once(address: str, message: str) -> None:
     pytest.importorskip("ray")
-    from attnbench.raycluster import check_address
+    from attnbench.run.raycluster import check_address
 
     t0 = time.monotonic()
     with pytest.raises(ValueError, match="ray=") as err:

@@ -14,8 +14,9 @@ import pytest
 
 import pool_workers
 from attnbench.measure.config import MeasureConfig
-from attnbench.parallel import Job, WorkerPool, WorkerSlot, WorkerTarget
 from attnbench.results import ResultRow
+from attnbench.run.pool import WorkerPool
+from attnbench.run.worker import Job, WorkerSlot, WorkerTarget
 
 
 def _pool(target: WorkerTarget, workers: int, rows: list[ResultRow], **kw: float) -> WorkerPool:

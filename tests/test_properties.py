@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from attnbench.backends.reference import reference_attention
-from attnbench.config import ConfigError, Settings, load_settings
+from attnbench.config import Settings
+from attnbench.config_load import ConfigError, load_settings
 from attnbench.results import ResultsFileError, read_results
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.lengths import parse_lengths

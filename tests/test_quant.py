@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnbench.fp8study.data import OUTLIER_CHANNELS, outlier_factors
-from attnbench.quant import (
+from attnbench.workload.quant import (
     FP8_FORMATS,
     SCHEMES,
     Scheme,

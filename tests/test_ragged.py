@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbench.workload.lengths import MAX_LEN, LengthCase, parse_lengths
+from attnbench.workload.cases import MAX_LEN, LengthCase
+from attnbench.workload.lengths import parse_lengths
 from attnbench.workload.ragged import (
     SKEW_LEVELS,
     length_stats,

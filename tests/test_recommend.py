@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.analysis import load
+from attnbench.analysis.engines import export_sglang, export_vllm
+from attnbench.analysis.frame import load
+from attnbench.analysis.hybrid import Recommendation, recommend
+from attnbench.analysis.recommend import DECODE_ALL, crossovers, rank
 from attnbench.cli import app
-from attnbench.engines import export_sglang, export_vllm
-from attnbench.hybrid import Recommendation, recommend
-from attnbench.recommend import DECODE_ALL, crossovers, rank
 from attnbench.results import ResultRow
 from fixtures_results import (
     MODELS,

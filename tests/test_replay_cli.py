@@ -80,8 +80,9 @@ def test_report_gets_a_replay_section(results: Path, tmp_path: Path) -> None:
     doc = _strict(out.read_text())
     assert doc["scheduler"]["prefix_cache"] is True  # Mooncake has hash_ids
     pytest.importorskip("matplotlib")
-    from attnbench.analysis import load
-    from attnbench.report import Figure, Table, build_sections
+    from attnbench.analysis.frame import load
+    from attnbench.report.blocks import Figure, Table
+    from attnbench.report.build import build_sections
 
     groups = build_sections(load([results, out]))
     sections = [s for _, secs in groups for s in secs if s.title == "Serving replay"]

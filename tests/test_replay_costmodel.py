@@ -72,7 +72,7 @@ def test_model_predicts_a_new_batch() -> None:
     got = m.decode_us(np.array([4]), np.array([sum(kv)]), np.array([max(kv)]))[0]
     assert got == pytest.approx(rr.decode_us("flash-attn:fa3", kv), rel=1e-9)
     spec = WorkloadSpec(kind="append", kv_lens=(20000,), qo_lens=(3000,), **rr.SHAPE)
-    from attnbench import metrics
+    from attnbench.measure import metrics
 
     pred = m.prefill_us(np.array([1]), np.array([3000]), np.array([metrics.attended_pairs(spec)]))
     assert pred[0] == pytest.approx(rr.prefill_us("flash-attn:fa3", spec), rel=1e-9)

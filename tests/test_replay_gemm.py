@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 import replay_rows as rr
-from attnbench.capacity import kv_bytes_per_token, weight_bytes_per_gpu
 from attnbench.replay.costmodel import ShapeKey, fit_models, padded_from_ragged
 from attnbench.replay.deployment import GIB, Deployment
 from attnbench.replay.gemm import GemmRoofline
 from attnbench.replay.stepcost import ReplayCost
 from attnbench.replay.steps import StepFeatures
+from attnbench.workload.capacity import kv_bytes_per_token, weight_bytes_per_gpu
 from attnbench.workload.models import get_model
 
 DEP = Deployment("llama-3.1-70b", tp=8)

@@ -72,9 +72,9 @@ def test_step_spec_is_the_exact_batch() -> None:
 
 def test_measure_samples_runs_the_sweep_and_scores_the_model(tmp_path: Path) -> None:
     from attnbench.backends import select_backends
-    from attnbench.hardware import detect
     from attnbench.measure.config import MeasureConfig
-    from attnbench.sweep import SweepContext
+    from attnbench.measure.hardware import detect
+    from attnbench.run.sweep import SweepContext
 
     models = _reference_models()
     sim = _small_sim(models)

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench import report as report_mod
-from attnbench.analysis import NoResultsError, load, provenance_label, resolve_paths
+from attnbench.analysis.frame import NoResultsError, load, provenance_label, resolve_paths
 from attnbench.cli import app
-from attnbench.report import ReportData, Section, Table, Text, register_section, write_report
+from attnbench.report import blocks as report_blocks
+from attnbench.report.blocks import ReportData, Section, Table, Text, register_section
+from attnbench.report.build import write_report
 from fixtures_results import decode_specs, header, make_rows, row, write_results
 
 runner = CliRunner()
@@ -113,8 +114,8 @@ def hook() -> Iterator[list[str]]:
         raise RuntimeError("boom")
 
     yield seen
-    report_mod._SECTIONS.pop("Extra study")
-    report_mod._SECTIONS.pop("Broken study")
+    report_blocks._SECTIONS.pop("Extra study")
+    report_blocks._SECTIONS.pop("Broken study")
 
 
 def test_section_hook_and_extras(tmp_path: Path, hook: list[str]) -> None:

@@ -12,9 +12,9 @@ import torch
 from attnbench.backends import kvgather, sdpa
 from attnbench.backends.masks import padded_mask, request_mask
 from attnbench.backends.reference import _mask, reference_attention
-from attnbench.hardware import DeviceInfo, detect
 from attnbench.measure.config import MeasureConfig
-from attnbench.sweep import SweepContext, run_backend, run_case
+from attnbench.measure.hardware import DeviceInfo, detect
+from attnbench.run.sweep import SweepContext, run_backend, run_case
 from attnbench.workload.inputs import make_inputs, tree_ancestor_mask
 from attnbench.workload.spec import WorkloadSpec
 from backend_cases import KINDS, device, make_spec

@@ -15,16 +15,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import attnbench.tune as tune_mod
+import attnbench.run.tune as tune_mod
 from attnbench.backends.base import PlannedRun, UnsupportedCase
 from attnbench.backends.reference import reference_attention
 from attnbench.cli import app
 from attnbench.cli.tune import trials_path_for
-from attnbench.hardware import DeviceInfo, detect
 from attnbench.measure.config import MeasureConfig
+from attnbench.measure.hardware import DeviceInfo, detect
 from attnbench.results import ResultRow, read_results
-from attnbench.sweep import SweepContext, run_backend
-from attnbench.tune import (
+from attnbench.run.sweep import SweepContext, run_backend
+from attnbench.run.tune import (
     Deadline,
     Knobs,
     TuneOptions,
@@ -355,7 +355,7 @@ def test_fa3_grid_runs_through_every_route(
     ctx: SweepContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from attnbench.backends import flash_attn as fa
-    from attnbench.tune import make_trial
+    from attnbench.run.tune import make_trial
     from test_flash_attn import fake_lib, make_spec
 
     monkeypatch.setattr(fa, "load_fa3", lambda: fake_lib())

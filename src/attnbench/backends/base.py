@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.hardware import DeviceInfo
+    from attnbench.measure.hardware import DeviceInfo
     from attnbench.workload.inputs import AttentionInputs
     from attnbench.workload.spec import WorkloadSpec
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
 

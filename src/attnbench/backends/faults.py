@@ -23,7 +23,7 @@ import torch
 
 from attnbench.backends.base import PlannedRun, Unsupported
 from attnbench.backends.reference import reference_attention
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
 

@@ -36,27 +36,27 @@ the error budget is fp8's (P is fp8 on that path). The output of the fp8 path is
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from attnbench.backends import kvgather
 from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
+from attnbench.backends.fa_calls import (
+    Layout,
+    Setup,
+    merged,
+    part,
+    setup,
+    single,
+    tree_draft_part,
+    varlen_part,
+)
 from attnbench.backends.fa_lib import FlashLib, build_summary, load_fa2, load_fa3
 from attnbench.backends.masks import is_chain
-from attnbench.backends.merge import masked_attention_lse, merge_states
-from attnbench.hardware import DeviceInfo
-from attnbench.quant import per_tensor_scale, quantize
-from attnbench.workload.inputs import AttentionInputs, torch_dtype, tree_ancestor_mask
+from attnbench.measure.hardware import DeviceInfo
+from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
-
-PartCall = Callable[[], tuple[torch.Tensor, torch.Tensor]]
-"""Runs one kernel call; returns (out `[total_q, Hq, D]`, lse `[total_q, Hq]` natural log)."""
-
-Layout = Literal["paged", "contiguous", "packed"]
 
 FA3_PAGED_KNOBS: dict[str, tuple[object, ...]] = {
     "num_splits": (0, 1, 2, 4, 8, 16),
@@ -73,237 +73,6 @@ FA3_KNOBS: dict[str, tuple[object, ...]] = {
 }
 """`flash-attn:fa3-contiguous` and `-cascade`: also the copy's layout (`api`: a contiguous
 KV cache with lengths, or varlen over packed K/V)."""
-METADATA_IN_PLAN = "per-step, in plan"
-METADATA_IN_RUN = "in each run"
-
-
-@dataclass
-class _Setup:
-    """What every kernel call of one plan shares."""
-
-    lib: FlashLib
-    spec: WorkloadSpec
-    inputs: AttentionInputs
-    knobs: dict[str, Any]
-    q: torch.Tensor
-    """Query as the kernel sees it `[total_q, Hq, D]` (fp8 on the fp8 path)."""
-    layout: Layout = "contiguous"
-    """How KV-cache calls read K/V: the paged cache, or copies (contiguous or packed)."""
-    q_scale: float | None = None
-    details: dict[str, str | int | float | bool] = field(default_factory=dict)
-    replans: list[Callable[[], None]] = field(default_factory=list)
-
-    @property
-    def sm_scale(self) -> float:
-        return 1.0 / math.sqrt(self.spec.head_dim)
-
-    @property
-    def out_dtype(self) -> torch.dtype:
-        return torch.bfloat16 if self.q_scale is not None else self.q.dtype
-
-    def common(self, batch: int) -> dict[str, Any]:
-        """Keyword arguments of every call: scale, descales (fp8), FA3 tuning knobs."""
-        kw: dict[str, Any] = {"softmax_scale": self.sm_scale}
-        if self.lib.generation == 3:
-            kw["num_splits"] = self.knobs["num_splits"]
-            kw["pack_gqa"] = self.knobs["pack_gqa"]
-        if self.q_scale is not None:
-            shape = (batch, self.spec.num_kv_heads)
-            dev = self.q.device
-            for name, scale in (
-                ("q_descale", self.q_scale),
-                ("k_descale", self.inputs.k_scale),
-                ("v_descale", self.inputs.v_scale),
-            ):
-                kw[name] = torch.full(shape, scale, dtype=torch.float32, device=dev)
-        return kw
-
-    def out_buffer(self, total_q: int) -> torch.Tensor | None:
-        if self.lib.raw is None:
-            return None
-        spec = self.spec
-        shape = (total_q, spec.num_qo_heads, spec.head_dim)
-        return torch.empty(shape, dtype=self.out_dtype, device=self.q.device)
-
-
-def _lse_tokens(lse: torch.Tensor, q_lens: list[int]) -> torch.Tensor:
-    """FlashAttention's LSE as `[total_q, Hq]`: varlen gives `[Hq, total_q]`; old FA2 builds
-    give `[batch, Hq, max_q]`."""
-    if lse.dim() == 2:
-        return lse.t()
-    rows, cols = kvgather.padded_index(q_lens, lse.device)
-    return lse[rows, :, cols]
-
-
-def _varlen_part(
-    s: _Setup,
-    starts: list[int],
-    ends: list[int],
-    *,
-    causal: bool,
-    requests: list[int] | None = None,
-    q_lens: list[int] | None = None,
-) -> tuple[PartCall, torch.Tensor | None]:
-    """One varlen call over K/V ranges packed contiguously (copied here, not timed)."""
-    q_lens = list(s.spec.qo_lens) if q_lens is None else q_lens
-    dev = s.q.device
-    k, v = kvgather.packed_kv(s.inputs, starts, ends, requests)
-    k_lens = [e - b for b, e in zip(starts, ends, strict=True)]
-    cu_q = kvgather.int32(kvgather.exclusive_cumsum(q_lens), dev)
-    cu_k = kvgather.int32(kvgather.exclusive_cumsum(k_lens), dev)
-    out = s.out_buffer(sum(q_lens))
-    kw = s.common(len(q_lens))
-    kw.update(
-        cu_seqlens_q=cu_q,
-        cu_seqlens_k=cu_k,
-        max_seqlen_q=max(q_lens),
-        max_seqlen_k=max(k_lens),
-        is_causal=causal,
-    )
-    if out is not None:
-        kw["out"] = out
-    s.details["kv_cache"] = "packed"
-    lib, q = s.lib, s.q
-
-    def call() -> tuple[torch.Tensor, torch.Tensor]:
-        o, lse = lib.forward(q, k, v, **kw)
-        return o, _lse_tokens(lse, q_lens)
-
-    return call, out
-
-
-def _cache_part(
-    s: _Setup, starts: list[int], ends: list[int], *, causal: bool
-) -> tuple[PartCall, torch.Tensor | None]:
-    """One KV-cache call (flash_attn_with_kvcache semantics): each request's queries over keys
-    starts[b]..ends[b], read through the page table (layout `paged`: every range starts at 0)
-    or from a contiguous copy."""
-    spec, lib = s.spec, s.lib
-    kw = s.common(spec.batch_size)
-    page_size: int | None = None
-    if s.layout == "paged":
-        if any(starts):
-            raise ValueError("a paged read starts every request at its first token")
-        k_cache, v_cache, table, seqlens = kvgather.paged_kv(s.inputs, ends)
-        kw["page_table"] = table
-        page_size = spec.page_size
-        max_k = table.shape[1] * page_size  # what FA3 derives from the table: metadata must match
-    else:
-        k_cache, v_cache = kvgather.padded_kv(s.inputs, starts, ends)
-        seqlens = kvgather.int32([e - b for b, e in zip(starts, ends, strict=True)], s.q.device)
-        max_k = k_cache.shape[1]
-    s.details["kv_cache"] = s.layout
-    cu_q = s.inputs.qo_indptr
-    max_q = max(spec.qo_lens)
-    kw.update(cu_seqlens_q=cu_q, max_seqlen_q=max_q, seqused_k=seqlens, is_causal=causal)
-    out = s.out_buffer(spec.total_q)
-    if out is not None:
-        kw["out"] = out
-    if s.knobs["scheduler_metadata"] and lib.has_scheduler_metadata:
-        kw["scheduler_metadata"] = _scheduler_metadata(s, seqlens, max_k, page_size, causal)
-    q_lens = list(spec.qo_lens)
-    q = s.q
-
-    def call() -> tuple[torch.Tensor, torch.Tensor]:
-        o, lse = lib.forward(q, k_cache, v_cache, **kw)
-        return o, _lse_tokens(lse, q_lens)
-
-    return call, out
-
-
-def _scheduler_metadata(
-    s: _Setup, seqlens: torch.Tensor, max_k: int, page_size: int | None, causal: bool
-) -> torch.Tensor:
-    """FA3's scheduler metadata for this call, computed now (in plan); its recomputation is
-    appended to the per-step replan. Its arguments mirror the forward call's exactly (FA3 sizes
-    the split buffers from the forward's own arguments)."""
-    spec, lib = s.spec, s.lib
-    cu_q, max_q = s.inputs.qo_indptr, max(spec.qo_lens)
-
-    def compute() -> torch.Tensor:
-        meta: torch.Tensor = lib.module.get_scheduler_metadata(
-            spec.batch_size,
-            max_q,
-            max_k,
-            spec.num_qo_heads,
-            spec.num_kv_heads,
-            spec.head_dim,
-            seqlens,
-            qkv_dtype=s.q.dtype,
-            cu_seqlens_q=cu_q,
-            page_size=page_size,
-            causal=causal,
-            num_splits=s.knobs["num_splits"],
-            pack_gqa=s.knobs["pack_gqa"],
-        )
-        return meta
-
-    meta = compute()
-
-    def replan() -> None:
-        meta.copy_(compute())
-
-    s.replans.append(replan)
-    s.details["scheduler_metadata"] = METADATA_IN_PLAN
-    return meta
-
-
-def _part(
-    s: _Setup, starts: list[int], ends: list[int], *, causal: bool
-) -> tuple[PartCall, torch.Tensor | None]:
-    """Per-request ranges through the KV-cache API (paged, or a contiguous copy when knob
-    `api=kvcache`) or varlen over packed K/V (`api=varlen`; FA2)."""
-    if s.layout == "paged" or (s.layout == "contiguous" and s.knobs["api"] == "kvcache"):
-        return _cache_part(s, starts, ends, causal=causal)
-    return _varlen_part(s, starts, ends, causal=causal)
-
-
-def _tree_draft_part(s: _Setup) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
-    """The [n x n] draft part of tree verification in torch (fp32), batched over requests."""
-    spec, inputs = s.spec, s.inputs
-    assert spec.tree is not None
-    n = spec.tree.num_nodes
-    starts = [kv - n for kv in spec.kv_lens]
-    k_d, v_d = kvgather.padded_kv(inputs, starts, list(spec.kv_lens))  # [B, n, Hkv, D]
-    allowed = tree_ancestor_mask(spec.tree.parents).to(s.q.device)
-    q_view = s.q.view(spec.batch_size, n, spec.num_qo_heads, spec.head_dim)
-    fp8 = s.q_scale is not None
-    q_scale = s.q_scale or 1.0
-    k_scale, v_scale = inputs.k_scale, inputs.v_scale
-    sm_scale = s.sm_scale
-
-    def call() -> tuple[torch.Tensor, torch.Tensor]:
-        if not fp8:
-            return masked_attention_lse(q_view, k_d, v_d, allowed, sm_scale)
-        q = q_view.float() * q_scale
-        k = k_d.float() * k_scale
-        v = v_d.float() * v_scale
-        return masked_attention_lse(q, k, v, allowed, sm_scale)
-
-    return call
-
-
-def _merged(
-    s: _Setup, first: PartCall, second: PartCall
-) -> tuple[Callable[[], torch.Tensor], torch.Tensor]:
-    out = torch.empty(
-        s.spec.total_q, s.spec.num_qo_heads, s.spec.head_dim, dtype=s.out_dtype, device=s.q.device
-    )
-
-    def run() -> torch.Tensor:
-        o_a, lse_a = first()
-        o_b, lse_b = second()
-        merge_states(o_a, lse_a, o_b, lse_b, out=out)
-        return out
-
-    return run, out
-
-
-def _single(call: PartCall) -> Callable[[], torch.Tensor]:
-    def run() -> torch.Tensor:
-        return call()[0]
-
-    return run
 
 
 def cascade_prefix_len(spec: WorkloadSpec) -> int:
@@ -388,7 +157,7 @@ class FlashAttnBackend:
         if unknown:
             raise ValueError(f"{self.name} has no knob(s) {sorted(unknown)}")
         chosen = {k: v[0] for k, v in self.knobs.items()} | dict(knobs or {})
-        s = _setup(lib, spec, inputs, chosen, self.layout)
+        s = setup(lib, spec, inputs, chosen, self.layout)
         kv_lens = list(spec.kv_lens)
         zeros = [0] * spec.batch_size
         resolved = f"fa{lib.generation}"
@@ -398,16 +167,16 @@ class FlashAttnBackend:
             resolved += "+cascade"
         elif spec.kind == "tree" and not is_chain(spec):
             n = spec.tree.num_nodes if spec.tree else 0
-            ctx_call, _ = _part(s, zeros, [kv - n for kv in kv_lens], causal=False)
-            run, out = _merged(s, ctx_call, _tree_draft_part(s))
+            ctx_call, _ = part(s, zeros, [kv - n for kv in kv_lens], causal=False)
+            run, out = merged(s, ctx_call, tree_draft_part(s))
             resolved += "+lse-merge"
         elif spec.kind == "prefill" and s.layout != "paged":
-            call, out = _varlen_part(s, zeros, kv_lens, causal=spec.causal)
-            run = _single(call)
+            call, out = varlen_part(s, zeros, kv_lens, causal=spec.causal)
+            run = single(call)
         else:  # decode, append, paged prefill, shared_prefix without cascade, a chain tree
             causal = spec.causal or spec.kind == "tree"
-            call, out = _part(s, zeros, kv_lens, causal=causal)
-            run = _single(call)
+            call, out = part(s, zeros, kv_lens, causal=causal)
+            run = single(call)
         s.details.update(library=lib.label, **lib.provenance(), **_knob_details(lib, chosen))
         ignored = _ignored_knobs(lib, spec, s.layout)
         if ignored:
@@ -428,17 +197,17 @@ class FlashAttnBackend:
             replan=replan if replans else None,
         )
 
-    def _plan_cascade(self, s: _Setup) -> tuple[Callable[[], torch.Tensor], torch.Tensor]:
+    def _plan_cascade(self, s: Setup) -> tuple[Callable[[], torch.Tensor], torch.Tensor]:
         spec = s.spec
         prefix = cascade_prefix_len(spec)
         # Prefix pass: every query of every request as one sequence over the prefix, once.
-        pre_call, _ = _varlen_part(
+        pre_call, _ = varlen_part(
             s, [0], [prefix], causal=False, requests=[0], q_lens=[spec.total_q]
         )
-        suf_call, _ = _part(s, [prefix] * spec.batch_size, list(spec.kv_lens), causal=spec.causal)
+        suf_call, _ = part(s, [prefix] * spec.batch_size, list(spec.kv_lens), causal=spec.causal)
         s.details["kv_cache"] = "prefix:packed+suffix:" + str(s.details["kv_cache"])
         s.details["prefix_tokens"] = prefix
-        return _merged(s, pre_call, suf_call)
+        return merged(s, pre_call, suf_call)
 
 
 def _default_layout(generation: int, cascade: bool) -> Layout:
@@ -459,25 +228,6 @@ def _no_paged_kv(lib: FlashLib) -> str:
         f"{lib.label} was built without paged KV (FLASHATTENTION_DISABLE_PAGEDKV): "
         "flash-attn:fa3-contiguous runs it on a contiguous copy; tokenspeed-fa3 has paged KV"
     )
-
-
-def _setup(
-    lib: FlashLib,
-    spec: WorkloadSpec,
-    inputs: AttentionInputs,
-    knobs: dict[str, Any],
-    layout: Layout,
-) -> _Setup:
-    s = _Setup(lib, spec, inputs, knobs, q=inputs.q, layout=layout)
-    if lib.generation == 3:
-        s.details["scheduler_metadata"] = METADATA_IN_RUN  # until a call computes it in plan
-    if spec.is_fp8:
-        fp8 = torch_dtype(spec.kv_dtype)
-        s.q_scale = per_tensor_scale(inputs.q, fp8)
-        s.q = quantize(inputs.q, s.q_scale, fp8)
-        s.details["q_scale"] = s.q_scale
-        s.details["out_dtype"] = "bfloat16"
-    return s
 
 
 def _knob_details(lib: FlashLib, knobs: dict[str, Any]) -> dict[str, str | int | float | bool]:

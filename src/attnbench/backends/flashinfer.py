@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from attnbench.backends.base import PlannedRun, Unsupported
 from attnbench.backends.flashinfer_rules import INSTALL_HINT, VARIANTS, Route, resolve_knobs, route
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
 
@@ -78,7 +78,7 @@ class FlashInferBackend:
         knobs: Mapping[str, object] | None = None,
     ) -> PlannedRun:
         """Build the wrapper for this case's route, plan it, and return the zero-argument run."""
-        from attnbench.hardware import detect
+        from attnbench.measure.hardware import detect
 
         values = resolve_knobs(self.knobs, knobs)
         info = detect(str(inputs.device))

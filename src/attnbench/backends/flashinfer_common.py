@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from attnbench.backends.flashinfer_rules import Route
-from attnbench.quant import per_tensor_scale, quantize
 from attnbench.workload.inputs import AttentionInputs, torch_dtype
+from attnbench.workload.quant import per_tensor_scale, quantize
 from attnbench.workload.spec import WorkloadSpec
 
 WORKSPACE_BYTES = 128 << 20

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from attnbench.backends.base import Unsupported
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.spec import TreeSpec, WorkloadSpec
 
 Api = Literal["decode", "xqa", "paged", "ragged", "cascade"]

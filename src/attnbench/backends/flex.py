@@ -26,7 +26,7 @@ import torch
 from attnbench.backends import kvgather
 from attnbench.backends.base import PlannedRun, Unsupported
 from attnbench.backends.masks import TokenIds, token_ids
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import torch
 
 from attnbench.backends.base import PlannedRun, Unsupported
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs, tree_ancestor_mask
 from attnbench.workload.spec import WorkloadSpec
 

@@ -36,7 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from attnbench.backends import kvgather
 from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
 from attnbench.backends.masks import is_square_causal, needs_mask, padded_mask
-from attnbench.hardware import DeviceInfo
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import ITEMSIZE, WorkloadSpec
 

@@ -1,24 +1,12 @@
 """The `attnbench` command line: parsing and wiring only. Each command lives in its own module
 and imports torch and the kernel libraries inside the command, so `attnbench --help` is instant.
+The Typer app is in `cli.app`; importing the command modules here registers their commands.
 """
 
 from __future__ import annotations
 
-import typer
-
-from attnbench.cli.common import EXIT_CODES_HELP
-
-app = typer.Typer(
-    name="attnbench",
-    help="Measure, check and choose LLM-serving attention kernels on this machine.",
-    epilog=EXIT_CODES_HELP,
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
-)
-
-from attnbench.cli import analyze, fidelity, fp8, info, replay, run, tune, workloads  # noqa: E402  (commands register on `app`)
+from attnbench.cli import analyze, fidelity, fp8, info, replay, run, tune, workloads
+from attnbench.cli.app import app, main
 
 __all__ = [
     "analyze",
@@ -32,7 +20,3 @@ __all__ = [
     "tune",
     "workloads",
 ]
-
-
-def main() -> None:
-    app()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from attnbench.cli import app
+from attnbench.cli.app import app
 from attnbench.cli.common import (
     check_output_dir,
     check_output_file,
@@ -21,9 +21,9 @@ from attnbench.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from attnbench.analysis import Loaded
-    from attnbench.compare import Comparison
-    from attnbench.report import Block
+    from attnbench.analysis.compare import Comparison
+    from attnbench.analysis.frame import Loaded
+    from attnbench.report.blocks import Block
 
 ResultsArg = Annotated[
     list[Path] | None,
@@ -35,7 +35,7 @@ ResultsArg = Annotated[
 
 
 def _load(results: list[Path] | None) -> Loaded:
-    from attnbench.analysis import NoResultsError, load, resolve_paths
+    from attnbench.analysis.frame import NoResultsError, load, resolve_paths
     from attnbench.results import ResultsFileError
 
     try:
@@ -55,7 +55,7 @@ def report(
     ),
 ) -> None:
     """Markdown + self-contained HTML report with plots, from stored results."""
-    from attnbench.report import write_report
+    from attnbench.report.build import write_report
 
     check_output_dir(out, "--out")
     loaded = _load(results)
@@ -122,7 +122,7 @@ def compare(
 ) -> None:
     """Per (case, backend): B/A with a 95% CI; faster/slower only when significant and beyond
     the noise. Exit 1 on a regression past --threshold or ok -> failed; 2 on bad input."""
-    from attnbench.compare import compare_frames, parse_threshold
+    from attnbench.analysis.compare import compare_frames, parse_threshold
 
     try:
         thr = parse_threshold(threshold, "--threshold")
@@ -145,8 +145,8 @@ _STYLE = {"faster": "green", "slower": "red", "broken": "bold red", "fixed": "gr
 def _print_comparison(comp: Comparison, show_all: bool) -> None:
     from rich.table import Table
 
-    from attnbench.analysis import fmt_us
-    from attnbench.table import short_case
+    from attnbench.analysis.frame import fmt_us
+    from attnbench.report.table import short_case
 
     quiet = {"tie", "still failing"}
     shown = [
@@ -207,8 +207,8 @@ def recommend(
 ) -> None:
     """Decision matrix per workload class, crossovers, hybrid plan and vLLM/SGLang flags,
     all derived from rows that passed the accuracy gate."""
-    from attnbench.hybrid import recommend as decide
-    from attnbench.report_sections import recommendation_blocks
+    from attnbench.analysis.hybrid import recommend as decide
+    from attnbench.report.sections import recommendation_blocks
 
     if json_out is not None:
         check_output_file(json_out, "--json")
@@ -235,7 +235,7 @@ def _rich(text: str) -> str:
 def _print_block(block: Block) -> None:
     from rich.table import Table as RichTable
 
-    from attnbench.report import Code, Table, Text
+    from attnbench.report.blocks import Code, Table, Text
 
     if isinstance(block, Text):
         console.print(_rich(block.markdown), soft_wrap=True)
@@ -252,7 +252,7 @@ def _print_block(block: Block) -> None:
 
 
 def _as_json(rec: Any) -> dict[str, Any]:
-    from attnbench.engines import export
+    from attnbench.analysis.engines import export
 
     plan = rec.plan
     return {

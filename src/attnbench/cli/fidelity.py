@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from attnbench.cli import app
+from attnbench.cli.app import app
 from attnbench.cli.common import EXIT_NOTHING_RAN, check_output_file, console, fail, write_output
 
 
@@ -35,9 +35,9 @@ def fidelity(
         fail(f"--cases must be one of: default, sm-activity (got {cases!r})")
     if out is not None:
         check_output_file(out, "--out")
-    from attnbench.fidelity import check_case, default_cases, ncu_case, sm_activity_cases
     from attnbench.measure.config import MeasureConfig
     from attnbench.results import provenance
+    from attnbench.run.fidelity import check_case, default_cases, ncu_case, sm_activity_cases
 
     cfg = MeasureConfig(max_time_ms=400, min_runs=20)
     records: list[dict[str, Any]] = []

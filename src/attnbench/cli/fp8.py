@@ -9,9 +9,9 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from attnbench.cli import app
+from attnbench.cli.app import app
 from attnbench.cli.common import EXIT_BAD_INPUT, check_output_file, console, fail, note
-from attnbench.limits import MAX_SEED
+from attnbench.measure.limits import MAX_SEED
 
 Opt = typer.Option
 BRIEF_LENGTHS = ("1024", "4096", "16384", "65536", "mixed")
@@ -60,7 +60,7 @@ def fp8(
         return
     from attnbench.fp8study import StudyConfig, run_study, write_study
     from attnbench.fp8study.tables import errors_table, kernel_table, needle_table, summary_table
-    from attnbench.hardware import resolve_device
+    from attnbench.measure.hardware import resolve_device
 
     try:
         dev, why = resolve_device(device)
@@ -123,8 +123,8 @@ def _capacity(
     reserve_gib: float,
     seed: int,
 ) -> None:
-    from attnbench.capacity import GPU_MEMORY_GIB, capacity_table
     from attnbench.fp8study.tables import capacity_rich_table
+    from attnbench.workload.capacity import GPU_MEMORY_GIB, capacity_table
     from attnbench.workload.lengths import parse_lengths
 
     _check_capacity_args(page_size, hbm_gib, utilization, reserve_gib)

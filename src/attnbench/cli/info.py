@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from attnbench.cli import app
+from attnbench.cli.app import app
 from attnbench.cli.common import check_output_file, console, fail, note, write_output
 
 
@@ -21,7 +21,7 @@ def backends(
 ) -> None:
     """Each backend variant: whether it can run here, and why not."""
     from attnbench.backends import all_backends
-    from attnbench.hardware import detect, resolve_device
+    from attnbench.measure.hardware import detect, resolve_device
 
     try:
         dev, why = resolve_device(device)
@@ -58,7 +58,7 @@ def hw(
     out: Annotated[Path | None, typer.Option(help="Also write the facts as JSON here.")] = None,
 ) -> None:
     """This device's facts, spec-sheet peaks and ceilings measured now."""
-    from attnbench.hardware import detect, measure_ceilings, resolve_device
+    from attnbench.measure.hardware import detect, measure_ceilings, resolve_device
 
     try:
         dev, why = resolve_device(device)
@@ -103,7 +103,8 @@ def config(
     config_file: Annotated[Path | None, typer.Option("--config", help="Settings TOML.")] = None,
 ) -> None:
     """Every resolved setting and where it came from (cli, env, .env, attnbench.toml, default)."""
-    from attnbench.config import ConfigError, Settings, load_settings
+    from attnbench.config import Settings
+    from attnbench.config_load import ConfigError, load_settings
 
     try:
         settings, sources = load_settings({}, config_file=config_file)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from attnbench.cli import app
+from attnbench.cli.app import app
 from attnbench.cli.common import (
     EXIT_NOTHING_RAN,
     check_output_file,
@@ -19,7 +19,7 @@ from attnbench.cli.common import (
     note,
     write_output,
 )
-from attnbench.limits import MAX_SEED
+from attnbench.measure.limits import MAX_SEED
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -110,7 +110,7 @@ def replay(
 ) -> None:
     """Replay a serving trace through a continuous-batching simulator whose step times come from
     the measured attention rows: ITL, TTFT and throughput per backend variant and hybrid."""
-    from attnbench.analysis import NoResultsError, resolve_paths
+    from attnbench.analysis.frame import NoResultsError, resolve_paths
     from attnbench.replay.pipeline import ReplayConfig, ReplayError, run_replay
 
     _check_numbers(
@@ -205,7 +205,7 @@ def _check_numbers(**values: float | None) -> None:
 
 def _check_live_device(device: str) -> None:
     """--live measures on a GPU: say so before the replay, not after it."""
-    from attnbench.hardware import detect, resolve_device
+    from attnbench.measure.hardware import detect, resolve_device
 
     try:
         dev, _ = resolve_device(device)

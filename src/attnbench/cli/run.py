@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from attnbench.cli import app
+from attnbench.cli.app import app
 from attnbench.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_NOTHING_RAN,
@@ -124,7 +124,7 @@ def run(
 def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
     """The whole `run` pipeline; returns the results path. Exits with one line on bad input,
     with EXIT_NOTHING_RAN when no (case, variant) could be measured."""
-    from attnbench.config import ConfigError, load_settings
+    from attnbench.config_load import ConfigError, load_settings
 
     try:
         settings, sources = load_settings(cli, config_file=config_file)
@@ -134,10 +134,10 @@ def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
     import torch
 
     from attnbench.backends import select_backends
-    from attnbench.hardware import detect, resolve_device
+    from attnbench.measure.hardware import detect, resolve_device
+    from attnbench.report.table import results_table
     from attnbench.results import ResultsFileError, finished_keys
-    from attnbench.session import placement
-    from attnbench.table import results_table
+    from attnbench.run.session import placement
 
     try:
         device, device_note = resolve_device(settings.device)
@@ -221,7 +221,7 @@ def _sweep(
 ) -> list[Any]:
     """Run the session, writing each row as it comes; returns the rows written."""
     from attnbench.results import ResultWriter
-    from attnbench.session import run_session
+    from attnbench.run.session import run_session
 
     rows: list[Any] = []
     try:
@@ -324,20 +324,12 @@ def _cases(
         fail(str(exc))
 
 
-# Slow CPU-style paths that `all` leaves out on a GPU (ask for them by name): the fp64 oracle
-# runs on every case anyway, and SDPA's math kernel materialises the whole score matrix (it ran
-# out of memory on 16k+ prefill on the H200 and took 10-100x the fused kernels' time).
-GPU_OPT_IN = frozenset({"reference", "sdpa:math"})
-
-
 def _runnable_here(backends: list[Any], device_kind: str) -> list[Any]:
-    kept = [b for b in backends if device_kind in b.devices]
-    dropped = sorted({b.name.split(":")[0] for b in backends if b not in kept})
-    if dropped:
-        note(f"skipping GPU-only backends on {device_kind}: {', '.join(dropped)}")
-    if device_kind == "cuda":
-        kept = [b for b in kept if b.name not in GPU_OPT_IN]
-        note(f"on a GPU, `all` leaves out {', '.join(sorted(GPU_OPT_IN))}: name them to run them")
+    from attnbench.run.policy import runnable_here
+
+    kept, notes = runnable_here(backends, device_kind)
+    for line in notes:
+        note(line)
     return kept
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from attnbench.cli import app
+from attnbench.cli.app import app
 from attnbench.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_NOTHING_RAN,
@@ -108,7 +108,7 @@ def tune(
         fail(f"--grid-limit={grid_limit}: must be 1 or more")
     if not stage_ms > 0:
         fail(f"--stage-ms={stage_ms:g}: must be a positive number of milliseconds")
-    from attnbench.config import ConfigError, load_settings
+    from attnbench.config_load import ConfigError, load_settings
 
     try:
         settings, sources = load_settings(cli, config_file=config)
@@ -124,11 +124,11 @@ def tune(
         _runnable_here,
         check_timer,
     )
-    from attnbench.hardware import detect, measure_ceilings, resolve_device
+    from attnbench.measure.hardware import detect, measure_ceilings, resolve_device
     from attnbench.results import ResultsFileError, ResultWriter
-    from attnbench.session import make_header
-    from attnbench.sweep import SweepContext
-    from attnbench.tune import Deadline, DeviceLost, TuneOptions, run_tune
+    from attnbench.run.session import make_header
+    from attnbench.run.sweep import SweepContext
+    from attnbench.run.tune import Deadline, DeviceLost, TuneOptions, run_tune
 
     try:
         dev, device_note = resolve_device(settings.device)
@@ -270,8 +270,8 @@ def tune_table(rows: list[ResultRow], title: str = "") -> Table:
     measured ceiling before and after, the winning knobs, and the search's counts."""
     from rich.table import Table
 
-    from attnbench.table import fmt, pct, short_case
-    from attnbench.tune import ceiling_fraction
+    from attnbench.report.table import fmt, pct, short_case
+    from attnbench.run.tune import ceiling_fraction
 
     table = Table(title=title, header_style="bold")
     for name, justify in (

@@ -8,9 +8,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from attnbench.cli import app
+from attnbench.cli.app import app
 from attnbench.cli.common import console, fail
-from attnbench.limits import MAX_SEED
+from attnbench.measure.limits import MAX_SEED
 
 _EXAMPLES = """Examples: 1024,4096 | mixed | trace:azure-code | prompts:mooncake-conv |
 skew:131072 | padded:skew:131072,giant | prefix:16384+uniform:1-256 |

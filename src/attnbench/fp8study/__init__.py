@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from attnbench.quant import SCHEMES, Scheme
+from attnbench.workload.quant import SCHEMES, Scheme
 
 SCHEMA_VERSION = 1
 DOCUMENT_TYPE = "fp8-study"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attnbench.fp8study.data import make_qkv
-from attnbench.quant import Scheme, fp8_format, kv_schemes, quantize_calibrated
+from attnbench.workload.quant import Scheme, fp8_format, kv_schemes, quantize_calibrated
 
 if TYPE_CHECKING:
     from attnbench.fp8study import StudyConfig

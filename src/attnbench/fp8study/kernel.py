@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attnbench.fp8study.errors import error_metrics
-from attnbench.quant import FP8_MAX, fp8_format, quantize
+from attnbench.workload.quant import FP8_MAX, fp8_format, quantize
 
 if TYPE_CHECKING:
     from attnbench.fp8study import StudyConfig

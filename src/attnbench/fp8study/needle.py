@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from attnbench.fp8study.data import make_qkv
-from attnbench.quant import Scheme, fp8_format, kv_schemes, quantize_tensor
+from attnbench.workload.quant import Scheme, fp8_format, kv_schemes, quantize_tensor
 
 if TYPE_CHECKING:
     from attnbench.fp8study import StudyConfig

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from attnbench.capacity import CapacityRow
+    from attnbench.workload.capacity import CapacityRow
 
 
 def _pct(x: float | None, digits: int = 2) -> str:

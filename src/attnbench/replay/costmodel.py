@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnbench import metrics
+from attnbench.measure import metrics
 from attnbench.replay.fit import LinearFit, fit_linear
 from attnbench.replay.steps import FloatArray, IntArray
 from attnbench.results import ResultRow
@@ -195,7 +195,7 @@ def _inverse(fit: LinearFit | None, feature: str) -> float | None:
 
 def padded_label(spec: dict[str, object]) -> bool:
     """Rows of the workload `padded:` transform (lengths `padded(X)`, or a `padded` label)."""
-    from attnbench.analysis import is_padded
+    from attnbench.analysis.frame import is_padded
 
     return is_padded(str(spec.get("label", "")), str(spec.get("lengths", "")))
 

@@ -5,7 +5,7 @@ model's weights on this GPU and a fixed activation/workspace reserve come off th
 is left is the paged KV cache. One page holds `page_size` tokens of every layer's K and V for
 this GPU's KV heads.
 
-Weights and KV bytes per token come from `attnbench.capacity` (the same budget as
+Weights and KV bytes per token come from `attnbench.workload.capacity` (the same budget as
 `attnbench fp8 --capacity`). The GEMM shapes of one layer on one GPU (for `replay.gemm`):
 QKV `hidden x (q_heads + 2 kv_heads) x head_dim` (per-GPU heads; KV heads replicated when tp
 exceeds them), O `q_heads x head_dim x hidden`, MLP gate+up `hidden x 2 x intermediate / tp`,
@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from attnbench.workload.models import ShardedShape, get_model
+from attnbench.workload.models import get_model
+from attnbench.workload.shapes import ShardedShape
 from attnbench.workload.spec import ITEMSIZE, normalize_dtype
 
 GIB = 1 << 30
@@ -90,14 +91,14 @@ class Deployment:
     @property
     def weight_bytes(self) -> int:
         """Weights on one GPU (`capacity.weight_bytes_per_gpu`, as `attnbench fp8 --capacity`)."""
-        from attnbench.capacity import weight_bytes_per_gpu
+        from attnbench.workload.capacity import weight_bytes_per_gpu
 
         return weight_bytes_per_gpu(self.shard.model, self.tp, ITEMSIZE[self.dtype])
 
     @property
     def kv_bytes_per_token(self) -> int:
         """K and V of one token, every layer, this GPU's KV heads (`capacity`)."""
-        from attnbench.capacity import kv_bytes_per_token
+        from attnbench.workload.capacity import kv_bytes_per_token
 
         s = self.shard
         return kv_bytes_per_token(self.num_layers, s.num_kv_heads, s.head_dim, self.kv_dtype)

@@ -26,7 +26,7 @@ from attnbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
-    from attnbench.sweep import SweepContext
+    from attnbench.run.sweep import SweepContext
 
 
 def sample_steps(sim: SimResult, count: int, *, part: str = "decode") -> list[int]:
@@ -112,7 +112,7 @@ class LiveResult:
 
 def predict(model: AttentionCostModel, spec: WorkloadSpec) -> tuple[float, float]:
     """(per-call latency, plan) the model predicts for `spec`, microseconds."""
-    from attnbench import metrics
+    from attnbench.measure import metrics
 
     n = np.array([spec.batch_size])
     zero = np.array([0])
@@ -159,7 +159,7 @@ def measure_samples(
 ) -> list[LiveResult]:
     """Run `count` sampled steps (per part) of `sim` through `sweep.run_case` with every
     variant of `models` that has a model for the part; one LiveResult per (step, variant)."""
-    from attnbench.sweep import run_case
+    from attnbench.run.sweep import run_case
 
     results: list[LiveResult] = []
     for part in ("decode", "prefill") if prefill else ("decode",):
@@ -211,10 +211,10 @@ def run_live(
     RuntimeError without it.
     """
     from attnbench.backends import select_backends
-    from attnbench.hardware import detect, resolve_device
     from attnbench.measure.config import MeasureConfig
+    from attnbench.measure.hardware import detect, resolve_device
     from attnbench.results import Header, ResultWriter, provenance
-    from attnbench.sweep import SweepContext
+    from attnbench.run.sweep import SweepContext
 
     dev, _ = resolve_device(device)
     info = detect(dev)

@@ -171,8 +171,8 @@ def _select(models: dict[str, AttentionCostModel], wanted: tuple[str, ...]) -> s
 def recommended_hybrid(paths: Sequence[Path], gpu: str) -> tuple[str, str] | None:
     """(prefill, decode) of `attnbench recommend`'s hybrid plan for `gpu`, if it has one."""
     try:
-        from attnbench.analysis import load
-        from attnbench.hybrid import recommend
+        from attnbench.analysis.frame import load
+        from attnbench.analysis.hybrid import recommend
     except ImportError:
         return None
     try:

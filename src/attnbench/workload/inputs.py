@@ -130,7 +130,7 @@ def make_inputs(
     k_scale = v_scale = 1.0
     extras: dict[str, torch.Tensor] = {}
     if spec.is_fp8:
-        from attnbench.quant import per_tensor_scale, quantize
+        from attnbench.workload.quant import per_tensor_scale, quantize
 
         fp8 = torch_dtype(spec.kv_dtype)
         k_scale = per_tensor_scale(kv_hp[:, 0], fp8)

@@ -22,13 +22,11 @@ Sampling is seeded: the same string, batch size and seed give the same lengths e
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-MIN_LEN = 1
-MAX_LEN = 1 << 22
-MAX_BATCH = 1 << 16
+from attnbench.workload.cases import MAX_BATCH, MAX_LEN, MIN_LEN, LengthCase
+
 DISTRIBUTIONS = (
     "fixed (e.g. 1024,4096)",
     "list:",
@@ -42,16 +40,6 @@ DISTRIBUTIONS = (
     "prefix:",
     "trace-prefix:",
 )
-
-
-@dataclass(frozen=True)
-class LengthCase:
-    label: str
-    """Readable description kept in the case id, e.g. `ctx4096` or `mixed(256..65536)`."""
-    kv_lens: tuple[int, ...]
-    shared_prefix_len: int = 0
-    """Tokens at the start of every request that all requests share (0: none); used by
-    kind=shared_prefix when the suite sets no shared_prefix_len."""
 
 
 def parse_lengths(text: str, batch_size: int, seed: int) -> list[LengthCase]:

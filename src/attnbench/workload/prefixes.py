@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnbench.workload.lengths import LengthCase
+from attnbench.workload.cases import LengthCase
 from attnbench.workload.traces import Request, TraceError, first_requests, trace_tag
 
 BLOCK_TOKENS = 512

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnbench.workload.lengths import MAX_LEN, LengthCase
+from attnbench.workload.cases import MAX_LEN, LengthCase
 
 SKEW_LEVELS: tuple[str, ...] = (
     "uniform",

@@ -22,7 +22,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Self
 
 from pydantic import ValidationError
 
@@ -30,12 +30,51 @@ from attnbench.workload.lengths import parse_lengths
 from attnbench.workload.models import get_model
 from attnbench.workload.spec import WorkloadSpec
 
-if TYPE_CHECKING:
-    from attnbench.config import Settings
-
 SPEC_EXTRAS = ("label", "trees", "shared_prefix_len")
 SCALAR_LISTS = ("context_lengths",)
 """Settings whose value is itself a list: a list of lists in a group is their axis."""
+
+
+class GridSettings(Protocol):
+    """The settings a workload grid is expanded from (`attnbench.config.Settings` is one).
+
+    `model_validate` checks each grid point of a suite again, as a whole, with the settings'
+    own rules: the workload layer never imports the settings."""
+
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def context_lengths(self) -> list[int]: ...
+    @property
+    def lengths(self) -> list[str] | None: ...
+    @property
+    def kinds(self) -> list[Any]: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def kv_layout(self) -> Any: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def append_len(self) -> int: ...
+    @property
+    def prefill_tokens(self) -> int: ...
+    def kv_dtypes(self) -> list[str]: ...
+    def model_dump(self) -> dict[str, Any]: ...
+    @classmethod
+    def model_validate(cls, obj: Any) -> Self: ...
 
 
 class SuiteError(ValueError):
@@ -106,17 +145,16 @@ def _axes(group: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
 
 
-def suite_specs(suite: Suite, base: Settings) -> list[WorkloadSpec]:
-    """Expand every group of `suite` over `base` settings into specs (deduplicated)."""
-    from attnbench.config import Settings
-
+def suite_specs(suite: Suite, base: GridSettings) -> list[WorkloadSpec]:
+    """Expand every group of `suite` over `base` settings into specs (deduplicated); each grid
+    point is validated as settings of `base`'s own type."""
     specs: dict[str, WorkloadSpec] = {}
     for gi, group in enumerate(suite.groups, 1):
         for point in _axes({**suite.defaults, **group}):
             extras = {k: point.pop(k) for k in SPEC_EXTRAS if k in point}
             merged = {**base.model_dump(), **point}
             try:
-                settings = Settings.model_validate(merged)
+                settings = type(base).model_validate(merged)
             except ValidationError as exc:
                 err = exc.errors()[0]
                 loc = ".".join(str(p) for p in err["loc"]) or "group"
@@ -139,7 +177,7 @@ def suite_specs(suite: Suite, base: Settings) -> list[WorkloadSpec]:
 
 
 def settings_specs(
-    s: Settings,
+    s: GridSettings,
     *,
     label: str = "",
     trees: list[str] | None = None,
@@ -181,7 +219,7 @@ def settings_specs(
 
 
 def _queries(
-    kind: str, kv_lens: tuple[int, ...], s: Settings, trees: list[str] | None
+    kind: str, kv_lens: tuple[int, ...], s: GridSettings, trees: list[str] | None
 ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(qo_lens, kv_lens) for a kind: decode 1 token; append `append_len` new tokens on top of
     the context; prefill the whole prompt, the batch capped at `prefill_tokens` tokens."""

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from attnbench.workload.lengths import MAX_LEN, LengthCase
+from attnbench.workload.cases import MAX_LEN, LengthCase
 
 TRACES: dict[str, str] = {
     "azure-code": "AzureLLMInferenceTrace_code.csv",

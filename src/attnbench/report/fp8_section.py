@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnbench.report import ReportData, Section, Table, Text, register_section
+from attnbench.report.blocks import ReportData, Section, Table, Text, register_section
 
 STUDY_TYPE = "fp8-study"
 

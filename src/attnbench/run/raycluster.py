@@ -52,8 +52,8 @@ def _run_job(
     import socket
 
     from attnbench.backends import select_backends
-    from attnbench.hardware import Ceilings, detect, measure_ceilings
-    from attnbench.sweep import SweepContext, run_case
+    from attnbench.measure.hardware import Ceilings, detect, measure_ceilings
+    from attnbench.run.sweep import SweepContext, run_case
     from attnbench.workload.spec import WorkloadSpec
 
     info = detect("cuda:0" if device_kind == "cuda" else "cpu")
@@ -87,7 +87,7 @@ def run_on_ray(
         import ray
     except ImportError:
         raise ValueError("ray: not installed; pip install 'attnbench[ray]'") from None
-    from attnbench.sweep import failure_row
+    from attnbench.run.sweep import failure_row
     from attnbench.workload.spec import WorkloadSpec
 
     if not ray.is_initialized():

@@ -20,15 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis import (
-    add_key,
-    dtype_label,
-    fmt_us,
-    human_tokens,
-    shape_label,
-    spec_key,
-)
-from attnbench.compare import (
+from attnbench.analysis.compare import (
     NOISE_FLOOR,
     SEED,
     RatioEstimate,
@@ -36,6 +28,14 @@ from attnbench.compare import (
     estimate_ratio,
     geomean_from_logs,
     median_replicates,
+)
+from attnbench.analysis.frame import (
+    add_key,
+    dtype_label,
+    fmt_us,
+    human_tokens,
+    shape_label,
+    spec_key,
 )
 
 SHORT_PREFILL_MAX = 4096

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.replay.study import SCHEMA
-from attnbench.report import Block, Figure, ReportData, Section, Table, Text, register_section
+from attnbench.report.blocks import (
+    Block,
+    Figure,
+    ReportData,
+    Section,
+    Table,
+    Text,
+    register_section,
+)
 
 
 def load_documents(paths: list[Path]) -> list[dict[str, Any]]:
@@ -216,7 +224,7 @@ def figure(doc: dict[str, Any], label: str) -> Figure | None:
     runs = doc["runs"]
     if not runs:
         return None
-    from attnbench.plots import _figure, _finish, colors
+    from attnbench.report.plots import _figure, _finish, colors
 
     names = list(dict.fromkeys(r["candidate"] for r in runs))
     cmap = colors(names)

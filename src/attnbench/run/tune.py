@@ -34,7 +34,7 @@ from attnbench.backends.base import Backend
 from attnbench.backends.reference import reference_attention
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
-from attnbench.sweep import SweepContext, failure_row, fit_memory, order_cases, run_backend
+from attnbench.run.sweep import SweepContext, failure_row, fit_memory, order_cases, run_backend
 from attnbench.workload.inputs import AttentionInputs, make_inputs
 from attnbench.workload.spec import WorkloadSpec
 

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis import add_key, fmt_us, latest, ok_rows
-from attnbench.compare import NOISE_FLOOR, SEED, RatioEstimate, Timing, geomean_ratio
-from attnbench.recommend import (
+from attnbench.analysis.compare import NOISE_FLOOR, SEED, RatioEstimate, Timing, geomean_ratio
+from attnbench.analysis.frame import add_key, fmt_us, latest, ok_rows
+from attnbench.analysis.recommend import (
     CLASSES,
     DECODE_ALL,
     NON_SERVING,
@@ -65,7 +65,7 @@ class Recommendation:
 
 
 def recommend(frame: pd.DataFrame, noise_floor: float = NOISE_FLOOR) -> list[Recommendation]:
-    """One recommendation per GPU found in `frame` (rows from `analysis.load`)."""
+    """One recommendation per GPU found in `frame` (rows from `analysis.frame.load`)."""
     ok = ok_rows(frame)
     if not ok.empty:
         ok = ok[~ok["library"].isin(NON_SERVING)]

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnbench.backends.base import Backend
-from attnbench.hardware import Ceilings, DeviceInfo
 from attnbench.measure.config import MeasureConfig
+from attnbench.measure.hardware import Ceilings, DeviceInfo
 from attnbench.results import Header, ResultRow, provenance
 from attnbench.workload.spec import WorkloadSpec
 
@@ -36,10 +36,10 @@ def placement(
     info: DeviceInfo, gpus: str | None, workers: int, ray: str | None, visible_gpus: int
 ) -> Placement:
     """Decide where cases run; raises ValueError for an impossible request."""
-    from attnbench.parallel import parse_gpus
+    from attnbench.run.worker import parse_gpus
 
     if ray:
-        from attnbench.raycluster import check_address
+        from attnbench.run.raycluster import check_address
 
         check_address(ray)
         return Placement("ray", ray_address=ray)
@@ -92,12 +92,12 @@ def run_session(
     on_status: Callable[[str], None] = lambda text: None,
 ) -> None:
     """Run every (case, variant) not in `skip`; `write` receives the header, then each row."""
-    from attnbench.sweep import order_cases
+    from attnbench.run.sweep import order_cases
 
     ordered = order_cases(specs)
     if where.mode == "inline":
-        from attnbench.hardware import measure_ceilings
-        from attnbench.sweep import SweepContext, run_sweep
+        from attnbench.measure.hardware import measure_ceilings
+        from attnbench.run.sweep import SweepContext, run_sweep
 
         on_status("measuring this device's ceilings (copy bandwidth, matmul TFLOP/s)")
         ceilings = measure_ceilings(info, quick=info.kind == "cpu")
@@ -115,13 +115,14 @@ def run_session(
 
     jobs = _jobs(ordered, backends, skip)
     if where.mode == "ray":
-        from attnbench.raycluster import run_on_ray
+        from attnbench.run.raycluster import run_on_ray
 
         write(make_header(run_id, settings, info, None))
         run_on_ray(where.ray_address or "local", jobs, run_id, measure_cfg, info.kind, write)
         return
 
-    from attnbench.parallel import WorkerPool, WorkerSlot
+    from attnbench.run.pool import WorkerPool
+    from attnbench.run.worker import WorkerSlot
 
     slots = [WorkerSlot(i, g) for i, g in enumerate(where.gpus)]
 
@@ -145,7 +146,7 @@ def run_session(
 def _jobs(
     specs: list[WorkloadSpec], backends: list[Backend], skip: set[tuple[str, str]]
 ) -> list[Any]:
-    from attnbench.parallel import Job
+    from attnbench.run.worker import Job
 
     jobs: list[Any] = []
     for spec in specs:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from attnbench.hybrid import Plan
+from attnbench.analysis.hybrid import Plan
 
 VLLM_VERSION = "vLLM v0.32.0 docs; vllm/config/cache.py @ 002f10e0"
 SGLANG_VERSION = "SGLang server_args.py @ 001067ff"

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnbench.workload.models import ModelShape, get_model
+from attnbench.workload.models import get_model
+from attnbench.workload.shapes import ModelShape
 from attnbench.workload.spec import ITEMSIZE, normalize_dtype
 
 GIB = 1 << 30

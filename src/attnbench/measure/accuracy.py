@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from attnbench.quant import FP8_MAX
 from attnbench.workload.inputs import torch_dtype
+from attnbench.workload.quant import FP8_MAX
 
 BUDGET_FACTOR = 4.0
 ABS_FLOOR = 1e-6

@@ -1,6 +1,6 @@
 """Serving-shape figures of the report: raggedness (same total KV tokens, rising skew, padded
 twins), fp8 vs 16-bit KV, draft-tree verification and shared prefix. Same conventions as
-`attnbench.plots` (PNG bytes or None; matplotlib imported inside; stamped with `label`).
+`attnbench.report.plots` (PNG bytes or None; matplotlib imported inside; stamped with `label`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis import add_key, human_tokens
-from attnbench.compare import SEED, Timing, geomean_ratio
-from attnbench.plots import (
+from attnbench.analysis.compare import SEED, Timing, geomean_ratio
+from attnbench.analysis.frame import add_key, human_tokens
+from attnbench.analysis.recommend import padding_cost, short_batch
+from attnbench.report.plots import (
     MAX_PANELS,
     _figure,
     _finish,
@@ -21,7 +22,6 @@ from attnbench.plots import (
     _tokens_axis,
     colors,
 )
-from attnbench.recommend import padding_cost, short_batch
 
 
 def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:

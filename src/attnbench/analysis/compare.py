@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis import latest
+from attnbench.analysis.frame import latest
 
 ALPHA = 0.05
 N_BOOT = 1000
@@ -60,7 +60,7 @@ class Timing:
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Timing:
-        """From a DataFrame row of `analysis.load` (latency_us, ci_*_us, samples_us)."""
+        """From a DataFrame row of `analysis.frame.load` (latency_us, ci_*_us, samples_us)."""
         samples = row.get("samples_us")
         arr = np.asarray(samples, dtype=np.float64) if samples is not None else None
         if arr is not None and (arr.size < MIN_SAMPLES or not np.all(np.isfinite(arr))):

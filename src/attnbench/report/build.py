@@ -1,145 +1,46 @@
 """The report: Markdown (report.md + figures/) and one self-contained HTML page (report.html:
 inline CSS, figures embedded as base64 PNG, no external assets), built from sections.
 
-Sections are produced by functions registered here; each gets a `ReportData` (the rows of one
-GPU, its provenance label and ceilings, and any extra JSON documents passed on the command
-line, such as `attnbench fp8 --out` or `attnbench replay --out` files) and returns a `Section`
-or None to be left out (e.g. no tree rows, no tree panel). To add one from another module:
-
-    from attnbench.report import Figure, ReportData, Section, Table, Text, register_section
-
-    @register_section("Serving replay", order=85, per_gpu=False)
-    def replay_section(data: ReportData) -> Section | None:
-        docs = [p for p in data.extras if p.name.startswith("replay")]
-        if not docs:
-            return None
-        return Section("Serving replay", [Text("..."), Table(["backend", "ITL p99"], rows)])
-
-and add the module to `SECTION_MODULES` below (it is imported, if importable, before a report
-is built). `per_gpu=False` sections run once, with the first GPU's data (or empty rows).
+Sections are produced by functions registered in `report.blocks`; each gets a `ReportData`
+(the rows of one GPU, its provenance label and ceilings, and any extra JSON documents passed on
+the command line, such as `attnbench fp8 --out` or `attnbench replay --out` files) and returns a
+`Section` or None to be left out (e.g. no tree rows, no tree panel). The built-in section
+modules are imported by `_load_sections` below.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import importlib
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
-from attnbench.analysis import Loaded, ceilings_for, latest, ok_rows, provenance_label
-from attnbench.recommend import NON_SERVING
-
-SECTION_MODULES: list[str] = [
-    "attnbench.report_sections",
-    "attnbench.replay.section",
-    "attnbench.fp8study.section",
-]
-"""Modules whose import registers sections (missing ones are skipped)."""
-
-
-@dataclass
-class Text:
-    """Markdown-lite: paragraphs, `- ` bullets, `code`, **bold**."""
-
-    markdown: str
+from attnbench.analysis.frame import Loaded, ceilings_for, latest, ok_rows, provenance_label
+from attnbench.analysis.recommend import NON_SERVING
+from attnbench.report.blocks import (
+    Code,
+    RegisteredSection,
+    ReportData,
+    Section,
+    Table,
+    Text,
+    registered_sections,
+)
 
 
-@dataclass
-class Code:
-    text: str
-
-
-@dataclass
-class Table:
-    headers: Sequence[str]
-    rows: Sequence[Sequence[Any]]
-    caption: str = ""
-
-
-@dataclass
-class Figure:
-    png: bytes
-    caption: str
-    name: str = "figure"
-
-
-Block = Text | Code | Table | Figure
-
-
-@dataclass
-class Section:
-    title: str
-    blocks: list[Block] = field(default_factory=list)
-
-
-@dataclass
-class ReportData:
-    loaded: Loaded
-    gpu: str
-    rows: pd.DataFrame
-    """Latest row per (case, backend) on this GPU, every status."""
-    ok: pd.DataFrame
-    """The rows that passed the accuracy gate and were timed."""
-    label: str
-    """GPU, library versions and date: stamped on every figure."""
-    ceilings: dict[str, Any]
-    extras: list[Path] = field(default_factory=list)
-    cache: dict[str, Any] = field(default_factory=dict)
-    """Shared between sections of one GPU (e.g. the recommendation, computed once)."""
-
-
-SectionBuilder = Callable[[ReportData], Section | None]
-
-
-@dataclass(frozen=True)
-class _Registered:
-    name: str
-    order: int
-    per_gpu: bool
-    build: SectionBuilder
-
-
-_SECTIONS: dict[str, _Registered] = {}
-
-
-def register_section(
-    name: str, order: int = 50, per_gpu: bool = True
-) -> Callable[[SectionBuilder], SectionBuilder]:
-    """Decorator: add (or replace, by name) a section builder; lower `order` comes first."""
-
-    def deco(fn: SectionBuilder) -> SectionBuilder:
-        _SECTIONS[name] = _Registered(name, order, per_gpu, fn)
-        return fn
-
-    return deco
+def _load_sections() -> None:
+    """Import the built-in section modules: importing one registers its sections."""
+    from attnbench.report import fp8_section, replay_section, sections, sections_detail  # noqa: F401
 
 
 def registered() -> list[str]:
-    _import_modules()
-    return [r.name for r in sorted(_SECTIONS.values(), key=lambda r: (r.order, r.name))]
+    _load_sections()
+    return [r.name for r in registered_sections()]
 
 
-def _import_modules() -> list[str]:
-    notes = []
-    for mod in SECTION_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not mod.startswith(exc.name):
-                notes.append(f"section module {mod} not loaded: {exc}")
-        except Exception as exc:  # a broken plug-in must not lose the report
-            notes.append(f"section module {mod} not loaded: {type(exc).__name__}: {exc}")
-    return notes
-
-
-def _build(reg: _Registered, data: ReportData) -> Section | None:
+def _build(reg: RegisteredSection, data: ReportData) -> Section | None:
     try:
         return reg.build(data)
     except Exception as exc:  # one broken section must not lose the report
@@ -149,13 +50,13 @@ def _build(reg: _Registered, data: ReportData) -> Section | None:
 def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
     """(GPU, sections) for every GPU in the rows; global (per_gpu=False) sections go with the
     first GPU."""
-    notes = _import_modules()
+    _load_sections()
     frame = latest(loaded.frame)
     gpus = sorted(set(frame["gpu"])) if not frame.empty else [""]
     ok = ok_rows(loaded.frame)
     if not ok.empty:  # performance sections show serving kernels, not the oracle or faults
         ok = ok[~ok["library"].isin(NON_SERVING | {"faulty"})]
-    regs = sorted(_SECTIONS.values(), key=lambda r: (r.order, r.name))
+    regs = registered_sections()
     out = []
     for i, gpu in enumerate(gpus):
         rows = frame[frame["gpu"] == gpu] if gpu else frame
@@ -169,8 +70,6 @@ def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
             extras=list(loaded.extras),
         )
         secs = [s for r in regs if r.per_gpu or i == 0 if (s := _build(r, data)) is not None]
-        if notes and i == 0:
-            secs.append(Section("Notes", [Text("\n".join(f"- {n}" for n in notes))]))
         out.append((gpu, secs))
     return out
 

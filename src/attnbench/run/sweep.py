@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 
-from attnbench import metrics
-from attnbench.accuracy import check_accuracy
 from attnbench.backends.base import Backend, PlannedRun, UnsupportedCase
 from attnbench.backends.reference import reference_attention
-from attnbench.hardware import Ceilings, DeviceInfo
+from attnbench.measure import metrics
+from attnbench.measure.accuracy import check_accuracy
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
+from attnbench.measure.hardware import Ceilings, DeviceInfo
 from attnbench.measure.l2 import L2Flusher
 from attnbench.results import ResultRow, now_iso, thin_samples
 from attnbench.workload import memory

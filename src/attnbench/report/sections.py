@@ -1,4 +1,5 @@
-"""The built-in report sections (registered on import; see `report.register_section`).
+"""The built-in report sections: overview, ceilings, recommendation, latency, roofline
+(registered on import; see `report.blocks.register_section`; the rest are in `sections_detail`).
 
 Each returns None when its rows do not exist, so a run without tree or fp8 rows simply has no
 tree or fp8 panel.
@@ -11,22 +12,35 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench import plots, plots_serving
-from attnbench.analysis import fmt_us, gpu_name
-from attnbench.engines import export
-from attnbench.hybrid import Recommendation, recommend
-from attnbench.recommend import LARGE_BATCH_MIN, SHORT_PREFILL_MAX, SMALL_BATCH_MAX, padding_cost
-from attnbench.report import Block, Code, Figure, ReportData, Section, Table, Text, register_section
-from attnbench.table import short_case
+from attnbench.analysis.engines import export
+from attnbench.analysis.frame import fmt_us, gpu_name
+from attnbench.analysis.hybrid import Recommendation, recommend
+from attnbench.analysis.recommend import (
+    LARGE_BATCH_MIN,
+    SHORT_PREFILL_MAX,
+    SMALL_BATCH_MAX,
+)
+from attnbench.report import plots
+from attnbench.report.blocks import (
+    Block,
+    Code,
+    Figure,
+    ReportData,
+    Section,
+    Table,
+    Text,
+    register_section,
+)
+from attnbench.report.table import short_case
 
 MAX_TABLE_ROWS = 60
 
 
-def _pct(v: Any) -> str:
+def pct(v: Any) -> str:
     return "-" if v is None or pd.isna(v) else f"{100 * float(v):.0f}%"
 
 
-def _recommendation(data: ReportData) -> Recommendation | None:
+def cached_recommendation(data: ReportData) -> Recommendation | None:
     if "rec" not in data.cache:
         recs = [r for r in recommend(data.ok) if r.gpu == data.gpu]
         data.cache["rec"] = recs[0] if recs else None
@@ -174,7 +188,7 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
 
 @register_section("Recommendation", order=20)
 def recommendation(data: ReportData) -> Section | None:
-    rec = _recommendation(data)
+    rec = cached_recommendation(data)
     return Section("Recommendation", recommendation_blocks(rec)) if rec else None
 
 
@@ -198,7 +212,7 @@ def _case_order(r: pd.Series) -> tuple[Any, ...]:
     )
 
 
-def _pivot(rows: pd.DataFrame, caption: str) -> Table | None:
+def pivot_table(rows: pd.DataFrame, caption: str) -> Table | None:
     if rows.empty:
         return None
     backends = sorted(set(rows["backend"]))
@@ -223,7 +237,7 @@ def _pivot(rows: pd.DataFrame, caption: str) -> Table | None:
     return Table(["case", *backends], out[:MAX_TABLE_ROWS], cap + "; fastest in bold")
 
 
-def _figure_section(
+def figure_section(
     title: str, png: bytes | None, caption: str, extra: list[Block]
 ) -> Section | None:
     blocks: list[Block] = [Figure(png, caption, title)] if png else []
@@ -236,7 +250,7 @@ def decode_latency(data: ReportData) -> Section | None:
     png = plots.latency_vs_context(data.ok, data.label)
     rel = plots.latency_vs_context(data.ok, data.label, relative=True)
     dec = data.ok[data.ok["kind"] == "decode"] if not data.ok.empty else data.ok
-    table = _pivot(dec, "decode: median latency per call") if not dec.empty else None
+    table = pivot_table(dec, "decode: median latency per call") if not dec.empty else None
     extra: list[Block] = []
     if rel:
         extra.append(
@@ -246,7 +260,7 @@ def decode_latency(data: ReportData) -> Section | None:
         )
     if table:
         extra.append(table)
-    return _figure_section(
+    return figure_section(
         "Decode latency", png, "Decode latency vs context length (uniform batches, log-log)", extra
     )
 
@@ -257,7 +271,7 @@ def prefill_latency(data: ReportData) -> Section | None:
         return None
     blocks: list[Block] = []
     for kind in ("prefill", "append"):
-        t = _pivot(data.ok[data.ok["kind"] == kind], f"{kind}: median latency per call")
+        t = pivot_table(data.ok[data.ok["kind"] == kind], f"{kind}: median latency per call")
         if t:
             blocks.append(t)
     return Section("Prefill and append latency", blocks) if blocks else None
@@ -274,9 +288,9 @@ def roofline(data: ReportData) -> Section | None:
         rows.append(
             [
                 b,
-                _pct(d["bandwidth_frac_measured"].max() if not d.empty else None),
+                pct(d["bandwidth_frac_measured"].max() if not d.empty else None),
                 f"{d['bandwidth_gbps'].max():.0f}" if not d.empty else "-",
-                _pct(p["tflops_frac_measured"].max() if not p.empty else None),
+                pct(p["tflops_frac_measured"].max() if not p.empty else None),
                 f"{p['tflops'].max():.0f}" if not p.empty else "-",
             ]
         )
@@ -291,161 +305,10 @@ def roofline(data: ReportData) -> Section | None:
         rows,
         "best fraction of the measured ceilings",
     )
-    return _figure_section(
+    return figure_section(
         "Roofline",
         png,
         "Roofline with the measured copy-bandwidth and matmul ceilings; decode and prefill "
         "fractions of them",
         [table],
-    )
-
-
-@register_section("Raggedness", order=50)
-def raggedness(data: ReportData) -> Section | None:
-    if data.ok.empty:
-        return None
-    png = plots_serving.raggedness(data.ok, data.label)
-    dec = data.ok[data.ok["kind"] == "decode"]
-    cost = padding_cost(dec[dec["padded"]], dec[~dec["padded"]])
-    extra: list[Block] = []
-    if cost:
-        rows = [
-            [
-                c.backend,
-                c.kv_dtype,
-                c.batch,
-                f"{c.skew:.1f}",
-                f"{c.estimate.ratio:.2f}x",
-                f"{c.estimate.ci_low:.2f}-{c.estimate.ci_high:.2f}",
-            ]
-            for c in cost
-        ]
-        extra.append(
-            Table(
-                [
-                    "backend",
-                    "KV dtype",
-                    "ragged batch",
-                    "skew (max/mean)",
-                    "padded / ragged latency",
-                    "95% CI",
-                ],
-                rows,
-                "what padding every request to the longest costs, per batch",
-            )
-        )
-    return _figure_section(
-        "Raggedness",
-        png,
-        "Latency at the same total KV tokens with rising skew; dashed: the padded twin",
-        extra,
-    )
-
-
-@register_section("FP8 KV cache", order=60)
-def fp8(data: ReportData) -> Section | None:
-    if data.rows.empty or not data.rows["fp8"].any():
-        return None
-    png = plots_serving.fp8_vs_16bit(data.ok, data.rows, data.label)
-    rec = _recommendation(data)
-    extra: list[Block] = []
-    if rec:
-        kv = next(c for c in rec.plan.choices if c.role == "kv_dtype")
-        extra.append(
-            Text(
-                f"Decision: **{kv.value}**: {kv.why}\n\n" + "\n".join(f"- {e}" for e in kv.evidence)
-            )
-        )
-    return _figure_section(
-        "FP8 KV cache", png, "fp8 vs 16-bit KV: speedup per backend and along context", extra
-    )
-
-
-@register_section("Speculative trees", order=70)
-def trees(data: ReportData) -> Section | None:
-    png = plots_serving.by_axis(data.ok, "tree", data.label) if not data.ok.empty else None
-    return _figure_section("Speculative trees", png, "Draft-tree verification latency", [])
-
-
-@register_section("Shared prefix", order=75)
-def shared_prefix(data: ReportData) -> Section | None:
-    png = plots_serving.by_axis(data.ok, "shared_prefix", data.label) if not data.ok.empty else None
-    return _figure_section("Shared prefix", png, "Shared-prefix decode latency", [])
-
-
-@register_section("Accuracy", order=80)
-def accuracy(data: ReportData) -> Section | None:
-    rows = data.rows
-    if rows.empty:
-        return None
-    checked = rows[rows["status"].isin(["ok", "mismatch"])]
-    if checked.empty:
-        return None
-    out = []
-    for (b, kv), g in checked.groupby(["backend", "kv_dtype"]):
-        err = g["rel_l2_err"].astype(float)
-        worst = (err / g["budget"].astype(float)).idxmax() if err.notna().any() else None
-        out.append(
-            [
-                b,
-                kv,
-                len(g),
-                int((g["status"] == "ok").sum()),
-                int((g["status"] == "mismatch").sum()),
-                f"{err.max():.2e}" if err.notna().any() else "-",
-                f"{g.loc[worst, 'budget']:.2e}" if worst is not None else "-",
-                f"{(err / g['budget']).max():.2f}" if worst is not None else "-",
-            ]
-        )
-    blocks: list[Block] = [
-        Text(
-            "Every backend's output against the fp64 reference before timing: relative L2 error "
-            "and the budget (4x the error of rounding the reference to the output precision). "
-            "A row over budget is a `mismatch` and is never timed."
-        ),
-        Table(
-            [
-                "backend",
-                "KV dtype",
-                "checked",
-                "passed",
-                "mismatch",
-                "max rel err",
-                "budget there",
-                "worst err / budget",
-            ],
-            out,
-            "accuracy gate",
-        ),
-    ]
-    bad = checked[checked["status"] == "mismatch"]
-    if not bad.empty:
-        blocks.append(
-            Table(
-                ["backend", "case", "reason"],
-                [
-                    [r["backend"], short_case(r["spec"]), r["reason"]]
-                    for r in bad.to_dict("records")
-                ][:MAX_TABLE_ROWS],
-                "mismatches",
-            )
-        )
-    return Section("Accuracy", blocks)
-
-
-@register_section("Unsupported and failed", order=90)
-def failures(data: ReportData) -> Section | None:
-    rows = data.rows
-    if rows.empty:
-        return None
-    bad = rows[rows["status"] != "ok"]
-    if bad.empty:
-        return None
-    out = []
-    for (b, s, reason), g in bad.groupby(["backend", "status", "reason"]):
-        out.append([b, s, len(g), str(reason)[:200], short_case(g.iloc[0]["spec"])])
-    out.sort(key=lambda r: (r[1] == "unsupported", r[0], -int(r[2])))
-    return Section(
-        "Unsupported and failed",
-        [Table(["backend", "status", "cases", "reason", "example case"], out[:MAX_TABLE_ROWS])],
     )

@@ -1,7 +1,7 @@
 """Figures of the report, each a PNG (bytes) or None when its rows do not exist.
 
-Every function takes the ok rows of one GPU (`analysis.ok_rows`), draws with matplotlib's Agg
-backend (imported inside the function: `import attnbench.plots` stays cheap) and stamps the
+Every function takes the ok rows of one GPU (`analysis.frame.ok_rows`), draws with matplotlib's Agg
+backend (imported inside the function: `import attnbench.report.plots` stays cheap) and stamps the
 figure with `label` (GPU, library versions, date) under the plot.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis import dtype_label, human_tokens, shape_label
+from attnbench.analysis.frame import dtype_label, human_tokens, shape_label
 
 KIND_MARKERS = {"decode": "o", "prefill": "^", "append": "s", "tree": "D", "shared_prefix": "P"}
 MAX_PANELS = 4

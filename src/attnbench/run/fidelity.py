@@ -24,12 +24,12 @@ from typing import Any
 
 import torch
 
-from attnbench.accuracy import check_accuracy
 from attnbench.backends import select_backends
 from attnbench.backends.reference import reference_attention
-from attnbench.hardware import detect
+from attnbench.measure.accuracy import check_accuracy
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
+from attnbench.measure.hardware import detect
 from attnbench.measure.l2 import L2Flusher
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.spec import WorkloadSpec
@@ -220,7 +220,7 @@ def ncu_case(case: FidelityCase, timeout_s: float = 120) -> dict[str, Any]:
         ",".join(NCU_METRICS),
         sys.executable,
         "-m",
-        "attnbench.fidelity",
+        "attnbench.run.fidelity",
         "--child",
         json.dumps({"backend": case.backend, "spec": case.spec.model_dump(mode="json")}),
     ]

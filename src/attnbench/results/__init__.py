@@ -1,0 +1,48 @@
+"""Result rows and their JSONL store (`results.store`): the one format every layer above the
+sweep reads and writes. The public names are re-exported here."""
+
+from attnbench.results.store import (
+    FINAL_STATUSES,
+    LIBRARIES,
+    MAX_SAMPLES,
+    SCHEMA_VERSION,
+    STATUSES,
+    Header,
+    ResultFile,
+    ResultRow,
+    ResultsFileError,
+    ResultWriter,
+    drop_torn_tail,
+    finished_keys,
+    git_sha,
+    interrupted_first_write,
+    iter_rows,
+    library_versions,
+    now_iso,
+    provenance,
+    read_results,
+    thin_samples,
+)
+
+__all__ = [
+    "FINAL_STATUSES",
+    "LIBRARIES",
+    "MAX_SAMPLES",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "Header",
+    "ResultFile",
+    "ResultRow",
+    "ResultWriter",
+    "ResultsFileError",
+    "drop_torn_tail",
+    "finished_keys",
+    "git_sha",
+    "interrupted_first_write",
+    "iter_rows",
+    "library_versions",
+    "now_iso",
+    "provenance",
+    "read_results",
+    "thin_samples",
+]

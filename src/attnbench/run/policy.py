@@ -1,0 +1,28 @@
+"""What `--backend all` runs on a device: a policy of the run, which the CLI only applies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attnbench.backends.base import Backend
+
+# Slow CPU-style paths that `all` leaves out on a GPU (ask for them by name): the fp64 oracle
+# runs on every case anyway, and SDPA's math kernel materialises the whole score matrix (it ran
+# out of memory on 16k+ prefill on the H200 and took 10-100x the fused kernels' time).
+GPU_OPT_IN = frozenset({"reference", "sdpa:math"})
+
+
+def runnable_here(backends: Sequence[Backend], device_kind: str) -> tuple[list[Backend], list[str]]:
+    """The backends `all` means on `device_kind` ("cpu" or "cuda"), and a note on each group
+    left out (GPU-only backends on a CPU; `GPU_OPT_IN` on a GPU)."""
+    kept = [b for b in backends if device_kind in b.devices]
+    notes = []
+    dropped = sorted({b.name.split(":")[0] for b in backends if b not in kept})
+    if dropped:
+        notes.append(f"skipping GPU-only backends on {device_kind}: {', '.join(dropped)}")
+    if device_kind == "cuda":
+        kept = [b for b in kept if b.name not in GPU_OPT_IN]
+        notes.append(
+            f"on a GPU, `all` leaves out {', '.join(sorted(GPU_OPT_IN))}: name them to run them"
+        )
+    return kept, notes

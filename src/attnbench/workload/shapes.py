@@ -1,0 +1,199 @@
+"""What a model's attention looks like (`ModelShape`, with MLA and windowed-layer features) and
+its shard under tensor parallelism (`ShardedShape`); the presets are in `workload.models`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+from typing import Literal
+
+LayerType = Literal["full_attention", "sliding_attention"]
+"""One layer's attention, as HF `layer_types` names it."""
+
+
+@dataclass(frozen=True)
+class MLAShape:
+    """Multi-head latent attention, under the HF `config.json` field names."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def latent_dim(self) -> int:
+        """Values one token caches per layer in the absorbed form (compressed KV + RoPE key),
+        shared by every query head: kv_lora_rank + qk_rope_head_dim."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Query/key width per head in the decompressed form: qk_nope + qk_rope."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Attention-relevant shape of a decoder-only model.
+
+    For an MLA model `num_kv_heads` and `head_dim` are the decompressed (prefill) form, HF's
+    num_key_value_heads and qk_nope + qk_rope; `mla` describes the latent the cache holds.
+    """
+
+    name: str
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    """MLP width, for the non-attention GEMM roofline of the serving replay; for an MoE model
+    (num_experts > 0) one expert's width."""
+    vocab_size: int
+    _: KW_ONLY
+    sliding_window: int | None = None
+    """Tokens a windowed layer attends to (HF `sliding_window`); None: no windowed layer."""
+    layer_types: tuple[LayerType, ...] = ()
+    """Per layer, HF `layer_types`; empty: every layer full attention."""
+    sinks: bool = False
+    """A learned per-query-head sink logit joins the softmax denominator (gpt-oss)."""
+    logits_soft_cap: float = 0.0
+    """cap * tanh(logits / cap) before the softmax (HF `attn_logit_softcapping`); 0: none."""
+    mla: MLAShape | None = None
+    num_experts: int = 0
+    """Routed experts per MoE layer (0: dense MLP)."""
+    num_experts_per_tok: int = 0
+    source: str = ""
+    """Where every value comes from: config field names and values, and the file read."""
+
+    def __post_init__(self) -> None:
+        if self.num_qo_heads % self.num_kv_heads:
+            raise ValueError(f"{self.name}: num_kv_heads must divide num_qo_heads")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ValueError(f"{self.name}: layer_types needs one entry per layer")
+        if ("sliding_attention" in self.layer_types) != (self.sliding_window is not None):
+            raise ValueError(f"{self.name}: a sliding_window needs sliding layers and vice versa")
+        if self.mla is not None and self.head_dim != self.mla.qk_head_dim:
+            raise ValueError(f"{self.name}: head_dim must be the MLA qk_nope + qk_rope width")
+        if self.num_experts_per_tok > self.num_experts:
+            raise ValueError(f"{self.name}: num_experts_per_tok exceeds num_experts")
+
+    @property
+    def num_sliding_layers(self) -> int:
+        return self.layer_types.count("sliding_attention")
+
+    def window_pattern(self) -> str:
+        """`<window> on <n>/<layers> layers (<sliding>:<full>)` over the shortest repeating
+        period of `layer_types`, or "" without windowed layers."""
+        if self.sliding_window is None:
+            return ""
+        types = self.layer_types
+        period = next(
+            p
+            for p in range(1, len(types) + 1)
+            if all(t == types[i % p] for i, t in enumerate(types))
+        )
+        sliding = types[:period].count("sliding_attention")
+        return (
+            f"window {self.sliding_window} on {self.num_sliding_layers}/{self.num_layers} "
+            f"layers ({sliding}:{period - sliding})"
+        )
+
+    def attention_features(self) -> tuple[str, ...]:
+        """What this model's attention adds to plain GQA, shortest first."""
+        features = []
+        if self.mla is not None:
+            m = self.mla
+            features.append(
+                f"MLA latent {m.kv_lora_rank}+{m.qk_rope_head_dim} (nope {m.qk_nope_head_dim}, "
+                f"v {m.v_head_dim})"
+            )
+        if self.sliding_window is not None:
+            features.append(self.window_pattern())
+        if self.sinks:
+            features.append("attention sinks")
+        if self.logits_soft_cap:
+            features.append(f"logit soft-cap {self.logits_soft_cap:g}")
+        return tuple(features)
+
+    def unsupported_reason(self) -> str | None:
+        """Why this preset cannot be run as a plain GQA workload yet (None if it can)."""
+        if self.mla is not None:
+            m = self.mla
+            return (
+                f"MLA workloads are not supported yet: {self.name} caches one latent of "
+                f"kv_lora_rank {m.kv_lora_rank} + qk_rope_head_dim {m.qk_rope_head_dim} values "
+                f"per token and layer, shared by its {self.num_qo_heads} query heads, which no "
+                "GQA head count describes"
+            )
+        features = self.attention_features()
+        if not features:
+            return None
+        return (
+            f"{self.name} uses {', '.join(features)}, which attnbench does not run yet: a GQA "
+            "workload would time every layer as plain full attention; for that shape anyway "
+            f"use --num-heads {self.num_qo_heads} --num-kv-heads {self.num_kv_heads} "
+            f"--head-dim {self.head_dim} without --model"
+        )
+
+    def shard(self, tp: int) -> ShardedShape:
+        """The per-GPU shape at tensor-parallel degree `tp`, as vLLM and SGLang shard it.
+
+        Query heads are split evenly (tp must divide them). KV heads are split when tp divides
+        them; when tp exceeds them, each KV head is replicated on tp / num_kv_heads GPUs, so every
+        GPU holds one KV head (vLLM `get_num_kv_heads`: max(1, num_kv_heads // tp)). An MLA model
+        is refused: its latent cache has no KV heads to split.
+        """
+        if self.mla is not None:
+            raise ValueError(self.unsupported_reason())
+        if tp <= 0:
+            raise ValueError(f"tp={tp} must be positive")
+        if self.num_qo_heads % tp:
+            raise ValueError(
+                f"tp={tp} must divide {self.name}'s {self.num_qo_heads} query heads; "
+                f"allowed: {', '.join(str(d) for d in divisors(self.num_qo_heads))}"
+            )
+        if self.num_kv_heads >= tp and self.num_kv_heads % tp:
+            raise ValueError(
+                f"tp={tp} must divide {self.name}'s {self.num_kv_heads} KV heads "
+                "(or be a multiple of it)"
+            )
+        if self.num_kv_heads < tp and tp % self.num_kv_heads:
+            raise ValueError(
+                f"tp={tp} must be a multiple of {self.name}'s {self.num_kv_heads} KV heads"
+            )
+        return ShardedShape(
+            model=self,
+            tp=tp,
+            num_qo_heads=self.num_qo_heads // tp,
+            num_kv_heads=max(1, self.num_kv_heads // tp),
+        )
+
+
+@dataclass(frozen=True)
+class ShardedShape:
+    model: ModelShape
+    tp: int
+    num_qo_heads: int
+    num_kv_heads: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.model.head_dim
+
+    @property
+    def num_layers(self) -> int:
+        return self.model.num_layers
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layer_cycle(num_layers: int, sliding: int, full: int) -> tuple[LayerType, ...]:
+    """`sliding` windowed layers then `full` full ones, repeated from layer 0 and cut at
+    `num_layers` (gpt-oss and Gemma-2: 1:1; Gemma-3: 5:1, layer i full iff (i + 1) % 6 == 0)."""
+    windowed: LayerType = "sliding_attention"
+    dense: LayerType = "full_attention"
+    period = [windowed] * sliding + [dense] * full
+    return tuple(period[i % len(period)] for i in range(num_layers))
