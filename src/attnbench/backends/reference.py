@@ -4,6 +4,15 @@ This is the slowest and clearest code in attnbench. It gathers each request's pa
 fp8, computes softmax(q k^T * sm_scale + mask) v in fp64 (oracle) or fp32 (the `reference`
 backend), and needs nothing but torch, on CPU or GPU. Every other backend is checked against it
 before it is timed.
+
+Beyond plain GQA it computes:
+
+- a sliding window (spec.window_left = W): query at position p sees keys max(0, p - W)..p;
+- attention sinks (spec.sinks): one logit per query head joins each softmax denominator as a
+  key with no value, as gpt-oss computes it (`torch.cat([QK, S])`, softmax, sink column
+  dropped): out = sum_j exp(s_j) v_j / (sum_j exp(s_j) + exp(sink));
+- MLA in its absorbed form (spec.mla): logits = sm_scale * q . latent over all 576 values
+  (q_nope . ckv + q_pe . kpe), out = softmax(logits) @ ckv, every query head on the one latent.
 """
 
 from __future__ import annotations
@@ -40,8 +49,13 @@ def reference_attention(
     """
     spec = inputs.spec
     q_all = inputs.q if q is None else q
+    if spec.mla is not None:
+        return mla_reference(inputs, accum_dtype=accum_dtype, q=q_all)
     sm_scale = 1.0 / math.sqrt(spec.head_dim)
     num_kv, group, dim = spec.num_kv_heads, spec.group_size, spec.head_dim
+    sinks = None
+    if inputs.sinks is not None:  # [Hq] -> [Hkv, group, 1, 1] beside the logits [Hkv, g, q, k]
+        sinks = inputs.sinks.to(device=q_all.device, dtype=accum_dtype).view(num_kv, group, 1, 1)
     out = torch.empty(spec.total_q, spec.num_qo_heads, dim, dtype=accum_dtype, device=q_all.device)
     tree = tree_ancestor_mask(spec.tree.parents).to(q_all.device) if spec.tree else None
 
@@ -60,9 +74,53 @@ def reference_attention(
             allowed = _mask(spec, seq_len, n, c0, c1, tree, logits.device)
             if allowed is not None:
                 logits.masked_fill_(~allowed, float("-inf"))
-            probs = torch.softmax(logits, dim=-1)
+            probs = _softmax(logits, sinks)
             ob = torch.einsum("hgqk,khd->qhgd", probs, v)  # [c, num_kv_heads, group, D]
             out[q0 + c0 : q0 + c1] = ob.reshape(c1 - c0, spec.num_qo_heads, dim)
+        q0 += n
+    return out
+
+
+def _softmax(logits: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """softmax over the last axis; with sinks, each row's denominator also holds exp(sink)."""
+    if sinks is None:
+        return torch.softmax(logits, dim=-1)
+    sink = sinks.expand(*logits.shape[:-1], 1)
+    return torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
+
+
+def mla_reference(
+    inputs: AttentionInputs,
+    *,
+    accum_dtype: torch.dtype = torch.float64,
+    q: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Absorbed MLA `[total_q, num_qo_heads, kv_lora_rank]` in `accum_dtype` (module docstring).
+
+    The latent is dequantised with ckv_scale (its first kv_lora_rank values) and kpe_scale (the
+    rest); causal queries at the end of their request, as in `reference_attention`.
+    """
+    spec = inputs.spec
+    assert spec.mla is not None
+    rank = spec.mla.kv_lora_rank
+    q_all = inputs.q if q is None else q
+    out = torch.empty(spec.total_q, spec.num_qo_heads, rank, dtype=accum_dtype, device=q_all.device)
+    q0 = 0
+    for b in range(spec.batch_size):
+        latent = inputs.request_latent(b).to(accum_dtype)  # [L, 576]
+        latent[:, :rank] *= inputs.ckv_scale
+        latent[:, rank:] *= inputs.kpe_scale
+        seq_len, n = spec.kv_lens[b], spec.qo_lens[b]
+        qb = q_all[q0 : q0 + n].to(accum_dtype)  # [n, Hq, 576]
+        chunk = max(1, _LOGITS_BUDGET_BYTES // (spec.num_qo_heads * seq_len * 8))
+        for c0 in range(0, n, chunk):
+            c1 = min(n, c0 + chunk)
+            logits = torch.einsum("qhd,kd->hqk", qb[c0:c1], latent) * spec.mla.sm_scale
+            allowed = _mask(spec, seq_len, n, c0, c1, None, logits.device)
+            if allowed is not None:
+                logits.masked_fill_(~allowed, float("-inf"))
+            probs = torch.softmax(logits, dim=-1)
+            out[q0 + c0 : q0 + c1] = torch.einsum("hqk,kd->qhd", probs, latent[:, :rank])
         q0 += n
     return out
 
@@ -81,11 +139,15 @@ def _mask(
         allowed = torch.ones(c1 - c0, seq_len, dtype=torch.bool, device=device)
         allowed[:, seq_len - n :] = tree[c0:c1]
         return allowed
-    if not spec.causal or n == 1:
+    windowed = 0 <= spec.window_left < seq_len - 1
+    if not spec.causal or (n == 1 and not windowed):
         return None
     pos = torch.arange(c0, c1, device=device) + (seq_len - n)  # absolute query positions
     keys = torch.arange(seq_len, device=device)
-    return keys[None, :] <= pos[:, None]
+    allowed = keys[None, :] <= pos[:, None]
+    if windowed:
+        allowed &= keys[None, :] >= pos[:, None] - spec.window_left
+    return allowed
 
 
 class ReferenceBackend:

@@ -5,9 +5,12 @@ Conventions: 1 GB/s = 1e9 B/s, 1 TFLOP/s = 1e12 FLOP/s; latencies in microsecond
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Literal
 
-from attnbench.workload.spec import ITEMSIZE, WorkloadSpec, causal_pairs
+from attnbench.workload.spec import ITEMSIZE, WorkloadSpec, window_tokens, windowed_pairs
 
 INDEX_BYTES = 4  # int32 page ids, indptr and last_page_len entries
 
@@ -32,32 +35,47 @@ class Bytes:
 
 
 def unique_kv_tokens(spec: WorkloadSpec) -> int:
-    """KV tokens stored once in the cache: a shared prefix counts once, not per request."""
+    """KV tokens the kernel must read, each once: a shared prefix counts once, not per
+    request; under a sliding window only the tokens some query of the request can see,
+    min(kv_len, qo_len + window_left) per request (`window_tokens`)."""
     if spec.kind == "shared_prefix":
         shared = spec.shared_prefix_len
         return shared + sum(n - shared for n in spec.kv_lens)
+    if spec.window_left >= 0:
+        return sum(
+            window_tokens(qo, kv, spec.window_left)
+            for kv, qo in zip(spec.kv_lens, spec.qo_lens, strict=True)
+        )
     return spec.total_kv
+
+
+def kv_values_per_token(spec: WorkloadSpec) -> int:
+    """Cache values one token holds: K and V of every KV head, or MLA's one latent (576)."""
+    if spec.mla is not None:
+        return spec.mla.latent_dim
+    return 2 * spec.num_kv_heads * spec.head_dim
 
 
 def bytes_moved(spec: WorkloadSpec) -> Bytes:
     """Bytes read and written, each tensor touched once:
 
         q          = total_q * num_qo_heads * head_dim * itemsize(dtype)
-        kv         = unique_kv_tokens * num_kv_heads * head_dim * 2 (K and V) * itemsize(kv_dtype)
-        o          = total_q * num_qo_heads * head_dim * itemsize(dtype)
+        kv         = unique_kv_tokens * kv_values_per_token * itemsize(kv_dtype)
+                     (K and V: 2 * num_kv_heads * head_dim; MLA: the latent, 512 + 64, read
+                     once per request for all query heads)
+        o          = total_q * num_qo_heads * v_head_dim * itemsize(dtype)  (MLA: 512)
         page_table = (num_pages + 2 * batch_size + 1) * 4   (kv_indices, kv_indptr, last_page_len)
 
-    fp8 per-tensor scales are two scalars and are left out. Padding, re-reads and split-KV
-    partial results are not counted: they are the kernel's overhead, which the achieved
-    bandwidth then shows.
+    fp8 per-tensor scales and sink logits (one per head) are scalars and are left out. Padding,
+    re-reads and split-KV partial results are not counted: they are the kernel's overhead, which
+    the achieved bandwidth then shows.
     """
     q_item, kv_item = ITEMSIZE[spec.dtype], ITEMSIZE[spec.kv_dtype]
-    qo_elems = spec.total_q * spec.num_qo_heads * spec.head_dim
-    kv_elems = unique_kv_tokens(spec) * spec.num_kv_heads * spec.head_dim * 2
+    rows = spec.total_q * spec.num_qo_heads
     return Bytes(
-        q=qo_elems * q_item,
-        kv=kv_elems * kv_item,
-        o=qo_elems * q_item,
+        q=rows * spec.head_dim * q_item,
+        kv=unique_kv_tokens(spec) * kv_values_per_token(spec) * kv_item,
+        o=rows * spec.v_head_dim * q_item,
         page_table=(spec.num_pages + 2 * spec.batch_size + 1) * INDEX_BYTES,
     )
 
@@ -65,8 +83,8 @@ def bytes_moved(spec: WorkloadSpec) -> Bytes:
 def attended_pairs(spec: WorkloadSpec) -> int:
     """(query, key) pairs whose score is computed and used, summed over requests.
 
-    Non-causal: qo_len * kv_len. Causal: `causal_pairs`. Tree: every node sees the context
-    plus its ancestors and itself.
+    Non-causal: qo_len * kv_len. Causal: `causal_pairs`, under a sliding window
+    `windowed_pairs`. Tree: every node sees the context plus its ancestors and itself.
     """
     if spec.kind == "tree" and spec.tree is not None:
         in_tree = spec.tree.visible_pairs
@@ -75,29 +93,24 @@ def attended_pairs(spec: WorkloadSpec) -> int:
         )
     total = 0
     for kv, qo in zip(spec.kv_lens, spec.qo_lens, strict=True):
-        if spec.causal and qo > 1:
-            total += causal_pairs(qo, kv)
+        if spec.causal and (qo > 1 or spec.window_left >= 0):
+            total += windowed_pairs(qo, kv, spec.window_left)
         else:
             total += qo * kv
     return total
 
 
 def flops(spec: WorkloadSpec) -> int:
-    """FLOPs = 4 * head_dim * num_qo_heads * attended_pairs: 2 for q.k and 2 for p.v per pair
-    per head dimension (a multiply and an add each). Softmax exponentials are not counted."""
-    return 4 * spec.head_dim * spec.num_qo_heads * attended_pairs(spec)
+    """FLOPs = 2 * (head_dim + v_head_dim) * num_qo_heads * attended_pairs: 2 per dimension of
+    q.k and of p.v per pair (a multiply and an add each), i.e. 4 * head_dim * ... for plain
+    attention and 2 * (576 + 512) * ... for MLA's absorbed form. Softmax exponentials are not
+    counted."""
+    return 2 * (spec.head_dim + spec.v_head_dim) * spec.num_qo_heads * attended_pairs(spec)
 
 
 def kv_cache_bytes(spec: WorkloadSpec) -> int:
-    """Footprint of the paged KV cache: whole pages, K and V, at kv_dtype."""
-    return (
-        spec.num_pages
-        * spec.page_size
-        * spec.num_kv_heads
-        * spec.head_dim
-        * 2
-        * ITEMSIZE[spec.kv_dtype]
-    )
+    """Footprint of the paged KV cache: whole pages, K and V (MLA: the latent), at kv_dtype."""
+    return spec.num_pages * spec.page_size * kv_values_per_token(spec) * ITEMSIZE[spec.kv_dtype]
 
 
 def bandwidth_gbps(nbytes: int | float, latency_us: float) -> float:
@@ -124,6 +137,49 @@ def per_token_ms(run_us: float, plan_us: float, num_layers: int) -> float:
     return (run_us * num_layers + plan_us) / 1e3
 
 
+def model_per_token_ms(layer_kinds: Iterable[tuple[float, float, int]]) -> float:
+    """Attention time of one decode step of a model whose layers differ (gpt-oss: sliding and
+    full, Gemma-3: 5 local to 1 global), in ms: each kind, given as (run_us, plan_us,
+    num_layers of that kind), runs its own plan once per step (a window is a plan parameter)
+    and one run per layer of its kind: the sum of `per_token_ms` over the kinds."""
+    return sum(per_token_ms(run_us, plan_us, n) for run_us, plan_us, n in layer_kinds)
+
+
 def arithmetic_intensity(spec: WorkloadSpec) -> float:
     """FLOPs per byte moved: where the case sits on the roofline."""
     return flops(spec) / bytes_moved(spec).total
+
+
+Bound = Literal["memory", "compute"]
+
+
+def ridge_intensity(tflops_ceiling: float, bandwidth_ceiling_gbps: float) -> float:
+    """FLOP/byte where the roofline turns: matmul ceiling / bandwidth ceiling. A case above it
+    cannot reach the bandwidth ceiling before the matmul one (MLA decode with 128 heads:
+    2 * 128 * 1088 FLOPs per 1152-byte bf16 latent token, 242 FLOP/B, above the H200's
+    ~190 measured)."""
+    return tflops_ceiling * 1e12 / (bandwidth_ceiling_gbps * 1e9)
+
+
+def bound(intensity: float, tflops_ceiling: float, bandwidth_ceiling_gbps: float) -> Bound:
+    """Which ceiling limits a case: `compute` above the ridge intensity, else `memory`."""
+    ridge = ridge_intensity(tflops_ceiling, bandwidth_ceiling_gbps)
+    return "compute" if intensity > ridge else "memory"
+
+
+def binding_fraction(
+    bandwidth_frac: float | None, tflops_frac: float | None
+) -> tuple[Bound, float] | None:
+    """The row's bound and its fraction of that ceiling, from the two fractions it stores.
+
+    With both measured against the same run's ceilings, tflops_frac > bandwidth_frac exactly
+    when FLOPs / bytes > matmul / bandwidth, i.e. the case is above the ridge (`bound`): the
+    larger fraction is the one of the ceiling that binds. None when either is missing (or NaN).
+    """
+    if bandwidth_frac is None or tflops_frac is None:
+        return None
+    if math.isnan(bandwidth_frac) or math.isnan(tflops_frac):
+        return None
+    if tflops_frac > bandwidth_frac:
+        return "compute", tflops_frac
+    return "memory", bandwidth_frac

@@ -12,15 +12,23 @@ Layouts (FlashInfer's names):
               HND [num_pages, 2, num_kv_heads, page_size, head_dim]
     qo_indptr [batch_size + 1] int32, kv_indptr [batch_size + 1] int32 (in pages),
     kv_indices [kv_indptr[-1]] int32, kv_last_page_len [batch_size] int32
+    sinks     [num_qo_heads] bfloat16 (spec.sinks: one learned logit per query head)
+
+An MLA case (spec.mla) holds the absorbed form instead: q `[total_q, num_qo_heads, 576]`
+(q_nope absorbed into the 512-wide latent, then q_pe) and the latent cache
+`[num_pages, page_size, 576]` (ckv, then kpe), the layout engines store it in and FlashInfer's
+MLA wrapper reads; an fp8 latent has one power-of-two scale for ckv and one for kpe, so its
+dequantised values are exact in bf16.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 
-from attnbench.workload.spec import WorkloadSpec
+from attnbench.workload.spec import WorkloadSpec, window_tokens
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
@@ -54,6 +62,12 @@ class AttentionInputs:
     custom_mask: torch.Tensor | None = None
     """For tree verification: flat bool mask, request-major, each request [qo_len, kv_len]."""
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    sinks: torch.Tensor | None = None
+    """spec.sinks: per-query-head sink logits `[num_qo_heads]`, bfloat16 (as FA3 takes them)."""
+    ckv_scale: float = 1.0
+    """MLA with an fp8 latent: dequantisation scale of its first kv_lora_rank values (ckv)."""
+    kpe_scale: float = 1.0
+    """MLA with an fp8 latent: dequantisation scale of its RoPE part (kpe)."""
 
     @property
     def device(self) -> torch.device:
@@ -82,6 +96,13 @@ class AttentionInputs:
         kv = blocks.transpose(0, 1).reshape(2, -1, spec.num_kv_heads, spec.head_dim)
         n = spec.kv_lens[b]
         return kv[0, :n], kv[1, :n]
+
+    def request_latent(self, b: int) -> torch.Tensor:
+        """MLA: the latent of request b gathered from its pages, `[kv_len, latent_dim]` in the
+        cache dtype (fp8 stays fp8; ckv_scale and kpe_scale dequantise)."""
+        start, end = int(self.kv_indptr[b]), int(self.kv_indptr[b + 1])
+        pages = self.kv_cache[self.kv_indices[start:end].long()]  # [n_pages, page_size, 576]
+        return pages.reshape(-1, pages.shape[-1])[: self.spec.kv_lens[b]]
 
     def nbytes(self) -> int:
         tensors = [self.q, self.kv_cache, self.kv_indices, self.kv_indptr, self.qo_indptr]
@@ -116,6 +137,8 @@ def make_inputs(
     indptr, indices = page_table(spec, cpu_gen)
     num_pages = max(indices) + 1
     q_dtype = torch_dtype(spec.dtype)
+    if spec.mla is not None:
+        return _mla_inputs(spec, device, dev_gen, indptr, indices, keep_high_precision)
 
     q = torch.empty(spec.total_q, spec.num_qo_heads, spec.head_dim, dtype=q_dtype, device=device)
     q.normal_(generator=dev_gen)
@@ -145,6 +168,29 @@ def make_inputs(
     else:
         kv_cache = kv_hp
 
+    inputs = AttentionInputs(
+        spec,
+        q,
+        kv_cache,
+        *_index_tensors(spec, indptr, indices, device),
+        k_scale=k_scale,
+        v_scale=v_scale,
+        extras=extras,
+    )
+    if spec.kind == "tree" and spec.tree is not None:
+        inputs.custom_mask = tree_custom_mask(spec).to(device)
+    if spec.sinks:
+        inputs.sinks = sink_logits(spec, cpu_gen).to(device)
+    return inputs
+
+
+Index5 = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _index_tensors(
+    spec: WorkloadSpec, indptr: list[int], indices: list[int], device: torch.device
+) -> Index5:
+    """(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, kv_lens) as int32 on `device`."""
     last = [n - (-(-n // spec.page_size) - 1) * spec.page_size for n in spec.kv_lens]
     qo_indptr = [0]
     for n in spec.qo_lens:
@@ -153,22 +199,73 @@ def make_inputs(
     def i32(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int32, device=device)
 
-    inputs = AttentionInputs(
-        spec=spec,
-        q=q,
-        kv_cache=kv_cache,
-        qo_indptr=i32(qo_indptr),
-        kv_indptr=i32(indptr),
-        kv_indices=i32(indices),
-        kv_last_page_len=i32(last),
-        kv_lens=i32(list(spec.kv_lens)),
-        k_scale=k_scale,
-        v_scale=v_scale,
+    return i32(qo_indptr), i32(indptr), i32(indices), i32(last), i32(list(spec.kv_lens))
+
+
+def sink_logits(spec: WorkloadSpec, generator: torch.Generator) -> torch.Tensor:
+    """One sink logit per query head, bfloat16 `[num_qo_heads]`, large enough to matter.
+
+    Scaled logits of unit-normal q and k are about N(0, 1), so n keys put about 1.65 n
+    (n e^(1/2)) in the softmax denominator. Sinks are drawn around log(1.65 n), n the mean
+    number of keys a query sees, so a sink takes 25-75% of the probability mass for most heads:
+    a kernel that dropped it would fail the accuracy gate by far.
+    """
+    seen = [
+        window_tokens(1, kv, spec.window_left) if spec.window_left >= 0 else kv - qo / 2
+        for kv, qo in zip(spec.kv_lens, spec.qo_lens, strict=True)
+    ]
+    centre = math.log(1.65 * max(1.0, sum(seen) / len(seen)))
+    noise = torch.randn(spec.num_qo_heads, generator=generator, dtype=torch.float64)
+    return (centre + noise).to(torch.bfloat16)
+
+
+def pow2_scale(x: torch.Tensor, fp8: torch.dtype) -> float:
+    """The smallest power of two that maps x's largest magnitude into the fp8 range: stored
+    values times it are exact in bf16, so a kernel that dequantises to bf16 loses nothing."""
+    from attnbench.workload.quant import FP8_MAX
+
+    amax = float(x.abs().amax().float())
+    return 1.0 if amax == 0.0 else float(2.0 ** math.ceil(math.log2(amax / FP8_MAX[fp8])))
+
+
+def _mla_inputs(
+    spec: WorkloadSpec,
+    device: torch.device,
+    gen: torch.Generator,
+    indptr: list[int],
+    indices: list[int],
+    keep_high_precision: bool,
+) -> AttentionInputs:
+    """The absorbed MLA case: q `[total_q, Hq, 576]` and the latent cache (module docstring)."""
+    assert spec.mla is not None
+    rank = spec.mla.kv_lora_rank
+    q_dtype = torch_dtype(spec.dtype)
+    q = torch.empty(spec.total_q, spec.num_qo_heads, spec.head_dim, dtype=q_dtype, device=device)
+    q.normal_(generator=gen)
+    shape = (max(indices) + 1, spec.page_size, spec.head_dim)
+    latent = torch.empty(shape, dtype=q_dtype if not spec.is_fp8 else torch.bfloat16, device=device)
+    latent.normal_(generator=gen)
+    scales = (1.0, 1.0)
+    extras: dict[str, torch.Tensor] = {}
+    if spec.is_fp8:
+        from attnbench.workload.quant import quantize
+
+        fp8 = torch_dtype(spec.kv_dtype)
+        hp, latent = latent, torch.empty(shape, dtype=fp8, device=device)
+        scales = (pow2_scale(hp[..., :rank], fp8), pow2_scale(hp[..., rank:], fp8))
+        latent[..., :rank] = quantize(hp[..., :rank], scales[0], fp8)
+        latent[..., rank:] = quantize(hp[..., rank:], scales[1], fp8)
+        if keep_high_precision:
+            extras["kv_cache_hp"] = hp
+    return AttentionInputs(
+        spec,
+        q,
+        latent,
+        *_index_tensors(spec, indptr, indices, device),
         extras=extras,
+        ckv_scale=scales[0],
+        kpe_scale=scales[1],
     )
-    if spec.kind == "tree" and spec.tree is not None:
-        inputs.custom_mask = tree_custom_mask(spec).to(device)
-    return inputs
 
 
 def tree_ancestor_mask(parents: tuple[int, ...]) -> torch.Tensor:

@@ -12,12 +12,21 @@ from functools import cached_property
 from typing import Any, Literal, overload
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 Kind = Literal["decode", "prefill", "append", "tree", "shared_prefix"]
 DType = Literal["float16", "bfloat16"]
 KVDType = Literal["float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
 KVLayout = Literal["NHD", "HND"]
+LayerType = Literal["", "full_attention", "sliding_attention"]
+"""Which of a model's layer kinds a case times (HF `layer_types` names); "": every layer."""
 
 KINDS: tuple[str, ...] = ("decode", "prefill", "append", "tree", "shared_prefix")
 DTYPES: tuple[str, ...] = ("float16", "bfloat16")
@@ -66,6 +75,69 @@ def causal_pairs(qo_len: Any, kv_len: Any) -> Any:
     qo_len * (kv_len - qo_len) + qo_len * (qo_len + 1) / 2. Works on ints and integer arrays.
     """
     return qo_len * (kv_len - qo_len) + qo_len * (qo_len + 1) // 2
+
+
+def windowed_pairs(qo_len: int, kv_len: int, window_left: int) -> int:
+    """(query, key) pairs of `qo_len` causal queries at the end of `kv_len` keys when each
+    query also sees at most `window_left` keys before itself (FlashInfer's `window_left`).
+
+    Query at position p sees keys max(0, p - window_left)..p: min(p + 1, window_left + 1) keys,
+    summed over p = kv_len - qo_len .. kv_len - 1. A negative window_left is no window.
+    """
+    if window_left < 0:
+        return causal_pairs(qo_len, kv_len)
+    first, last = kv_len - qo_len, kv_len - 1
+    ramp_end = min(last, window_left)  # positions that still see every key before them
+    ramp = (
+        (ramp_end + 1) * (ramp_end + 2) // 2 - first * (first + 1) // 2 if first <= ramp_end else 0
+    )
+    flat = (last - max(first, window_left + 1) + 1) * (window_left + 1)
+    return ramp + max(0, flat)
+
+
+def window_tokens(qo_len: int, kv_len: int, window_left: int) -> int:
+    """KV tokens a request's queries read: the last `qo_len + window_left` of its `kv_len`
+    keys under a window (the first query's window start to the end), else all of them."""
+    return kv_len if window_left < 0 else min(kv_len, qo_len + window_left)
+
+
+class MlaSpec(BaseModel):
+    """Multi-head latent attention (DeepSeek-V3, Kimi-K2) in its absorbed ("matrix
+    absorption") form, as serving engines run decode and prefill on the latent cache.
+
+    The cache holds one latent per token, shared by every query head: the compressed KV
+    (`kv_lora_rank` values, ckv) and the RoPE key (`qk_rope_head_dim`, kpe). With W_UK folded
+    into the query, q = [q_nope W_UK (kv_lora_rank); q_pe (qk_rope_head_dim)] and
+
+        logits = sm_scale * (q_nope . ckv + q_pe . kpe)     over the latent_dim (576) values
+        out    = softmax(logits) @ ckv                       [kv_lora_rank] per head
+
+    (W_UV is applied after attention, outside the kernel). As an attention case that is one
+    "KV head" of head_dim latent_dim for keys and kv_lora_rank for values. `sm_scale` is the
+    model's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), the per-head width before absorption
+    (DeepSeek-V3's YaRN mscale factor on it is not modelled).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kv_lora_rank: int = Field(default=512, gt=0)
+    qk_rope_head_dim: int = Field(default=64, gt=0)
+    qk_nope_head_dim: int = Field(default=128, gt=0)
+    v_head_dim: int = Field(default=128, gt=0)
+    sm_scale: float = Field(default=0.0, ge=0.0)
+    """Softmax scale; 0 (the default): 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)."""
+
+    @model_validator(mode="after")
+    def _scale(self) -> MlaSpec:
+        if self.sm_scale == 0.0:
+            width = self.qk_nope_head_dim + self.qk_rope_head_dim
+            object.__setattr__(self, "sm_scale", 1.0 / float(np.sqrt(width)))
+        return self
+
+    @property
+    def latent_dim(self) -> int:
+        """Values one token caches per layer: kv_lora_rank + qk_rope_head_dim (576)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
 
 
 class TreeSpec(BaseModel):
@@ -137,6 +209,27 @@ class WorkloadSpec(BaseModel):
     """Draft tree for kind=tree: every request verifies this tree over its context."""
     shared_prefix_len: int = Field(default=0, ge=0)
     """For kind=shared_prefix: tokens at the start of every request that all requests share."""
+    mla: MlaSpec | None = None
+    """Multi-head latent attention (absorbed form): num_kv_heads is 1 (the shared latent),
+    head_dim its latent_dim, and values are its first kv_lora_rank values."""
+    window_left: int = Field(default=-1, ge=-1)
+    """Sliding window: each query also sees at most this many keys before itself (FlashInfer's
+    `window_left`; HF `sliding_window` - 1); -1: no window."""
+    sinks: bool = False
+    """A learned sink logit per query head joins the softmax denominator (gpt-oss)."""
+    layer_type: LayerType = ""
+    """The model's layer kind this case times; `num_layers` then counts that kind only."""
+
+    @model_serializer(mode="wrap")
+    def _omit_default_features(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave the attention-feature fields out while they are at their defaults, so a plain
+        GQA case serialises (and hashes into its case_id) exactly as before they existed."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for key, default in _FEATURE_DEFAULTS.items():
+                if key in data and data[key] == default:
+                    del data[key]
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadSpec:
@@ -169,7 +262,30 @@ class WorkloadSpec(BaseModel):
                 raise ValueError("kind=tree: every qo_len must equal the tree's node count")
         if self.kind == "shared_prefix" and not 0 < self.shared_prefix_len <= min(self.kv_lens):
             raise ValueError("kind=shared_prefix needs 0 < shared_prefix_len <= every kv_len")
+        self._check_features()
         return self
+
+    def _check_features(self) -> None:
+        plain = ("decode", "prefill", "append")
+        if (self.window_left >= 0 or self.sinks or self.mla) and self.kind not in plain:
+            raise ValueError(
+                f"kind={self.kind}: windows, sinks and MLA are modelled for {', '.join(plain)} only"
+            )
+        if self.window_left >= 0 and not self.causal:
+            raise ValueError("window_left needs causal=True (a left window over causal keys)")
+        if self.mla is None:
+            return
+        m = self.mla
+        if self.num_kv_heads != 1 or self.head_dim != m.latent_dim:
+            raise ValueError(
+                f"an MLA case has num_kv_heads=1 and head_dim={m.latent_dim} (the latent: "
+                f"kv_lora_rank {m.kv_lora_rank} + qk_rope_head_dim {m.qk_rope_head_dim}), "
+                f"not {self.num_kv_heads} and {self.head_dim}"
+            )
+        if self.window_left >= 0 or self.sinks:
+            raise ValueError("an MLA case has no sliding window and no sinks")
+        if self.kv_layout != "NHD":
+            raise ValueError("the MLA latent cache is [pages, page_size, latent_dim]: NHD only")
 
     # -- derived sizes ----------------------------------------------------------------------
     @property
@@ -197,17 +313,33 @@ class WorkloadSpec(BaseModel):
     def is_fp8(self) -> bool:
         return is_fp8(self.kv_dtype)
 
+    @property
+    def v_head_dim(self) -> int:
+        """Width of values and of the output per head: MLA's kv_lora_rank, else head_dim."""
+        return self.mla.kv_lora_rank if self.mla else self.head_dim
+
+    @property
+    def sm_scale(self) -> float:
+        """Softmax scale: MLA's (from the model's per-head width), else 1/sqrt(head_dim)."""
+        return self.mla.sm_scale if self.mla else 1.0 / float(np.sqrt(self.head_dim))
+
+    def features(self) -> tuple[str, ...]:
+        """Attention features beyond plain GQA this case uses: `mla`, `window`, `sinks`."""
+        found = ("mla",) * (self.mla is not None) + ("window",) * (self.window_left >= 0)
+        return found + ("sinks",) * self.sinks
+
     @cached_property
     def case_id(self) -> str:
         """Readable, deterministic id: `decode/llama-3.1-70b-tp8/bs32/mixed/bf16/kv=fp8_e4m3/p16`.
 
         A short hash of the whole spec keeps two cases with the same summary apart.
         """
-        shape = (
-            self.model + (f"-tp{self.tp}" if self.tp > 1 else "")
-            if self.model
-            else (f"h{self.num_qo_heads}-{self.num_kv_heads}-d{self.head_dim}")
-        )
+        if self.model:
+            shape = self.model + (f"-tp{self.tp}" if self.tp > 1 else "")
+        elif self.mla:
+            shape = f"mla-h{self.num_qo_heads}-r{self.mla.kv_lora_rank}+{self.mla.qk_rope_head_dim}"
+        else:
+            shape = f"h{self.num_qo_heads}-{self.num_kv_heads}-d{self.head_dim}"
         lens = self.lengths or _summarize_lengths(self.kv_lens)
         parts = [self.kind, shape, f"bs{self.batch_size}", lens]
         if self.kind == "tree" and self.tree is not None:
@@ -216,6 +348,12 @@ class WorkloadSpec(BaseModel):
             parts.append(f"prefix{self.shared_prefix_len}")
         if self.kind == "append":
             parts.append(f"q{max(self.qo_lens)}")
+        if self.layer_type:
+            parts.append(self.layer_type.removesuffix("_attention"))
+        if self.window_left >= 0:
+            parts.append(f"win{self.window_left}")
+        if self.sinks:
+            parts.append("sinks")
         parts += [self.dtype, f"kv={self.kv_dtype}", f"p{self.page_size}", self.kv_layout]
         if self.label:
             parts.append(self.label)
@@ -223,6 +361,15 @@ class WorkloadSpec(BaseModel):
             json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
         ).hexdigest()[:8]
         return "/".join(parts) + "#" + digest
+
+
+_FEATURE_DEFAULTS: dict[str, Any] = {
+    "mla": None,
+    "window_left": -1,
+    "sinks": False,
+    "layer_type": "",
+}
+"""Fields added for MLA, windows and sinks, and the defaults a plain GQA case has."""
 
 
 def _summarize_lengths(kv_lens: tuple[int, ...]) -> str:
