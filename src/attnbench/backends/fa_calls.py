@@ -54,8 +54,13 @@ class Setup:
         return torch.bfloat16 if self.q_scale is not None else self.q.dtype
 
     def common(self, batch: int) -> dict[str, Any]:
-        """Keyword arguments of every call: scale, descales (fp8), FA3 tuning knobs."""
+        """Keyword arguments of every call: scale, descales (fp8), FA3 tuning knobs, a sliding
+        window as (window_left, 0) and the sink logits (bf16 `[num_qo_heads]`)."""
         kw: dict[str, Any] = {"softmax_scale": self.sm_scale}
+        if self.spec.window_left >= 0:
+            kw["window_size_left"], kw["window_size_right"] = self.spec.window_left, 0
+        if self.inputs.sinks is not None:
+            kw["sinks"] = self.inputs.sinks
         if self.lib.generation == 3:
             kw["num_splits"] = self.knobs["num_splits"]
             kw["pack_gqa"] = self.knobs["pack_gqa"]
@@ -172,6 +177,8 @@ def scheduler_metadata_call(
     spec, lib = s.spec, s.lib
     cu_q, max_q = s.inputs.qo_indptr, max(spec.qo_lens)
 
+    window = {"window_size": (spec.window_left, 0)} if spec.window_left >= 0 else {}
+
     def compute() -> torch.Tensor:
         meta: torch.Tensor = lib.module.get_scheduler_metadata(
             spec.batch_size,
@@ -187,6 +194,7 @@ def scheduler_metadata_call(
             causal=causal,
             num_splits=s.knobs["num_splits"],
             pack_gqa=s.knobs["pack_gqa"],
+            **window,
         )
         return meta
 

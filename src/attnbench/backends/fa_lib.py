@@ -22,6 +22,7 @@ the build flags that are set); `build_summary` is the line `attnbench backends` 
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -104,6 +105,23 @@ class FlashLib:
         return hasattr(self.module, "get_scheduler_metadata")
 
     @property
+    def sinks(self) -> bool:
+        """The build takes attention `sinks` (tokenspeed-fa3 does; upstream FA3 and FA2 do not):
+        in the raw operator's schema, else in the public function's signature."""
+        if self.raw is not None:
+            return "sinks" in self.raw_args
+        func = getattr(self.module, "flash_attn_with_kvcache", None)
+        try:
+            return func is not None and "sinks" in inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            return False
+
+    @property
+    def window(self) -> bool:
+        """The build has sliding-window (local) kernels (FLASHATTENTION_DISABLE_LOCAL unset)."""
+        return not self.disabled("LOCAL")
+
+    @property
     def label(self) -> str:
         return f"{self.import_name} {self.version}".strip()
 
@@ -136,8 +154,9 @@ class FlashLib:
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> Any:
         """FA3 forward; returns (out, softmax_lse). `kw` uses the raw operator's argument names
         (out, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, page_table,
-        q_descale, k_descale, v_descale, softmax_scale, is_causal, scheduler_metadata,
-        num_splits, pack_gqa). softmax_lse is `[num_qo_heads, total_q]` for varlen q."""
+        q_descale, k_descale, v_descale, softmax_scale, is_causal, window_size_left,
+        window_size_right, scheduler_metadata, num_splits, pack_gqa, sinks). softmax_lse is
+        `[num_qo_heads, total_q]` for varlen q."""
         if self.raw is not None:
             unknown = set(kw) - self.raw_args
             if unknown:
@@ -149,6 +168,8 @@ class FlashLib:
     def _public_forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> Any:
         kw.pop("out", None)
         causal = kw.pop("is_causal", False)
+        if "window_size_left" in kw:  # the public functions take one (left, right) pair
+            kw["window_size"] = (kw.pop("window_size_left"), kw.pop("window_size_right", -1))
         if "cu_seqlens_k" in kw:  # packed K/V
             res = self.module.flash_attn_varlen_func(
                 q,

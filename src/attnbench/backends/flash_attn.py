@@ -32,6 +32,10 @@ see `fa_lib.FlashLib.provenance`); `knobs_ignored` lists knobs that cannot matte
 fp8 KV: FA3 needs q, k and v in fp8_e4m3 with `(batch, num_kv_heads)` float32 descales; q is
 quantised in plan with a per-tensor scale, the reference then uses that q (`q_effective`), and
 the error budget is fp8's (P is fp8 on that path). The output of the fp8 path is bf16.
+
+Sliding windows: `window_size=(window_left, 0)` (FA3 and FA2; bottom-right aligned like the
+reference). Attention sinks: `sinks=` (bf16 per query head) where the build takes it
+(tokenspeed-fa3; `FlashLib.sinks`). MLA is refused here (`flash-attn:mla`, `fa3_mla`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from attnbench.backends.fa_calls import (
     varlen_part,
 )
 from attnbench.backends.fa_lib import FlashLib, build_summary, load_fa2, load_fa3
+from attnbench.backends.features import missing_feature
 from attnbench.backends.masks import is_chain
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
@@ -120,6 +125,14 @@ class FlashAttnBackend:
         lib = self._lib()
         if isinstance(lib, str):
             return Unsupported(lib)
+        features = ["window"] * lib.window + ["sinks"] * lib.sinks
+        reasons = {
+            "mla": "{who} computes GQA attention; FA3 on MLA is flash-attn:mla",
+            "window": f"{lib.label} was built without local (sliding-window) kernels",
+            "sinks": f"{lib.label} takes no `sinks` (tokenspeed-fa3's FA3 build does)",
+        }
+        if refused := missing_feature(self.name, spec, features, reasons):
+            return refused
         why = _check_build(lib, spec, device) or self._layout_reason(lib, spec)
         if why is None and self.cascade:
             why = _check_cascade(spec)

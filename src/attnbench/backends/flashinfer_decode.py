@@ -8,6 +8,10 @@ FP8 KV (0.7.4, decode.py `run`): `k_scale` multiplies `sm_scale` on the host, `v
 scales the output after the kernel (`out *= v_scale`, in place, so `run` stays
 allocation-free). XQA takes them fused: `bmm1_scale = k_scale / sqrt(head_dim)`,
 `bmm2_scale = v_scale`.
+
+Sliding window: `plan(window_left=)` (the run inherits it); XQA takes `window_left` per call
+(its `sliding_win_size` = window_left + 1). Sinks: XQA and trtllm-gen take `sinks=` in float32
+`[num_qo_heads]` (`flashinfer_rules.SINK_VARIANTS`; the rules refuse them elsewhere).
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ def plan_decode(
         "kv_data_type": torch_dtype(spec.kv_dtype),
         "q_len_per_req": route.q_len_per_req,
     }
+    if spec.window_left >= 0:
+        plan_kwargs["window_left"] = spec.window_left
     if route.use_tensor_cores and route.backend == "fa2":
         # Only the tensor-core (fa2 prefill) planner takes these; the CUDA-core one
         # rejects fixed_split_size and ignores disable_split_kv.
@@ -78,11 +84,15 @@ def plan_decode(
 
     replan()
     out = output_buffer(spec, inputs)
-    scales = {"k_scale": inputs.k_scale, "v_scale": inputs.v_scale} if spec.is_fp8 else {}
+    extra: dict[str, Any] = {"k_scale": inputs.k_scale, "v_scale": inputs.v_scale}
+    if not spec.is_fp8:
+        extra = {}
+    if inputs.sinks is not None:
+        extra["sinks"] = sink_tensor(inputs)
     q, kv_cache = inputs.q, inputs.kv_cache
 
     def run() -> torch.Tensor:
-        result: torch.Tensor = wrapper.run(q, kv_cache, out=out, **scales)
+        result: torch.Tensor = wrapper.run(q, kv_cache, out=out, **extra)
         return result
 
     kernel = "decode-cuda-core"
@@ -109,11 +119,20 @@ def plan_decode(
     )
 
 
+def sink_tensor(inputs: AttentionInputs) -> torch.Tensor:
+    """The case's sink logits as FlashInfer's XQA and trtllm-gen kernels take them: float32
+    `[num_qo_heads]` (the bf16 values, exactly)."""
+    assert inputs.sinks is not None
+    return inputs.sinks.float().contiguous()
+
+
 def xqa_kernel(spec: WorkloadSpec, sm: int, q_len: int) -> str:
     """Which XQA kernel runs (0.7.4 xqa.py): the SM90 fp8 GMMA one or the generic one."""
     if spec.kv_dtype != "fp8_e4m3" or sm // 10 != 9 or spec.head_dim > 256:
         return "mha"
     if q_len > 1 and q_len * spec.group_size <= 32:  # SWAP_AB specialisation
+        return "mha"
+    if q_len > 1 and (spec.sinks or spec.window_left >= 0):  # xqa.py: generic kernel then
         return "mha"
     return "mha_sm90"
 
@@ -137,6 +156,7 @@ def plan_xqa(route: Route, spec: WorkloadSpec, inputs: AttentionInputs, sm: int)
     bmm1_scale = inputs.k_scale / math.sqrt(spec.head_dim)
     bmm2_scale = inputs.v_scale
     q, kv_cache, seq_lens = inputs.q, inputs.kv_cache, inputs.kv_lens
+    sinks = sink_tensor(inputs) if inputs.sinks is not None else None
     # xqa_batch_decode_with_kv_cache views q as [batch, q_len, heads, dim] for q_len > 1 and
     # unsqueezes `out` the same way: hand it the same 4-D view of the fixed output.
     out_arg = (
@@ -153,7 +173,9 @@ def plan_xqa(route: Route, spec: WorkloadSpec, inputs: AttentionInputs, sm: int)
             max_seq_len,
             bmm1_scale=bmm1_scale,
             bmm2_scale=bmm2_scale,
+            window_left=spec.window_left,
             out=out_arg,
+            sinks=sinks,
             kv_layout=spec.kv_layout,
             q_len_per_req=q_len,
             mask=mask,

@@ -62,6 +62,11 @@ def _split_kwargs(route: Route, knobs: dict[str, object]) -> dict[str, Any]:
     }
 
 
+def _window_kwargs(spec: WorkloadSpec) -> dict[str, Any]:
+    """`plan(window_left=)` for a sliding window (every prefill planner takes it)."""
+    return {"window_left": spec.window_left} if spec.window_left >= 0 else {}
+
+
 def _details(api: str, route: Route, knobs: dict[str, object], version: str) -> dict[str, Any]:
     return {
         "api": api,
@@ -86,6 +91,7 @@ def plan_paged(
     plan_kwargs: dict[str, Any] = {
         **query.plan_dtypes(spec),
         **_split_kwargs(route, knobs),
+        **_window_kwargs(spec),
         "causal": spec.causal and not route.custom_mask,
     }
     if route.custom_mask:
@@ -157,6 +163,7 @@ def plan_ragged(
     plan_kwargs: dict[str, Any] = {
         **query.plan_dtypes(spec),
         **_split_kwargs(route, knobs),
+        **_window_kwargs(spec),
         "causal": spec.causal,
     }
 

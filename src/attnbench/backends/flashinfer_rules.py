@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from attnbench.backends.base import Unsupported
+from attnbench.backends.features import missing_feature
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.spec import TreeSpec, WorkloadSpec
 
@@ -186,10 +187,33 @@ def _fa3(spec: WorkloadSpec, device: DeviceInfo, who: str) -> str | None:
     return None
 
 
+SINK_VARIANTS = ("xqa", "trtllm-gen")
+"""Variants whose kernels take `sinks` in 0.7.4 (XQA: float32 per head, SM90 included). The
+fa2/fa3 modules' `paged_run` drop the argument (prefill.py), so the others would ignore it."""
+_FEATURE_REASONS = {
+    "mla": "{who} computes GQA attention; MLA cases run on flashinfer:mla-fa2/-fa3",
+    "sinks": "{who}: FlashInfer 0.7.4's fa2/fa3 kernels drop `sinks` (its run() passes them to "
+    "trtllm-gen, cuDNN and XQA only); flashinfer:xqa serves sinks on SM90",
+    "window": "{who}: MultiLevelCascadeAttentionWrapper takes no window_left per level",
+}
+
+
+def _features(short: str, spec: WorkloadSpec) -> Unsupported | None:
+    """Refusals for MLA, sliding windows and sinks (`plan(window_left=)` serves windows)."""
+    supported = ["window"] * (short != "cascade") + ["sinks"] * (short in SINK_VARIANTS)
+    reasons = dict(_FEATURE_REASONS)
+    if short == "cudnn":
+        reasons["sinks"] = "{who}: cuDNN takes sinks only with cudnn-frontend 1.30+ (SM100 FROST)"
+    return missing_feature(f"flashinfer:{short}", spec, supported, reasons)
+
+
 def route(short: str, spec: WorkloadSpec, device: DeviceInfo) -> Route | Unsupported:
     """The route of variant `flashinfer:<short>` for `spec` on `device`, or why it has none."""
     if short not in VARIANTS:
         raise ValueError(f"unknown FlashInfer variant {short!r}; allowed: {', '.join(VARIANTS)}")
+    refused = _features(short, spec)
+    if refused is not None:
+        return refused
     why = _common(spec, device)
     found = why if why is not None else _ROUTERS[short](spec, device)
     return Unsupported(found) if isinstance(found, str) else found

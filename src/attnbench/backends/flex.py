@@ -3,7 +3,9 @@
 The whole batch is one sequence: q `[1, Hq, total_q, D]` and K/V `[1, Hkv, total_kv, D]`
 gathered from the pages in plan, with a document-style `mask_mod` built from per-token request
 ids and positions (`masks.token_ids`): a query sees keys of its own request, bottom-right
-causal, or for kind=tree the whole context plus its tree ancestors. The block mask is built in
+causal (within spec.window_left keys before it, under a sliding window), or for kind=tree the
+whole context plus its tree ancestors. Attention sinks are refused: FlexAttention's score_mod
+cannot add a term to the softmax denominator. The block mask is built in
 plan (`create_block_mask`, compiled on GPU so the full Q x KV mask is never materialised) and
 rebuilding it is the per-step plan (`replan`). `flex_attention` is compiled once per process
 (`torch.compile`), with a recompile limit high enough for a sweep's shapes: a fall-back to the
@@ -25,6 +27,7 @@ import torch
 
 from attnbench.backends import kvgather
 from attnbench.backends.base import PlannedRun, Unsupported
+from attnbench.backends.features import missing_feature
 from attnbench.backends.masks import TokenIds, token_ids
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
@@ -78,6 +81,15 @@ def make_mask_mod(spec: WorkloadSpec, ids: TokenIds) -> Callable[..., torch.Tens
             return (q_req[q_idx] == kv_req[kv_idx]) & ((node < 0) | ancestor)
 
         return tree_mask
+    if spec.window_left >= 0:
+        window = spec.window_left
+
+        def window_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
+            same = q_req[q_idx] == kv_req[kv_idx]
+            delta = q_pos[q_idx] - kv_pos[kv_idx]
+            return same & (delta >= 0) & (delta <= window)
+
+        return window_mask
     if spec.causal:
 
         def causal_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
@@ -117,6 +129,9 @@ class FlexBackend:
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
         if device.kind not in self.devices:
             return Unsupported(f"flex runs on cpu or cuda, not {device.kind}")
+        sinks = "flex has no attention sinks: a score_mod cannot add to the softmax denominator"
+        if why := missing_feature(self.name, spec, ("window",), {"sinks": sinks}):
+            return why
         if spec.is_fp8:
             return Unsupported("flex has no fp8 KV path (dequantising in plan is no fp8 kernel)")
         if spec.kv_dtype != spec.dtype:
@@ -173,7 +188,7 @@ class FlexBackend:
         details: dict[str, str | int | float | bool] = {
             "compiled": compiled,
             "kv_cache": "packed",
-            "mask": "tree" if ids.tree is not None else ("causal" if spec.causal else "document"),
+            "mask": _mask_name(spec, ids),
             "block_sparsity": round(_sparsity(block_mask), 4),
         }
         details.update({k.lower(): v for k, v in options.items()})
@@ -185,6 +200,14 @@ class FlexBackend:
             graph_safe=compiled and dev.type == "cuda",
             replan=replan,
         )
+
+
+def _mask_name(spec: WorkloadSpec, ids: TokenIds) -> str:
+    if ids.tree is not None:
+        return "tree"
+    if spec.window_left >= 0:
+        return f"window{spec.window_left}"
+    return "causal" if spec.causal else "document"
 
 
 def _sparsity(block_mask: Any) -> float:

@@ -1,9 +1,10 @@
 """Which keys each query may see, as boolean masks for kernels that take masks.
 
 The rule (the same as the reference oracle's): query i of a request with qo_len n and kv_len L
-sits at absolute position L - n + i. Causal: it sees keys 0..L-n+i (bottom-right aligned).
-kind=tree: it sees the whole context (L - n tokens) and, among the n draft tokens, itself and
-its tree ancestors. Non-causal specs see every key.
+sits at absolute position L - n + i. Causal: it sees keys 0..L-n+i (bottom-right aligned); with
+a sliding window (spec.window_left = W) only keys L-n+i-W..L-n+i. kind=tree: it sees the whole
+context (L - n tokens) and, among the n draft tokens, itself and its tree ancestors. Non-causal
+specs see every key.
 """
 
 from __future__ import annotations
@@ -24,23 +25,36 @@ def request_mask(
         allowed = torch.ones(qo_len, kv_len, dtype=torch.bool, device=device)
         allowed[:, kv_len - qo_len :] = tree_ancestor_mask(spec.tree.parents).to(device)
         return allowed
-    if not spec.causal or qo_len == 1:
+    windowed = 0 <= spec.window_left < kv_len - 1
+    if not spec.causal or (qo_len == 1 and not windowed):
         return None
     pos = torch.arange(qo_len, device=device) + (kv_len - qo_len)
-    return torch.arange(kv_len, device=device)[None, :] <= pos[:, None]
+    keys = torch.arange(kv_len, device=device)[None, :]
+    allowed = keys <= pos[:, None]
+    if windowed:
+        allowed &= keys >= pos[:, None] - spec.window_left
+    return allowed
+
+
+def window_applies(spec: WorkloadSpec) -> bool:
+    """A sliding window hides some key from some query (a request longer than the window)."""
+    return spec.window_left >= 0 and max(spec.kv_lens) > spec.window_left + 1
 
 
 def needs_mask(spec: WorkloadSpec) -> bool:
     """True when some query must not see some key of its own request."""
-    if spec.kind == "tree":
+    if spec.kind == "tree" or window_applies(spec):
         return True
     return spec.causal and any(q > 1 for q in spec.qo_lens)
 
 
 def is_square_causal(spec: WorkloadSpec) -> bool:
-    """Causal with qo_len == kv_len for every request: top-left and bottom-right agree."""
-    return spec.kind != "tree" and all(
-        q == k for q, k in zip(spec.qo_lens, spec.kv_lens, strict=True)
+    """Causal with qo_len == kv_len for every request and no window that bites: top-left and
+    bottom-right agree, so a kernel's own `is_causal` is the whole mask."""
+    return (
+        spec.kind != "tree"
+        and not window_applies(spec)
+        and all(q == k for q, k in zip(spec.qo_lens, spec.kv_lens, strict=True))
     )
 
 

@@ -18,7 +18,9 @@ SDPA has no page table and no ragged batch, so plan builds one of (knob `ragged`
 `auto` (default) takes uniform, else padded when the kernel takes masks, else nested.
 GQA: `enable_gqa=True` when the kernel accepts it, else K/V heads repeated in plan (knob `gqa`).
 Padding, repeated heads and the mask are reported as `extra_bytes`; nothing is dequantised:
-fp8 KV caches are unsupported (SDPA has no fp8 KV path).
+fp8 KV caches are unsupported (SDPA has no fp8 KV path). A sliding window is part of the mask
+(`masks.request_mask`), so windowed cases take the padded path; attention sinks are refused
+(SDPA has no term for the softmax denominator). MLA runs on `sdpa:mla` (`sdpa_mla`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnbench.backends import kvgather
 from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
+from attnbench.backends.features import missing_feature
 from attnbench.backends.masks import is_square_causal, needs_mask, padded_mask
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
@@ -120,6 +123,10 @@ class SdpaBackend:
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
         if device.kind not in self.devices:
             return Unsupported(f"{self.name} needs a CUDA GPU")
+        sinks = f"{self.name} has no attention sinks: SDPA cannot add to the softmax denominator"
+        mla = f"{self.name} runs grouped-query attention; MLA cases run on sdpa:mla"
+        if why := missing_feature(self.name, spec, ("window",), {"sinks": sinks, "mla": mla}):
+            return why
         if spec.is_fp8:
             return Unsupported("sdpa has no fp8 KV path (dequantising in plan is no fp8 kernel)")
         if spec.kv_dtype != spec.dtype:
