@@ -122,7 +122,7 @@ def test_flashinfer_variant_names_are_stable_and_unique() -> None:
 
 def test_flashinfer_registry_selects_all_variants_without_importing_flashinfer() -> None:
     chosen = [b.name for b in select_backends(["flashinfer"])]
-    assert chosen == NAMES
+    assert chosen == [*NAMES, "flashinfer:mla-fa2", "flashinfer:mla-fa3"]  # flashinfer_mla
     assert [b.name for b in select_backends(["flashinfer:xqa"])] == ["flashinfer:xqa"]
 
 

@@ -20,8 +20,13 @@ _MODULES: dict[str, str] = {
     "flash-attn": "attnbench.backends.flash_attn",
     "cudnn": "attnbench.backends.cudnn",
     "faulty": "attnbench.backends.faults",
+    "sdpa-mla": "attnbench.backends.sdpa_mla",
+    "flashinfer-mla": "attnbench.backends.flashinfer_mla",
+    "flash-attn-mla": "attnbench.backends.fa3_mla",
 }
-"""Modules whose variants set `hidden = True` (fault injection) are left out of `all`."""
+"""Modules whose variants set `hidden = True` (fault injection) are left out of `all`. The MLA
+modules' variants carry their library's name (`sdpa:mla`, `flashinfer:mla-fa2`,
+`flash-attn:mla`), so `--backend flashinfer` selects them with the others."""
 
 __all__ = [
     "Backend",
