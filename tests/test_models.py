@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +13,8 @@ from attnbench.config_load import ConfigError, load_settings
 from attnbench.workload.models import MODELS, get_model
 from attnbench.workload.shapes import MLAShape, ModelShape, layer_cycle
 from attnbench.workload.suite import settings_specs
+
+pytestmark = pytest.mark.usefixtures("isolated")
 
 SHAPE = ("num_qo_heads", "num_kv_heads", "head_dim", "num_layers")
 CORE = (*SHAPE, "hidden_size", "intermediate_size", "vocab_size")
@@ -41,14 +42,6 @@ BRIEF = {
     "deepseek-r1": (128, 128, 192, 61),
     "kimi-k2": (64, 64, 192, 61),
 }
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(__import__("os").environ):
-        if key.startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
 
 
 def _values(m: ModelShape, fields: tuple[str, ...]) -> tuple[int, ...]:
@@ -112,34 +105,27 @@ def test_mla_presets_cache_one_latent_shared_by_every_query_head() -> None:
 
 @pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-r1", "kimi-k2"])
 def test_mla_presets_refuse_gqa_sharding(name: str) -> None:
-    with pytest.raises(ValueError, match="MLA workloads are not supported yet"):
+    """KV capacity and the replay shard KV heads; an MLA cache has none to shard."""
+    with pytest.raises(ValueError, match="uses MLA: its cache holds one latent"):
         get_model(name).shard(8)
 
 
-def test_only_plain_gqa_presets_run_as_gqa_workloads() -> None:
+def test_every_preset_but_soft_cap_runs() -> None:
     runnable = {n for n, m in MODELS.items() if m.unsupported_reason() is None}
-    assert runnable == set(PINNED) - {"gemma-2-27b", "gemma-2-9b"} | {
-        "qwen2.5-7b",
-        "qwen3-235b-a22b",
-        "mixtral-8x7b",
-    }
-    why = get_model("gpt-oss-120b").unsupported_reason() or ""
-    assert "window 128 on 18/36 layers" in why
-    assert "attention sinks" in why
-    assert "--num-heads 64 --num-kv-heads 8 --head-dim 64" in why
+    assert runnable == set(MODELS) - {"gemma-2-27b", "gemma-2-9b"}
+    why = get_model("gemma-2-9b").unsupported_reason() or ""
+    assert "logit soft-capping" in why
+    assert "--num-heads 16 --num-kv-heads 8 --head-dim 256" in why
 
 
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        ("deepseek-v3", "model='deepseek-v3': MLA workloads are not supported yet"),
-        ("Kimi-K2", "MLA workloads are not supported yet: kimi-k2"),
-        ("gpt-oss-120b", "gpt-oss-120b uses window 128 on 18/36 layers (1:1), attention sinks"),
-        ("gemma-3-27b", "window 1024 on 52/62 layers (5:1)"),
         ("gemma-2-9b", "logit soft-cap 50"),
+        ("gemma-2-27b", "does not run logit soft-capping yet"),
     ],
 )
-def test_model_flag_refuses_what_is_not_gqa_in_one_line(model: str, message: str) -> None:
+def test_model_flag_refuses_soft_cap_in_one_line(model: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings({"model": model})
     assert message in str(err.value)
@@ -193,7 +179,7 @@ def test_models_command_lists_features_and_sources() -> None:
     for text in (
         "MLA latent 512+64",
         "window 128 on 18/36 layers (1:1); attention sinks",
-        "(--model: not yet)",
+        "logit soft-cap 50; (--model:",
         "GQA 7",
         "inference/configs/config_671B.json",
         "[LOCAL_SLIDING, GLOBAL]",

@@ -281,7 +281,7 @@ class Settings(BaseSettings):
 
         model = get_model(v)
         if (why := model.unsupported_reason()) is not None:
-            raise ValueError(why)  # MLA, windows, sinks, soft-cap: not a plain GQA workload yet
+            raise ValueError(why)  # logit soft-cap: not run yet
         return model.name
 
     @model_validator(mode="after")
@@ -292,9 +292,9 @@ class Settings(BaseSettings):
                 f"{self.num_kv_heads}; allowed num_kv_heads: divisors of {self.num_heads}"
             )
         if self.model is not None:
-            from attnbench.workload.models import get_model
+            from attnbench.workload.models import get_model, layer_shapes
 
-            get_model(self.model).shard(self.tp)
+            layer_shapes(get_model(self.model), self.tp)  # MLA and layer kinds included
         if self.min_runs > self.max_runs:
             raise ValueError(f"min_runs={self.min_runs} exceeds max_runs={self.max_runs}")
         return self

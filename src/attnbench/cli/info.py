@@ -131,7 +131,7 @@ def models() -> None:
     from. Presets whose attention attnbench does not run yet are listed but refused by --model."""
     from rich.text import Text
 
-    from attnbench.workload.models import MODELS
+    from attnbench.workload.models import MODELS, valid_tps
 
     table = Table(title="models", header_style="bold")
     for col in ("model", "num_qo_heads", "num_kv_heads", "head_dim", "layers"):
@@ -140,13 +140,7 @@ def models() -> None:
     table.add_column("experts")
     table.add_column("valid --tp")
     for m in MODELS.values():
-        tps = []
-        for tp in (1, 2, 4, 8, 16):
-            try:
-                m.shard(tp)
-                tps.append(str(tp))
-            except ValueError:
-                pass
+        tps = [str(tp) for tp in valid_tps(m)]
         group = m.num_qo_heads // m.num_kv_heads
         kind = "MHA" if group == 1 else "MQA" if m.num_kv_heads == 1 else f"GQA {group}"
         features = list(m.attention_features()) or [kind]

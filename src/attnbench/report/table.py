@@ -43,6 +43,12 @@ def short_case(spec: dict[str, Any]) -> str:
         parts.append(spec["tree"]["name"])
     if spec.get("shared_prefix_len"):
         parts.append(f"prefix{spec['shared_prefix_len']}")
+    if spec.get("layer_type"):  # a model's sliding or full layers (gpt-oss, Gemma-3)
+        parts.append(str(spec["layer_type"]).removesuffix("_attention"))
+    if spec.get("window_left", -1) >= 0:
+        parts.append(f"win{spec['window_left']}")
+    if spec.get("sinks"):
+        parts.append("sinks")
     kv = DTYPE_SHORT.get(spec["kv_dtype"], spec["kv_dtype"])
     parts.append(f"{DTYPE_SHORT.get(spec['dtype'], spec['dtype'])}/{kv}")
     if spec.get("page_size", 16) != 16:

@@ -14,14 +14,22 @@ Beyond plain GQA a preset may carry the attention features the serving kernels m
     mla                            multi-head latent attention (DeepSeek-V3, Kimi-K2): the cache
                                    holds one latent per token shared by every query head
 
-attnbench does not run these features yet: `unsupported_reason` says why a preset cannot become
-a plain GQA workload (config.py refuses such a `--model`), and `shard` refuses MLA, whose cache
-no GQA head count describes. The shape classes are in `workload.shapes`.
+`layer_shapes` turns a preset into the attention cases a model runs on one GPU, one per layer
+kind: MLA in its absorbed form (`WorkloadSpec.mla`, query heads split by tp, the latent
+replicated), windowed and full layers apart (`window_left` = sliding_window - 1, HF's
+`kv_idx > q_idx - sliding_window`; `num_layers` counts that kind, so the model-level
+ms/token adds the kinds), sinks on every layer that has them. Soft-capping is not run yet:
+`unsupported_reason` says so and config.py refuses such a `--model`; `shard` (KV heads per GPU,
+for capacity and the replay) refuses MLA. The shape classes are in `workload.shapes`.
 """
 
 from __future__ import annotations
 
-from attnbench.workload.shapes import MLAShape, ModelShape, layer_cycle
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnbench.workload.shapes import LayerType, MLAShape, ModelShape, divisors, layer_cycle
+from attnbench.workload.spec import MlaSpec
 
 _LLAMA = (
     "meta-llama/llama-models models/sku_list.py @364ed4e, llama3_1 arch_args "
@@ -227,3 +235,78 @@ def get_model(name: str) -> ModelShape:
     if key not in MODELS:
         raise ValueError(f"model={name!r} is not known; allowed: {', '.join(MODELS)}")
     return MODELS[key]
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One layer kind of a model on one GPU, as its attention cases need it."""
+
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_layers: int
+    """Layers of this kind (all of them when the model has one kind)."""
+    spec_fields: dict[str, Any] = field(default_factory=dict)
+    """Further `WorkloadSpec` fields: mla, window_left, sinks, layer_type."""
+
+
+def layer_shapes(model: ModelShape, tp: int = 1) -> list[LayerShape]:
+    """The attention cases of `model` at tensor-parallel degree `tp`, one per layer kind.
+
+    Raises ValueError naming the allowed values when tp cannot shard the model (and with
+    `unsupported_reason` for a preset attnbench does not run).
+    """
+    if (why := model.unsupported_reason()) is not None:
+        raise ValueError(why)
+    if model.mla is not None:
+        m = model.mla
+        mla = MlaSpec(
+            kv_lora_rank=m.kv_lora_rank,
+            qk_rope_head_dim=m.qk_rope_head_dim,
+            qk_nope_head_dim=m.qk_nope_head_dim,
+            v_head_dim=m.v_head_dim,
+        )
+        heads = mla_heads(model, tp)
+        return [LayerShape(heads, 1, m.latent_dim, model.num_layers, {"mla": mla})]
+    shard = model.shard(tp)
+    sinks = {"sinks": True} if model.sinks else {}
+    kinds: list[LayerType] = sorted(set(model.layer_types), reverse=True)
+    if model.sliding_window is None or not kinds:
+        return [
+            LayerShape(
+                shard.num_qo_heads, shard.num_kv_heads, shard.head_dim, model.num_layers, sinks
+            )
+        ]
+    out = []
+    for kind in kinds:  # sliding_attention first
+        fields: dict[str, Any] = {"layer_type": kind, **sinks}
+        if kind == "sliding_attention":
+            fields["window_left"] = model.sliding_window - 1
+        count = model.layer_types.count(kind)
+        out.append(
+            LayerShape(shard.num_qo_heads, shard.num_kv_heads, shard.head_dim, count, fields)
+        )
+    return out
+
+
+def mla_heads(model: ModelShape, tp: int) -> int:
+    """Query heads per GPU of an MLA model: tp splits the heads, every GPU keeps the latent."""
+    if tp <= 0 or model.num_qo_heads % tp:
+        allowed = ", ".join(str(d) for d in divisors(model.num_qo_heads))
+        raise ValueError(
+            f"tp={tp} must divide {model.name}'s {model.num_qo_heads} query heads "
+            f"(the latent is replicated); allowed: {allowed}"
+        )
+    return model.num_qo_heads // tp
+
+
+def valid_tps(model: ModelShape, candidates: tuple[int, ...] = (1, 2, 4, 8, 16)) -> list[int]:
+    """The tensor-parallel degrees among `candidates` that shard the model's heads."""
+    ok = []
+    for tp in candidates:
+        try:
+            mla_heads(model, tp) if model.mla is not None else model.shard(tp)
+        except ValueError:
+            continue
+        ok.append(tp)
+    return ok

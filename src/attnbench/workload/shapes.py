@@ -117,23 +117,27 @@ class ModelShape:
         return tuple(features)
 
     def unsupported_reason(self) -> str | None:
-        """Why this preset cannot be run as a plain GQA workload yet (None if it can)."""
-        if self.mla is not None:
-            m = self.mla
-            return (
-                f"MLA workloads are not supported yet: {self.name} caches one latent of "
-                f"kv_lora_rank {m.kv_lora_rank} + qk_rope_head_dim {m.qk_rope_head_dim} values "
-                f"per token and layer, shared by its {self.num_qo_heads} query heads, which no "
-                "GQA head count describes"
-            )
-        features = self.attention_features()
-        if not features:
+        """Why `--model` cannot run this preset yet (None if it can): attnbench runs MLA,
+        sliding windows with their layer pattern and sinks (`models.layer_shapes`), not logit
+        soft-capping."""
+        if not self.logits_soft_cap:
             return None
         return (
-            f"{self.name} uses {', '.join(features)}, which attnbench does not run yet: a GQA "
-            "workload would time every layer as plain full attention; for that shape anyway "
-            f"use --num-heads {self.num_qo_heads} --num-kv-heads {self.num_kv_heads} "
-            f"--head-dim {self.head_dim} without --model"
+            f"{self.name} uses {', '.join(self.attention_features())}; attnbench does not run "
+            f"logit soft-capping yet: a workload without it would time different attention; for "
+            f"that shape anyway use --num-heads {self.num_qo_heads} --num-kv-heads "
+            f"{self.num_kv_heads} --head-dim {self.head_dim} without --model"
+        )
+
+    def mla_reason(self) -> str:
+        """Why a GQA shard (KV heads per GPU) does not describe this MLA model."""
+        m = self.mla
+        assert m is not None
+        return (
+            f"{self.name} uses MLA: its cache holds one latent of kv_lora_rank {m.kv_lora_rank} "
+            f"+ qk_rope_head_dim {m.qk_rope_head_dim} values per token and layer, shared by its "
+            f"{self.num_qo_heads} query heads, which no GQA head count describes (attention "
+            "cases: --model; KV capacity and the serving replay model GQA caches only)"
         )
 
     def shard(self, tp: int) -> ShardedShape:
@@ -145,7 +149,7 @@ class ModelShape:
         is refused: its latent cache has no KV heads to split.
         """
         if self.mla is not None:
-            raise ValueError(self.unsupported_reason())
+            raise ValueError(self.mla_reason())
         if tp <= 0:
             raise ValueError(f"tp={tp} must be positive")
         if self.num_qo_heads % tp:

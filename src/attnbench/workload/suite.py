@@ -27,7 +27,7 @@ from typing import Any, Protocol, Self
 from pydantic import ValidationError
 
 from attnbench.workload.lengths import parse_lengths
-from attnbench.workload.models import get_model
+from attnbench.workload.models import LayerShape, get_model, layer_shapes
 from attnbench.workload.spec import WorkloadSpec
 
 SPEC_EXTRAS = ("label", "trees", "shared_prefix_len")
@@ -184,12 +184,10 @@ def settings_specs(
     shared_prefix_len: int = 0,
 ) -> list[WorkloadSpec]:
     """The grid the settings describe: kinds x length cases x kv dtypes."""
-    if s.model:
-        shard = get_model(s.model).shard(s.tp)
-        heads = (shard.num_qo_heads, shard.num_kv_heads, shard.head_dim, shard.num_layers)
+    if s.model:  # one shape per layer kind (MLA; windowed and full layers; sinks)
+        layers = layer_shapes(get_model(s.model), s.tp)
     else:
-        heads = (s.num_heads, s.num_kv_heads, s.head_dim, 1)
-    num_qo, num_kv, head_dim, num_layers = heads
+        layers = [LayerShape(s.num_heads, s.num_kv_heads, s.head_dim, 1)]
     dists = s.lengths or [",".join(str(n) for n in s.context_lengths), "mixed"]
     specs = []
     for kind in s.kinds:
@@ -198,23 +196,25 @@ def settings_specs(
                 kv_lens = case.kv_lens
                 for kv_dtype in s.kv_dtypes():
                     for qo_lens, kv in _queries(kind, kv_lens, s, trees):
-                        common: dict[str, Any] = dict(
-                            num_qo_heads=num_qo,
-                            num_kv_heads=num_kv,
-                            head_dim=head_dim,
-                            page_size=s.page_size,
-                            kv_layout=s.kv_layout,
-                            dtype=s.dtype,
-                            kv_dtype=kv_dtype,
-                            seed=s.seed,
-                            model=s.model,
-                            tp=s.tp,
-                            num_layers=num_layers,
-                            lengths=case.label,
-                            label=label,
-                        )
-                        prefix = shared_prefix_len or case.shared_prefix_len
-                        specs.append(_make(kind, kv, qo_lens, common, trees, prefix))
+                        for layer in layers:
+                            common: dict[str, Any] = dict(
+                                num_qo_heads=layer.num_qo_heads,
+                                num_kv_heads=layer.num_kv_heads,
+                                head_dim=layer.head_dim,
+                                page_size=s.page_size,
+                                kv_layout=s.kv_layout,
+                                dtype=s.dtype,
+                                kv_dtype=kv_dtype,
+                                seed=s.seed,
+                                model=s.model,
+                                tp=s.tp,
+                                num_layers=layer.num_layers,
+                                lengths=case.label,
+                                label=label,
+                                **layer.spec_fields,
+                            )
+                            prefix = shared_prefix_len or case.shared_prefix_len
+                            specs.append(_make(kind, kv, qo_lens, common, trees, prefix))
     return [sp for group in specs for sp in group]
 
 
