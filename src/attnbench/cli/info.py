@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli.app import app
-from attnbench.cli.common import check_output_file, console, fail, note, write_output
+from attnbench.cli.common import check_output_file, console, fail, write_output
 
 
 @app.command()
@@ -24,11 +24,9 @@ def backends(
     from attnbench.measure.hardware import detect, resolve_device
 
     try:
-        dev, why = resolve_device(device)
+        dev, _ = resolve_device(device)  # the table's title names the device chosen
     except ValueError as exc:
         fail(str(exc))
-    if why:
-        note(why)
     info = detect(dev)
     table = Table(title=f"backends on {info.name}", header_style="bold")
     table.add_column("variant")
@@ -55,19 +53,19 @@ def backends(
 def hw(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N.")] = "auto",
     quick: Annotated[bool, typer.Option(help="Smaller, faster ceiling measurements.")] = False,
-    out: Annotated[Path | None, typer.Option(help="Also write the facts as JSON here.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Also write the facts as JSON here (default: not written).")
+    ] = None,
 ) -> None:
     """This device's facts, spec-sheet peaks and ceilings measured now."""
     from attnbench.measure.hardware import detect, measure_ceilings, resolve_device
 
     try:
-        dev, why = resolve_device(device)
+        dev, _ = resolve_device(device)  # the table's title names the device chosen
     except ValueError as exc:
         fail(str(exc))
     if out is not None:
         check_output_file(out, "--out")
-    if why:
-        note(why)
     info = detect(dev)
     with console.status("measuring copy bandwidth and matmul throughput"):
         ceilings = measure_ceilings(info, quick=quick or info.kind == "cpu")

@@ -1,0 +1,280 @@
+"""The answer at the end of a run (after hyperfine's "Summary"): per case the fastest variant
+that passed the accuracy gate, its latency and fraction of the measured ceiling, and how much
+faster it is than the runner-up and than FlashInfer's default path, called faster only when
+`analysis.compare.estimate_ratio` finds the difference significant and beyond the noise.
+Failures that matter are always listed; variants that did not apply are only counted.
+
+`summarize_rows` is pure (rows in, a `RunSummary` out); `render_summary` lays it out as plain
+text lines no wider than a given width (80 by default).
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnbench.analysis.compare import FAILED, Timing, estimate_ratio
+from attnbench.report.table import short_case
+from attnbench.results import ResultRow
+
+FLASHINFER_DEFAULT = "flashinfer:auto"
+"""FlashInfer's default path: the wrappers with the library's own `backend="auto"` choice."""
+DEFAULT_FALLBACKS = {"decode": ("flashinfer:fa2",)}
+"""Without a `flashinfer:auto` row, the variant `auto` picks on SM90 (`backends/flashinfer_rules`):
+the CUDA-core decode kernel for single-token decode, the fa3 paged prefill kernel otherwise
+(fa2 where fa3 did not run)."""
+OTHER_FALLBACKS = ("flashinfer:fa3", "flashinfer:fa2")
+REASON_CHARS = 240
+"""A failure's reason is cut after this many characters (the full text is in the file)."""
+
+
+@dataclass(frozen=True)
+class Versus:
+    """The winner against one other variant of the same case."""
+
+    variant: str
+    role: str
+    """`runner-up` or `FlashInfer's default`."""
+    ratio: float
+    """median(other) / median(winner): above 1, the winner is faster."""
+    significant: bool
+    """Significant and beyond the noise of both rows (`estimate_ratio(...).verdict`)."""
+
+    def describe(self) -> str:
+        if self.significant:
+            return f"{self.ratio:.2f}x faster than {self.role} {self.variant}"
+        return f"tie with {self.role} {self.variant} ({self.ratio:.2f}x)"
+
+
+@dataclass(frozen=True)
+class CaseSummary:
+    case_id: str
+    label: str
+    winner: str
+    """The fastest variant that passed the gate (`backend`, with what ran when it differs)."""
+    latency_us: float
+    ceiling_frac: float | None
+    """The larger of the bandwidth and matmul fractions of the ceilings measured in the run."""
+    ceiling: str
+    """Which ceiling: `copy` (bandwidth) or `matmul` (FLOP/s)."""
+    passed: int
+    versus: tuple[Versus, ...] = ()
+    default_note: str = ""
+    """What to say about FlashInfer's default path when there is no ratio to give."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    label: str
+    backend: str
+    status: str
+    reason: str
+
+
+@dataclass
+class RunSummary:
+    cases: list[CaseSummary] = field(default_factory=list)
+    nothing_passed: list[str] = field(default_factory=list)
+    """Labels of cases where no variant passed the gate."""
+    failures: list[Failure] = field(default_factory=list)
+    not_applicable: int = 0
+    """(case, variant) pairs that did not apply (status `unsupported`)."""
+
+
+def summarize_rows(rows: Iterable[ResultRow]) -> RunSummary:
+    """The summary of a run's rows. A later row for the same (case, variant) replaces an
+    earlier one (`--resume`); cases keep the order they first appear in."""
+    latest: dict[tuple[str, str], ResultRow] = {}
+    for r in rows:
+        latest.pop(r.key, None)
+        latest[r.key] = r
+    by_case: dict[str, list[ResultRow]] = {}
+    for r in latest.values():
+        by_case.setdefault(r.case_id, []).append(r)
+    out = RunSummary()
+    for case_id, case_rows in by_case.items():
+        label = short_case(case_rows[0].spec)
+        out.not_applicable += sum(r.status == "unsupported" for r in case_rows)
+        out.failures += [
+            Failure(label, r.backend, r.status, r.reason) for r in case_rows if r.status in FAILED
+        ]
+        ok = sorted(
+            (r for r in case_rows if r.status == "ok" and _finite(r.latency_us)),
+            key=lambda r: float(r.latency_us or 0.0),
+        )
+        if not ok:
+            out.nothing_passed.append(label)
+            continue
+        out.cases.append(_case(case_id, label, ok, {r.backend: r for r in case_rows}))
+    return out
+
+
+def _case(
+    case_id: str, label: str, ok: list[ResultRow], by_backend: Mapping[str, ResultRow]
+) -> CaseSummary:
+    best = ok[0]
+    frac, ceiling = ceiling_fraction(best)
+    versus: list[Versus] = []
+    if len(ok) > 1:
+        versus.append(_versus(best, ok[1], "runner-up"))
+    default, note = default_path(by_backend, best.spec.kind)
+    if default is not None and default.backend == best.backend:
+        note = "it is FlashInfer's default path"
+    elif default is not None and (len(ok) < 2 or default.backend != ok[1].backend):
+        versus.append(_versus(best, default, "FlashInfer's default"))
+    return CaseSummary(
+        case_id=case_id,
+        label=label,
+        winner=variant_label(best),
+        latency_us=float(best.latency_us or 0.0),
+        ceiling_frac=frac,
+        ceiling=ceiling,
+        passed=len(ok),
+        versus=tuple(versus),
+        default_note=note,
+    )
+
+
+def default_path(by_backend: Mapping[str, ResultRow], kind: str) -> tuple[ResultRow | None, str]:
+    """FlashInfer's default path for a case: the `flashinfer:auto` row when it passed, else
+    the variant `auto` picks (see DEFAULT_FALLBACKS). Returns (row or None, a note when the
+    default path did not give a usable row)."""
+    auto = by_backend.get(FLASHINFER_DEFAULT)
+    if auto is not None and auto.status == "ok" and _finite(auto.latency_us):
+        return auto, ""
+    for name in DEFAULT_FALLBACKS.get(kind, OTHER_FALLBACKS):
+        row = by_backend.get(name)
+        if row is not None and row.status == "ok" and _finite(row.latency_us):
+            return row, ""
+    if auto is not None and auto.status in FAILED:
+        return None, f"FlashInfer's default path failed ({auto.status})"
+    return None, ""
+
+
+def _versus(best: ResultRow, other: ResultRow, role: str) -> Versus:
+    est = estimate_ratio(timing(best), timing(other))
+    return Versus(variant_label(other), role, est.ratio, est.verdict == "slower")
+
+
+def timing(row: ResultRow) -> Timing:
+    """A row's median, CI of the median and samples, as `analysis.compare` reads them."""
+    lat = row.latency
+    record: dict[str, Any] = {
+        "latency_us": row.latency_us,
+        "ci_low_us": lat.ci_low_us if lat else None,
+        "ci_high_us": lat.ci_high_us if lat else None,
+        "samples_us": row.samples_us,
+    }
+    return Timing.of(record)
+
+
+def ceiling_fraction(row: ResultRow) -> tuple[float | None, str]:
+    """The fraction of the measured ceiling the row reached: bandwidth over the copy ceiling
+    or FLOP/s over the matmul ceiling, whichever is larger (the one that bounds the case)."""
+    bw, mm = row.bandwidth_frac_measured, row.tflops_frac_measured
+    candidates = [(v, name) for v, name in ((bw, "copy"), (mm, "matmul")) if _finite(v)]
+    if not candidates:
+        return None, ""
+    value, name = max(candidates, key=lambda c: float(c[0] or 0.0))
+    return float(value or 0.0), name
+
+
+def variant_label(row: ResultRow) -> str:
+    """`flashinfer:auto (fa2)`: the variant, and what ran when the name does not say it."""
+    short = row.backend.partition(":")[2]
+    if row.resolved and row.resolved not in (short, row.backend):
+        return f"{row.backend} ({row.resolved})"
+    return row.backend
+
+
+def fmt_latency(us: float) -> str:
+    """123.4 µs, 6.28 ms, 1.25 s: never cut, three or four significant figures."""
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e4:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} µs"
+
+
+def render_summary(
+    summary: RunSummary,
+    width: int = 80,
+    listing_hint: str = "`attnbench show FILE --all` lists them with the reasons",
+) -> list[str]:
+    """Plain-text lines, none wider than `width` (at least 40). `listing_hint` ends the line
+    that counts the variants that did not apply (where to see them)."""
+    width = max(width, 40)
+    lines: list[str] = []
+    n_cases = len(summary.cases) + len(summary.nothing_passed)
+    lines += _wrap(
+        f"Summary of {n_cases} cases: the fastest variant that passed the accuracy gate, its "
+        "median and % of the ceiling measured in this run (copy bandwidth or matmul, whichever "
+        "bounds the case), and how much faster it is than the runner-up and FlashInfer's "
+        "default path (tie: not significant, or within the noise)",
+        width,
+    )
+    for c in summary.cases:
+        lines += _wrap(c.label, width)
+        parts = [c.winner, fmt_latency(c.latency_us)]
+        if c.ceiling_frac is not None:
+            parts.append(f"{100 * c.ceiling_frac:.0f}% of {c.ceiling} ceiling")
+        if c.passed == 1:
+            parts.append("(the only variant that passed)")
+        lines += _join(parts, width, "  ", "  ")
+        notes = [v.describe() for v in c.versus] + ([c.default_note] if c.default_note else [])
+        if notes:
+            lines += _join(notes, width, "    ", "; ")
+    for label in summary.nothing_passed:
+        lines += _wrap(f"{label}: no variant passed the accuracy gate", width)
+    if summary.not_applicable:
+        lines += _wrap(
+            f"{summary.not_applicable} (case, variant) pairs did not apply here (unsupported)"
+            + (f": {listing_hint}" if listing_hint else ""),
+            width,
+        )
+    if summary.failures:
+        lines += _wrap(f"Failed ({len(summary.failures)}):", width)
+        for f in summary.failures:
+            reason = " ".join(f.reason.split())
+            if len(reason) > REASON_CHARS:
+                reason = reason[: REASON_CHARS - 1] + "…"
+            text = f"{f.status} {f.backend} on {f.label}" + (f": {reason}" if reason else "")
+            lines += _wrap(text, width, "  ", "    ")
+    return lines
+
+
+def _wrap(text: str, width: int, first: str = "", rest: str = "  ") -> list[str]:
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+    ) or [first.rstrip()]
+
+
+def _join(parts: Sequence[str], width: int, indent: str, sep: str) -> list[str]:
+    """Parts joined by `sep`, a new line (same indent) where the next part would not fit; a
+    part longer than a line wraps at spaces."""
+    lines: list[str] = []
+    line = ""
+    for part in parts:
+        candidate = f"{line}{sep}{part}" if line else part
+        if len(indent) + len(candidate) <= width:
+            line = candidate
+            continue
+        if line:
+            lines.append(indent + line + sep.rstrip())
+        wrapped = _wrap(part, width, indent, indent + "  ")
+        lines += wrapped[:-1]
+        line = wrapped[-1][len(indent) :]
+    if line:
+        lines.append(indent + line)
+    return lines
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
