@@ -5,18 +5,31 @@ The Typer app is in `cli.app`; importing the command modules here registers thei
 
 from __future__ import annotations
 
-from attnbench.cli import analyze, fidelity, fp8, info, replay, run, tune, workloads
+from attnbench.cli import (
+    analyze,
+    export,
+    fidelity,
+    fp8,
+    info,
+    replay,
+    run,
+    show,
+    tune,
+    workloads,
+)
 from attnbench.cli.app import app, main
 
 __all__ = [
     "analyze",
     "app",
+    "export",
     "fidelity",
     "fp8",
     "info",
     "main",
     "replay",
     "run",
+    "show",
     "tune",
     "workloads",
 ]

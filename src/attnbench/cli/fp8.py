@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from attnbench.cli.app import app
 from attnbench.cli.common import EXIT_BAD_INPUT, check_output_file, console, fail, note
+from attnbench.cli.paths import runs_dir
 from attnbench.measure.limits import MAX_SEED
 
 Opt = typer.Option
@@ -24,9 +25,9 @@ def fp8(
         bool, Opt("--full", help="The full study (contexts to 64k; ~1 min on an H200).")
     ] = False,
     out: Annotated[
-        Path | None, Opt(help="Study JSON (default results/<time>_<device>_fp8-<size>.json).")
+        Path | None, Opt(help="Study JSON (default runs/<time>_<device>_fp8-<size>.json).")
     ] = None,
-    seed: Annotated[int, Opt(min=0, max=MAX_SEED)] = 0,
+    seed: Annotated[int, Opt(min=0, max=MAX_SEED, help="Seed of the random data and needles.")] = 0,
     kernel: Annotated[
         bool, Opt("--kernel/--no-kernel", help="Also run FlashInfer's fp8 decode (CUDA).")
     ] = True,
@@ -111,7 +112,7 @@ def fp8(
 def _default_out(device: str, size: str) -> Path:
     slug = "".join(c if c.isalnum() else "-" for c in device.lower()).strip("-") or "device"
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("results") / f"{stamp}_{slug}_fp8-{size}.json"
+    return runs_dir() / f"{stamp}_{slug}_fp8-{size}.json"
 
 
 def _capacity(
