@@ -11,7 +11,17 @@ from attnbench.workload.ragged import length_stats, unpadded_label
 from attnbench.workload.spec import ITEMSIZE, WorkloadSpec
 from attnbench.workload.suite import builtin_suites, load_suite, suite_specs
 
-WORKLOAD_SUITES = ("ragged", "traces", "prefill", "trees", "shared_prefix", "brief70b", "gqa")
+WORKLOAD_SUITES = (
+    "ragged",
+    "traces",
+    "prefill",
+    "trees",
+    "shared_prefix",
+    "brief70b",
+    "gqa",
+    "mla",
+    "gptoss",
+)
 KV_BUDGET_BYTES = 40e9
 """The largest case's KV cache must leave room on the 139 GiB H200 for backend copies."""
 
