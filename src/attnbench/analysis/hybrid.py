@@ -20,6 +20,7 @@ import pandas as pd
 
 from attnbench.analysis.compare import NOISE_FLOOR, SEED, RatioEstimate, Timing, geomean_ratio
 from attnbench.analysis.frame import add_key, fmt_us, latest, ok_rows
+from attnbench.analysis.per_model import ModelAnswer, per_model
 from attnbench.analysis.recommend import (
     CLASSES,
     DECODE_ALL,
@@ -62,6 +63,8 @@ class Recommendation:
     prefill: ClassResult
     decode: ClassResult
     plan: Plan
+    models: list[ModelAnswer] = field(default_factory=list)
+    """Per model shape, when rows of several are present (`analysis.per_model`)."""
 
 
 def recommend(frame: pd.DataFrame, noise_floor: float = NOISE_FLOOR) -> list[Recommendation]:
@@ -78,7 +81,8 @@ def recommend(frame: pd.DataFrame, noise_floor: float = NOISE_FLOOR) -> list[Rec
         pre = rank(rows[PREFILL_ALL.select(rows)], PREFILL_ALL, noise_floor, reps)
         dec = rank(rows[DECODE_ALL.select(rows)], DECODE_ALL, noise_floor, reps)
         plan = build_plan(gpu, rows, everything[everything["gpu"] == gpu], pre, dec, noise_floor)
-        out.append(Recommendation(gpu, classes, pre, dec, plan))
+        models = per_model(rows, noise_floor, reps)
+        out.append(Recommendation(gpu, classes, pre, dec, plan, models))
     return out
 
 

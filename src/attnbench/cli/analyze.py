@@ -208,6 +208,7 @@ def recommend(
     """Decision matrix per workload class, crossovers, hybrid plan and vLLM/SGLang flags,
     all derived from rows that passed the accuracy gate."""
     from attnbench.analysis.hybrid import recommend as decide
+    from attnbench.report.per_model_section import model_blocks
     from attnbench.report.sections import recommendation_blocks
 
     if json_out is not None:
@@ -219,7 +220,7 @@ def recommend(
         fail("no row passed the accuracy gate: nothing to recommend from")
     for rec in recs:
         console.rule(f"[bold]{escape(rec.gpu)}")
-        for block in recommendation_blocks(rec):
+        for block in model_blocks(rec) + recommendation_blocks(rec):
             _print_block(block)
     if json_out:
         write_output(json_out, json.dumps([_as_json(r) for r in recs], indent=2) + "\n", "--json")
@@ -257,6 +258,7 @@ def _as_json(rec: Any) -> dict[str, Any]:
     plan = rec.plan
     return {
         "gpu": rec.gpu,
+        "models": [m.as_dict(rec.gpu) for m in rec.models],
         "classes": [
             {
                 "class": r.cls.name,

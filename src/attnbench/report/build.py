@@ -32,7 +32,13 @@ from attnbench.report.blocks import (
 
 def _load_sections() -> None:
     """Import the built-in section modules: importing one registers its sections."""
-    from attnbench.report import fp8_section, replay_section, sections, sections_detail  # noqa: F401
+    from attnbench.report import (  # noqa: F401
+        fp8_section,
+        per_model_section,
+        replay_section,
+        sections,
+        sections_detail,
+    )
 
 
 def registered() -> list[str]:

@@ -1,0 +1,179 @@
+"""Per-model answers of `recommend` ("for deepseek-v3 decode on this GPU use ..."), when the rows
+hold more than one model shape.
+
+For each shape (the `--model` preset and its tp, or the head shape of rows run without one), the
+decode and prefill winners are ranked exactly as the decision matrix ranks its classes
+(`recommend.rank` on DECODE_ALL / PREFILL_ALL, restricted to that shape's rows), so a model's
+answer never rests on another model's cases. Each answer also says:
+
+- which ceiling binds the decode winner's cases and how close it gets: `metrics.binding_fraction`
+  of each row (compute when its TFLOP/s fraction exceeds its bandwidth fraction, i.e. the case is
+  above the ridge: MLA decode with 128 heads on one latent is) - the median over its rows;
+- for a model whose layers differ (gpt-oss: sliding and full; Gemma-3: local and global), the
+  model-level decode ms per token of the winner: `metrics.model_per_token_ms` over the layer
+  kinds of each batch where every kind was measured (rows equal but for layer_type, window_left
+  and num_layers), median over those batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from attnbench.analysis.compare import NOISE_FLOOR, SEED
+from attnbench.analysis.frame import add_key, fmt_us, shape_label
+from attnbench.analysis.recommend import DECODE_ALL, PREFILL_ALL, ClassResult, Replicates, rank
+from attnbench.measure.metrics import binding_fraction, model_per_token_ms
+
+LAYER_FIELDS = ("layer_type", "window_left", "num_layers")
+"""Spec fields in which the layer kinds of one model step differ."""
+CEILING = {"compute": "matmul", "memory": "copy-bandwidth"}
+
+
+@dataclass
+class ModelAnswer:
+    model: str
+    """`deepseek-v3`, `llama-3.1-70b/tp8`, or a head shape (`h32/8 d128`)."""
+    decode: ClassResult
+    prefill: ClassResult
+    bound: str | None = None
+    """The ceiling the decode winner's cases are bound by: `compute` or `memory`."""
+    roof_frac: float | None = None
+    """Median fraction of that (measured) ceiling the decode winner reaches."""
+    step_ms: float | None = None
+    """Model-level decode ms per token of the winner, its layer kinds added (None: one kind)."""
+    step_batches: int = 0
+
+    def as_dict(self, gpu: str) -> dict[str, Any]:
+        """For `recommend --json`."""
+        return {
+            "model": self.model,
+            "decode": self.decode.winner,
+            "decode_margin": self.decode.margin_text(),
+            "prefill": self.prefill.winner,
+            "prefill_margin": self.prefill.margin_text(),
+            "decode_bound": self.bound,
+            "decode_roof_frac": self.roof_frac,
+            "model_step_ms": self.step_ms,
+            "model_step_batches": self.step_batches,
+            "answer": self.sentence(gpu).replace("**", ""),
+        }
+
+    def sentence(self, gpu: str) -> str:
+        """`for deepseek-v3 decode on NVIDIA H200 use flashinfer:mla-fa3 (...)`, and prefill."""
+        parts = []
+        for role, res in (("decode", self.decode), ("prefill", self.prefill)):
+            if res.winner is None:
+                continue
+            text = f"{role} use **{res.winner}** ({res.margin_text()}"
+            if role == "decode" and self.bound and self.roof_frac is not None:
+                text += (
+                    f"; {self.bound}-bound: {100 * self.roof_frac:.0f}% of the measured "
+                    f"{CEILING[self.bound]} ceiling"
+                )
+            if role == "decode" and self.step_ms is not None:
+                text += (
+                    f"; model step {self.step_ms:.2f} ms/token over its layer kinds, median "
+                    f"of {self.step_batches} batches"
+                )
+            parts.append(text + ")")
+        if not parts:
+            return f"for {self.model} on {gpu}: no row passed the accuracy gate"
+        return f"for {self.model} on {gpu}: " + "; ".join(parts)
+
+
+def _field(spec: Any, name: str, default: Any) -> Any:
+    """A spec field from a `WorkloadSpec` or its dict form."""
+    if isinstance(spec, dict):
+        return spec.get(name, default)
+    return getattr(spec, name, default)
+
+
+def shape_labels(rows: pd.DataFrame) -> pd.Series:
+    return pd.Series([shape_label(r) for r in rows.to_dict("records")], index=rows.index)
+
+
+def per_model(
+    rows: pd.DataFrame, noise_floor: float = NOISE_FLOOR, reps: Replicates | None = None
+) -> list[ModelAnswer]:
+    """One answer per model shape in `rows` (ok, gated rows of one GPU); [] for one shape."""
+    if rows.empty:
+        return []
+    labels = shape_labels(rows)
+    if labels.nunique() < 2:
+        return []
+    reps = reps or Replicates(np.random.default_rng(SEED))
+    out = []
+    for label in sorted(set(labels)):
+        sub = rows[labels == label]
+        dec = rank(sub[DECODE_ALL.select(sub)], DECODE_ALL, noise_floor, reps)
+        pre = rank(sub[PREFILL_ALL.select(sub)], PREFILL_ALL, noise_floor, reps)
+        answer = ModelAnswer(label, dec, pre)
+        if dec.winner is not None:
+            won = sub[DECODE_ALL.select(sub) & (sub["backend"] == dec.winner)]
+            answer.bound, answer.roof_frac = _binding(won)
+            answer.step_ms, answer.step_batches = _model_step(won)
+        out.append(answer)
+    return out
+
+
+def _binding(rows: pd.DataFrame) -> tuple[str | None, float | None]:
+    found = [
+        binding_fraction(
+            _num(r.get("bandwidth_frac_measured")), _num(r.get("tflops_frac_measured"))
+        )
+        for r in rows.to_dict("records")
+    ]
+    pairs = [f for f in found if f is not None]
+    if not pairs:
+        return None, None
+    bounds = [b for b, _ in pairs]
+    bound = max(set(bounds), key=bounds.count)
+    return bound, float(np.median([frac for b, frac in pairs if b == bound]))
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)
+
+
+def _model_step(rows: pd.DataFrame) -> tuple[float | None, int]:
+    """Median model-level ms/token over batches whose every layer kind was measured."""
+    kinds = {_field(s, "layer_type", "") for s in rows["spec"]}
+    if len(kinds) < 2 or "" in kinds:
+        return None, 0
+    keyed = add_key(rows, "step", LAYER_FIELDS)
+    steps = []
+    for _, group in keyed.groupby("step"):
+        by_kind = {_field(r["spec"], "layer_type", ""): r for r in group.to_dict("records")}
+        if set(by_kind) != kinds:
+            continue
+        parts = [
+            (float(r["latency_us"]), _num(r.get("plan_us")) or 0.0, int(r["num_layers"]))
+            for r in by_kind.values()
+        ]
+        steps.append(model_per_token_ms(parts))
+    if not steps:
+        return None, 0
+    return float(np.median(steps)), len(steps)
+
+
+def answers_table(answers: list[ModelAnswer]) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the per-model table (the report's and the terminal's)."""
+    headers = ["model", "decode", "prefill", "decode bound", "model step"]
+    table = []
+    for a in answers:
+        dec = a.decode.winner or "-"
+        if a.decode.standings:
+            dec += f" ({fmt_us(a.decode.standings[0].median_us)}, {a.decode.n_cases} cases)"
+        pre = a.prefill.winner or "-"
+        if a.prefill.standings:
+            pre += f" ({fmt_us(a.prefill.standings[0].median_us)}, {a.prefill.n_cases} cases)"
+        bound = "-"
+        if a.bound and a.roof_frac is not None:
+            bound = f"{a.bound}: {100 * a.roof_frac:.0f}% of {CEILING[a.bound]}"
+        step = f"{a.step_ms:.2f} ms/token" if a.step_ms is not None else "-"
+        table.append([a.model, dec, pre, bound, step])
+    return headers, table

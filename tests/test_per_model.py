@@ -1,0 +1,150 @@
+"""recommend per model (issue 18): with rows of several models, each model gets its own decode
+and prefill answer, the ceiling its decode winner is bound by (MLA decode: compute), and for a
+model with sliding and full layers the model step that adds them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.analysis.frame import load
+from attnbench.analysis.hybrid import recommend
+from attnbench.cli import app
+from attnbench.measure import metrics
+from attnbench.results import ResultRow
+from attnbench.workload.models import get_model, layer_shapes
+from attnbench.workload.spec import WorkloadSpec
+from fixtures_results import MODELS, CostModel, row, write_results
+
+MLA_FAST = CostModel(10.0, 3000.0, 600.0, dtypes=("bfloat16",))
+MLA_SLOW = CostModel(30.0, 2500.0, 400.0, dtypes=("bfloat16",))
+XQA = CostModel(6.0, 3100.0, 300.0, dtypes=("bfloat16",))
+
+
+def _model_specs(name: str, kind: str, contexts: tuple[int, ...], batch: int) -> list[WorkloadSpec]:
+    out = []
+    for layer in layer_shapes(get_model(name)):
+        for ctx in contexts:
+            qo = (1,) * batch if kind == "decode" else (ctx,) * batch
+            out.append(
+                WorkloadSpec(
+                    kind=kind,
+                    num_qo_heads=layer.num_qo_heads,
+                    num_kv_heads=layer.num_kv_heads,
+                    head_dim=layer.head_dim,
+                    num_layers=layer.num_layers,
+                    kv_lens=(ctx,) * batch,
+                    qo_lens=qo,
+                    model=name,
+                    page_size=64,
+                    lengths=f"ctx{ctx}",
+                    **layer.spec_fields,
+                )
+            )
+    return out
+
+
+def _rows() -> list[ResultRow]:
+    rows = []
+    for s in _model_specs("deepseek-v3", "decode", (1024, 8192, 65536), 32):
+        rows += [
+            row(s, "flashinfer:mla-fa3", model=MLA_FAST),
+            row(s, "flashinfer:mla-fa2", model=MLA_SLOW),
+        ]
+    for s in _model_specs("deepseek-v3", "prefill", (4096,), 1):
+        rows += [
+            row(s, "flashinfer:mla-fa3", model=MLA_FAST),
+            row(s, "flashinfer:mla-fa2", model=MLA_SLOW),
+        ]
+    for s in _model_specs("llama-3.1-8b", "decode", (1024, 8192, 65536), 32):
+        rows += [row(s, b) for b in ("flashinfer:tc", "flash-attn:fa3")]
+    for s in _model_specs("gpt-oss-120b", "decode", (1024, 8192), 32):
+        rows += [row(s, "flashinfer:xqa", model=XQA), row(s, "flash-attn:fa3")]
+    return rows  # fmt: skip
+
+
+@pytest.fixture
+def frame(tmp_path: Path) -> pd.DataFrame:
+    return load([write_results(tmp_path / "models.jsonl", _rows())]).frame
+
+
+def test_each_model_gets_its_own_winners(frame: pd.DataFrame) -> None:
+    (rec,) = recommend(frame)
+    answers = {a.model: a for a in rec.models}
+    assert set(answers) == {"deepseek-v3", "llama-3.1-8b", "gpt-oss-120b"}
+    v3 = answers["deepseek-v3"]
+    assert v3.decode.winner == "flashinfer:mla-fa3"
+    assert v3.prefill.winner == "flashinfer:mla-fa3"
+    assert v3.decode.n_cases == 3
+    assert answers["llama-3.1-8b"].decode.winner in MODELS
+    assert answers["llama-3.1-8b"].prefill.winner is None
+    sentence = v3.sentence(rec.gpu)
+    assert sentence.startswith("for deepseek-v3 on NVIDIA H200: decode use **flashinfer:mla-fa3**")
+    assert "prefill use **flashinfer:mla-fa3**" in sentence
+
+
+def test_mla_decode_is_judged_against_the_matmul_ceiling(frame: pd.DataFrame) -> None:
+    (rec,) = recommend(frame)
+    answers = {a.model: a for a in rec.models}
+    v3, llama = answers["deepseek-v3"], answers["llama-3.1-8b"]
+    assert v3.bound == "compute"
+    assert llama.bound == "memory"
+    won = frame[(frame["model"] == "deepseek-v3") & (frame["backend"] == "flashinfer:mla-fa3")]
+    won = won[won["kind"] == "decode"]
+    assert v3.roof_frac == pytest.approx(float(won["tflops_frac_measured"].median()))
+    assert "compute-bound" in v3.sentence(rec.gpu)
+    assert "of the measured matmul ceiling" in v3.sentence(rec.gpu)
+
+
+def test_gpt_oss_model_step_adds_sliding_and_full_layers(frame: pd.DataFrame) -> None:
+    (rec,) = recommend(frame)
+    oss = next(a for a in rec.models if a.model == "gpt-oss-120b")
+    assert oss.step_batches == 2
+    won = frame[(frame["model"] == "gpt-oss-120b") & (frame["backend"] == oss.decode.winner)]
+    steps = []
+    for _, batch in won.groupby("total_kv"):
+        parts = [(r["latency_us"], r["plan_us"], r["num_layers"]) for _, r in batch.iterrows()]
+        assert sorted(int(p[2]) for p in parts) == [18, 18]
+        steps.append(metrics.model_per_token_ms(parts))
+    assert oss.step_ms == pytest.approx(sorted(steps)[0] / 2 + sorted(steps)[1] / 2)
+    assert next(a for a in rec.models if a.model == "deepseek-v3").step_ms is None
+
+
+def test_one_model_gets_no_per_model_answer(tmp_path: Path) -> None:
+    rows = [r for r in _rows() if r.case_id.split("/")[1] == "llama-3.1-8b"]
+    (rec,) = recommend(load([write_results(tmp_path / "one.jsonl", rows)]).frame)
+    assert rec.models == []
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty working folder and no ATTNBENCH_* variables: nothing of this machine leaks in."""
+    monkeypatch.chdir(tmp_path)
+    for key in list(os.environ):
+        if key.upper().startswith("ATTNBENCH_"):
+            monkeypatch.delenv(key)
+    return tmp_path
+
+
+@pytest.mark.usefixtures("in_tmp")
+def test_recommend_command_answers_per_model(tmp_path: Path) -> None:
+    path = write_results(tmp_path / "models.jsonl", _rows())
+    out = tmp_path / "rec.json"
+    res = CliRunner().invoke(
+        app, ["recommend", str(path), "--json", str(out)], env={"COLUMNS": "200"}
+    )
+    assert res.exit_code == 0, res.output
+    assert "for deepseek-v3 on NVIDIA H200: decode use flashinfer:mla-fa3" in " ".join(
+        res.output.split()
+    )
+    (doc,) = json.loads(out.read_text())
+    models: dict[str, Any] = {m["model"]: m for m in doc["models"]}
+    assert models["deepseek-v3"]["decode"] == "flashinfer:mla-fa3"
+    assert models["deepseek-v3"]["decode_bound"] == "compute"
+    assert models["gpt-oss-120b"]["model_step_batches"] == 2
