@@ -109,15 +109,7 @@ def test_step_cost_scalar_and_vector_paths_agree(padded: bool) -> None:
     f = _features()
     vec = cost.durations_s(f)
     for i in range(len(f)):
-        one = cost.step_s(
-            int(f.n_decode[i]),
-            int(f.kv_total[i]),
-            int(f.kv_max[i]),
-            int(f.n_prefill[i]),
-            int(f.q_prefill[i]),
-            int(f.pairs_prefill[i]),
-            int(f.n_sample[i]),
-        )
+        one = cost.step_s(f.shape(i))
         assert one == pytest.approx(vec[i], rel=1e-12)
     parts = cost.parts_us(f)
     np.testing.assert_allclose(sum(parts.values()) / 1e6, vec, rtol=1e-12)

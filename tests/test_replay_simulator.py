@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from attnbench.replay.simulator import SchedulerConfig, SimResult, simulate
-from attnbench.replay.steps import FloatArray, StepFeatures
+from attnbench.replay.simresult import SchedulerConfig, SimResult
+from attnbench.replay.simulator import simulate
+from attnbench.replay.steps import FloatArray, StepFeatures, StepShape
 from attnbench.replay.traffic import ReplayRequest
 
 
@@ -35,23 +36,14 @@ class LinearCost:
             + self.f * f.pairs_prefill
         ).astype(np.float64)
 
-    def step_s(
-        self,
-        n_decode: int,
-        kv_total: int,
-        kv_max: int,
-        n_prefill: int,
-        q_prefill: int,
-        pairs_prefill: int,
-        n_sample: int,
-    ) -> float:
+    def step_s(self, s: StepShape) -> float:
         return (
             self.a
-            + self.b * n_decode
-            + self.c * kv_total
-            + self.d * kv_max
-            + self.e * q_prefill
-            + self.f * pairs_prefill
+            + self.b * s.n_decode
+            + self.c * s.kv_total
+            + self.d * s.kv_max
+            + self.e * s.q_prefill
+            + self.f * s.pairs_prefill
         )
 
 

@@ -29,112 +29,18 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from attnbench.replay.prefix import PrefixCache
-from attnbench.replay.steps import (
-    BoolArray,
-    FloatArray,
-    IntArray,
-    StepBatch,
-    StepCost,
-    StepFeatures,
-)
+from attnbench.replay.simresult import BlockRecord, SchedulerConfig, SimResult, StepBlock, expand
+from attnbench.replay.steps import FloatArray, StepCost, StepShape
 from attnbench.replay.traffic import ReplayRequest
 from attnbench.workload.spec import causal_pairs
 
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    kv_pages: int
-    """KV-cache budget in pages (all layers of one page each)."""
-    page_size: int = 16
-    max_batch: int = 256
-    """Running requests at most (vLLM max_num_seqs)."""
-    token_budget: int = 8192
-    """Tokens per step at most (vLLM max_num_batched_tokens)."""
-    chunked_prefill: bool = True
-    prefix_cache: bool = False
-    block_tokens: int = 512
-    """Tokens per `hash_ids` block (Mooncake: 512)."""
-    max_run_steps: int = 4096
-    """Longest run of decode steps recorded as one block."""
-
-    def __post_init__(self) -> None:
-        for name in ("kv_pages", "page_size", "max_batch", "token_budget", "block_tokens"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be positive")
-
-    def pages_for(self, tokens: int) -> int:
-        return -(-tokens // self.page_size)
-
-
-@dataclass(frozen=True)
-class StepBlock:
-    """`num_steps` consecutive steps from `first_step`: the same decoding requests (KV lengths
-    `decode_kv0` at the first step, +1 per step) and, for a single step, its prefill chunks."""
-
-    first_step: int
-    num_steps: int
-    decode_ids: IntArray
-    decode_kv0: IntArray
-    prefill_ids: IntArray
-    prefill_qo_lens: IntArray
-    prefill_kv_lens: IntArray
-
-
-@dataclass
-class SimResult:
-    config: SchedulerConfig
-    arrival_s: FloatArray
-    input_len: IntArray
-    output_len: IntArray
-    cached_tokens: IntArray
-    """Prompt tokens served by the prefix cache (not recomputed)."""
-    admit_s: FloatArray
-    first_token_s: FloatArray
-    finish_s: FloatArray
-    rejected: BoolArray
-    itl_s: FloatArray
-    """Every inter-token gap of every request (token-weighted), seconds."""
-    step_start_s: FloatArray
-    step_dur_s: FloatArray
-    features: StepFeatures
-    pages_used: IntArray
-    """Pages in use (reservations + prefix cache) during each step."""
-    blocks: list[StepBlock] = field(default_factory=list)
-    evicted_blocks: int = 0
-
-    @property
-    def num_steps(self) -> int:
-        return int(self.step_dur_s.shape[0])
-
-    @property
-    def ttft_s(self) -> FloatArray:
-        return self.first_token_s - self.arrival_s
-
-    @cached_property
-    def _block_starts(self) -> IntArray:
-        return np.fromiter((b.first_step for b in self.blocks), dtype=np.int64)
-
-    def batch(self, step: int) -> StepBatch:
-        """The exact composition of step `step`."""
-        i = int(np.searchsorted(self._block_starts, step, side="right")) - 1
-        if i < 0 or not 0 <= step - self.blocks[i].first_step < self.blocks[i].num_steps:
-            raise IndexError(f"step {step} is not in this replay ({self.num_steps} steps)")
-        b = self.blocks[i]
-        j = step - b.first_step
-        return StepBatch(
-            decode_ids=b.decode_ids,
-            decode_kv_lens=b.decode_kv0 + j,
-            prefill_ids=b.prefill_ids,
-            prefill_qo_lens=b.prefill_qo_lens,
-            prefill_kv_lens=b.prefill_kv_lens,
-        )
+__all__ = ["SchedulerConfig", "SimResult", "simulate"]
 
 
 @dataclass
@@ -185,8 +91,8 @@ class _Sim:
         self.steps = 0
         self.first_gaps: list[FloatArray] = []
         self.blocks: list[StepBlock] = []
-        # per block, expanded into per-step arrays at the end (see _result)
-        self.rec: dict[str, list[float]] = {name: [] for name in _REC}
+        self.records: list[BlockRecord] = []
+        """Per block, expanded into per-step arrays at the end (`simresult.expand`)."""
 
     # -- driver -----------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -285,7 +191,10 @@ class _Sim:
         kv = [p.done + c for p, c in chunks]
         pairs = sum(causal_pairs(c, k) for c, k in zip(q, kv, strict=True))
         completing = sum(1 for p, c in chunks if c == p.remaining)
-        dur = self.cost.step_s(n_dec, kv_total, kv_max, len(q), sum(q), pairs, n_dec + completing)
+        shape = StepShape(
+            n_dec, kv_total, kv_max, len(q), sum(q), sum(kv), pairs, n_dec + completing
+        )
+        dur = self.cost.step_s(shape)
         t_end = t + dur
         empty = np.zeros(0, dtype=np.int64)
         self._record(
@@ -301,7 +210,7 @@ class _Sim:
             t,
             dur,
             0.0,
-            (n_dec, kv_total, kv_max, len(q), sum(q), sum(kv), pairs, n_dec + completing),
+            shape,
         )
         if decode:
             self._advance_decode(1, t + dur, t_end)
@@ -325,9 +234,10 @@ class _Sim:
         n = self.dec_ids.size
         kv_total, kv_max = int(self.dec_kv.sum()), int(self.dec_kv.max())
         k = min(int(self.dec_left.min()), self.cfg.max_run_steps)
-        step = self.cost.step_s
-        d0 = step(n, kv_total, kv_max, 0, 0, 0, n)
-        slope = step(n, kv_total + n, kv_max + 1, 0, 0, 0, n) - d0 if k > 1 else 0.0
+        first = StepShape.decode(n, kv_total, kv_max)
+        d0 = self.cost.step_s(first)
+        second = StepShape.decode(n, kv_total + n, kv_max + 1)
+        slope = self.cost.step_s(second) - d0 if k > 1 else 0.0
         if not self.waiting and self.nxt < len(self.reqs):
             j = np.arange(k, dtype=np.float64)
             starts = t + j * d0 + slope * j * (j - 1) / 2
@@ -340,7 +250,7 @@ class _Sim:
             t,
             d0,
             slope,
-            (n, kv_total, kv_max, 0, 0, 0, 0, n),
+            first,
         )
         self._advance_decode(k, t + d0, t_end)
         return t_end
@@ -388,43 +298,15 @@ class _Sim:
         self.settled += 1
 
     def _record(
-        self, block: StepBlock, t: float, d0: float, slope: float, feats: tuple[int, ...]
+        self, block: StepBlock, t: float, d0: float, slope: float, shape: StepShape
     ) -> None:
         self.blocks.append(block)
-        values = (block.num_steps, t, d0, slope, *feats, self.used_private + self.cache.pages)
-        for name, v in zip(_REC, values, strict=True):
-            self.rec[name].append(v)
+        pages = self.used_private + self.cache.pages
+        self.records.append(BlockRecord(block.num_steps, t, d0, slope, shape, pages))
         self.steps += block.num_steps
 
     def _result(self) -> SimResult:
-        r = {k: np.asarray(v) for k, v in self.rec.items()}
-        k = r["k"].astype(np.int64) if len(self.blocks) else np.zeros(0, dtype=np.int64)
-        idx = np.repeat(np.arange(k.size), k)
-        j = (np.arange(idx.size) - np.repeat(np.cumsum(k) - k, k)).astype(np.float64)
-
-        def per_step(name: str) -> IntArray:
-            if not idx.size:
-                return np.zeros(0, dtype=np.int64)
-            return r[name].astype(np.int64)[idx]
-
-        d0 = r["d0"][idx] if idx.size else np.zeros(0)
-        slope = r["slope"][idx] if idx.size else np.zeros(0)
-        t0 = r["t"][idx] if idx.size else np.zeros(0)
-        n = per_step("n_decode")
-        ji = j.astype(np.int64)
-        feats = StepFeatures(
-            n_decode=n,
-            kv_total=per_step("kv_total") + ji * n,
-            kv_max=per_step("kv_max") + np.where(n > 0, ji, 0),
-            n_prefill=per_step("n_prefill"),
-            q_prefill=per_step("q_prefill"),
-            kv_prefill=per_step("kv_prefill"),
-            pairs_prefill=per_step("pairs_prefill"),
-            n_sample=per_step("n_sample"),
-        )
-        dur = d0 + slope * j
-        later = (j >= 1) & (n > 0)  # gaps after a run's first step: one per decoding request
-        itl = np.concatenate([*self.first_gaps, np.repeat(dur[later], n[later])])
+        steps, later_gaps = expand(self.records)
         return SimResult(
             config=self.cfg,
             arrival_s=self.arrival,
@@ -435,32 +317,14 @@ class _Sim:
             first_token_s=self.first_s,
             finish_s=self.finish_s,
             rejected=self.rejected,
-            itl_s=itl,
-            step_start_s=t0 + j * d0 + slope * j * (j - 1) / 2,
-            step_dur_s=dur,
-            features=feats,
-            pages_used=per_step("pages"),
+            itl_s=np.concatenate([*self.first_gaps, later_gaps]),
+            step_start_s=steps.start_s,
+            step_dur_s=steps.dur_s,
+            features=steps.features,
+            pages_used=steps.pages,
             blocks=self.blocks,
             evicted_blocks=self.cache.evicted_blocks,
         )
-
-
-_REC = (
-    "k",
-    "t",
-    "d0",
-    "slope",
-    "n_decode",
-    "kv_total",
-    "kv_max",
-    "n_prefill",
-    "q_prefill",
-    "kv_prefill",
-    "pairs_prefill",
-    "n_sample",
-    "pages",
-)
-"""What `_record` keeps per block, in order."""
 
 
 def simulate(requests: list[ReplayRequest], cfg: SchedulerConfig, cost: StepCost) -> SimResult:

@@ -18,7 +18,7 @@ import numpy as np
 
 from attnbench.replay.costmodel import AttentionCostModel
 from attnbench.replay.gemm import GemmRoofline
-from attnbench.replay.steps import FloatArray, StepFeatures
+from attnbench.replay.steps import FloatArray, StepFeatures, StepShape
 
 FAR_EXTRAPOLATION = 1.5
 """A step whose features lie beyond 1.5x the fitted range (either side) counts as extrapolated
@@ -50,27 +50,19 @@ class ReplayCost:
         total = sum(self.parts_us(f).values(), np.zeros(len(f)))
         return np.asarray(total, dtype=np.float64) / 1e6
 
-    def step_s(
-        self,
-        n_decode: int,
-        kv_total: int,
-        kv_max: int,
-        n_prefill: int,
-        q_prefill: int,
-        pairs_prefill: int,
-        n_sample: int,
-    ) -> float:
+    def step_s(self, s: StepShape) -> float:
         """`durations_s` of one step, in plain floats (the simulator's hot path)."""
         d0, d1, d_tok, d_max, dp0, dp1, p0, p1, p_q, p_pair, pp0, pp1 = self._terms
         us = 0.0
+        n_decode, kv_max, n_prefill = s.n_decode, s.kv_max, s.n_prefill
         if n_decode > 0:
-            total = n_decode * kv_max if self.decode.padded else kv_total
+            total = n_decode * kv_max if self.decode.padded else s.kv_total
             attn = d0 + d1 * n_decode + d_tok * total + d_max * kv_max
             us += self.num_layers * attn + dp0 + dp1 * n_decode
         if n_prefill > 0:
-            attn = p0 + p1 * n_prefill + p_q * q_prefill + p_pair * pairs_prefill
+            attn = p0 + p1 * n_prefill + p_q * s.q_prefill + p_pair * s.pairs_prefill
             us += self.num_layers * attn + pp0 + pp1 * n_prefill
-        us += self.gemm.step_us_scalar(n_decode + q_prefill, n_sample)
+        us += self.gemm.step_us_scalar(n_decode + s.q_prefill, s.n_sample)
         return us / 1e6
 
     @cached_property

@@ -34,6 +34,27 @@ class StepBatch:
     """Tokens in the request's cache after this chunk (cached prefix + earlier chunks + chunk)."""
 
 
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """The features of one step (plain ints), named as `StepFeatures`' columns: what the
+    simulator records for a step, or the first step of a run, and what `StepCost.step_s`
+    reads."""
+
+    n_decode: int
+    kv_total: int
+    kv_max: int
+    n_prefill: int
+    q_prefill: int
+    kv_prefill: int
+    pairs_prefill: int
+    n_sample: int
+
+    @classmethod
+    def decode(cls, n_decode: int, kv_total: int, kv_max: int) -> StepShape:
+        """A pure-decode step: every decoding request samples one token."""
+        return cls(n_decode, kv_total, kv_max, 0, 0, 0, 0, n_decode)
+
+
 @dataclass
 class StepFeatures:
     """Per-step summaries, one entry per step; everything a `StepCost` may read.
@@ -62,6 +83,10 @@ class StepFeatures:
     def tokens(self) -> IntArray:
         """Tokens through the model's GEMMs: one per decoding request plus the prefill chunks."""
         return self.n_decode + self.q_prefill
+
+    def shape(self, step: int) -> StepShape:
+        """The features of step `step` as plain ints."""
+        return StepShape(*(int(getattr(self, f.name)[step]) for f in fields(self)))
 
     def head(self, k: int) -> StepFeatures:
         """The first k steps."""
@@ -129,15 +154,6 @@ class StepCost(Protocol):
         """One duration per step (vectorised)."""
         ...
 
-    def step_s(
-        self,
-        n_decode: int,
-        kv_total: int,
-        kv_max: int,
-        n_prefill: int,
-        q_prefill: int,
-        pairs_prefill: int,
-        n_sample: int,
-    ) -> float:
+    def step_s(self, s: StepShape) -> float:
         """The duration of one step with these features (equal to `durations_s`)."""
         ...
