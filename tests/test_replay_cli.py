@@ -52,6 +52,25 @@ def test_replay_slice_with_rates_target_and_json(results: Path, tmp_path: Path) 
     for run in doc["runs"]:
         assert run["finished"] == 120
         assert run["ttft_ms"]["p99"] >= run["ttft_ms"]["p50"]
+    # the deployment's options sit flat in `config`, as in every older document
+    assert doc["config"]["model"] == "llama-3.1-70b"
+    assert doc["config"]["tp"] == 8
+    assert doc["config"]["rate_scales"] == [0.5, 1, 4]
+    assert doc["deployment"]["kv_pages"] > 0
+    # the provenance block of result files (issue 20)
+    from attnbench.results import git_sha, library_versions
+
+    prov = doc["provenance"]
+    assert prov["git_sha"] == git_sha()
+    assert prov["libraries"] == library_versions()
+    assert "python" in prov
+    assert "time" in prov
+    # and the file reads back through the typed document
+    from attnbench.replay.document import load_document
+
+    typed = load_document(out)
+    assert typed.trace.requests == 120
+    assert typed.config.deployment.tp == 8
 
 
 def test_agents_scenario_compares_padded_and_ragged(results: Path, tmp_path: Path) -> None:
@@ -106,6 +125,8 @@ def test_no_rows_of_the_model_shape_is_one_clear_error(results: Path) -> None:
         (["--hybrid", "flashinfer:fa2"], "PREFILL,DECODE"),
         (["--trace", "no-such-trace"], "no-such-trace"),
         (["--backend", "cudnn"], "no cost model"),
+        (["--page-size", "24"], "page_size=24 must be a power of two"),
+        (["--kv-dtype", "int3"], "kv_dtype"),
     ],
 )
 def test_bad_input_fails_with_one_line(results: Path, args: list[str], message: str) -> None:

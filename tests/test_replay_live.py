@@ -94,9 +94,11 @@ def test_measure_samples_runs_the_sweep_and_scores_the_model(tmp_path: Path) -> 
         assert r.measured_us == 50.0
         assert r.predicted_us == pytest.approx(predict(models["reference"], r.spec)[0])
         assert r.rel_err == pytest.approx(r.predicted_us / 50.0 - 1)
-    report = live_report(results, "rows.jsonl", "cpu")
-    assert report["summary"]["reference decode"]["measured"] == 2
-    assert report["worst_rel_rmse"] == max(v["rel_rmse"] for v in report["summary"].values())
+    report = live_report(results, "rows.jsonl", "cpu", sampled_from="x")
+    assert report.summary["reference decode"].measured == 2
+    assert report.worst_rel_rmse == max(v.rel_rmse for v in report.summary.values())
+    assert [s.step for s in report.samples] == [r.step for r in results]
+    assert report.sampled_from == "x"
 
 
 @pytest.mark.gpu
@@ -118,6 +120,7 @@ def test_live_replay_on_the_gpu(tmp_path: Path) -> None:
     import json
 
     doc = json.loads(out.read_text())
+    assert "H200" in doc["provenance"]["gpu"]  # the replay ran where the steps were measured
     live = doc["live"]
     assert live["samples"], live
     assert all(

@@ -10,8 +10,9 @@ import replay_rows as rr
 from attnbench.replay.costmodel import ShapeKey, fit_models
 from attnbench.replay.deployment import Deployment
 from attnbench.replay.gemm import GemmRoofline
-from attnbench.replay.simulator import SchedulerConfig
-from attnbench.replay.study import StudyOptions, find_crossing, run_study
+from attnbench.replay.records import AlreadyAbove, Crossed, NeverCrossed
+from attnbench.replay.simresult import SchedulerConfig
+from attnbench.replay.study import StudyOptions, StudyOutcome, find_crossing, run_study
 from attnbench.replay.traffic import agents_trace, load_requests
 
 KEY = ShapeKey(8, 1, 128, "bfloat16", "bfloat16", 16)
@@ -23,37 +24,40 @@ def test_find_crossing_bisects_a_monotone_curve() -> None:
         return 10.0 * scale  # crosses 25 ms at 2.5x
 
     known = {s: p99(s) for s in (0.5, 1.0, 2.0, 4.0)}
-    c = find_crossing(p99, known, 25.0, steps=12)
-    assert c["status"] == "crossed"
-    assert c["scale"] == pytest.approx(2.5, rel=1e-3)
-    assert find_crossing(p99, known, 100.0, 4) == {
-        "status": "below",
-        "max_scale": 4.0,
-        "scale": None,
-    }
-    assert find_crossing(p99, known, 1.0, 4)["status"] == "above"
+    c = find_crossing(p99, known, 25.0, steps=12, base_rate_req_s=3.0)
+    assert isinstance(c, Crossed)
+    assert c.scale == pytest.approx(2.5, rel=1e-3)
+    assert c.bracket[0] <= c.scale <= c.bracket[1]
+    assert c.rate_req_s == pytest.approx(3.0 * c.scale)
+    below = find_crossing(p99, known, 100.0, 4)
+    assert below == NeverCrossed(max_scale=4.0)
+    assert below.model_dump() == {"status": "below", "max_scale": 4.0, "scale": None}
+    assert find_crossing(p99, known, 1.0, 4) == AlreadyAbove(min_scale=0.5)
 
 
-def _study(reqs: list, **opts: object) -> dict:
+def _study(reqs: list, **opts: object) -> StudyOutcome:
     models, padded = fit_models(rr.rows(), KEY)
     sched = SchedulerConfig(kv_pages=DEP.kv_pages, max_batch=max(256, len(reqs)))
     gemm = GemmRoofline(DEP, rr.COPY_GBPS, rr.MATMUL_TFLOPS)
-    return run_study(reqs, sched, models, padded, gemm, StudyOptions(**opts)).data  # type: ignore[arg-type]
+    return run_study(reqs, sched, models, padded, gemm, StudyOptions(**opts))  # type: ignore[arg-type]
 
 
 def test_study_replays_every_variant_and_the_hybrid() -> None:
-    data = _study(load_requests("azure-code", limit=150), rate_scales=(1.0, 4.0))
-    names = {c["name"] for c in data["candidates"]}
+    study = _study(load_requests("azure-code", limit=150), rate_scales=(1.0, 4.0))
+    names = {c.name for c in study.candidates}
     assert {"flashinfer:fa2", "flash-attn:fa3"} <= names
     # fa3's prefill is cheaper (600 vs 350 TFLOP/s) and fa2's decode has the small skew term
-    assert "hybrid(prefill flash-attn:fa3, decode flashinfer:fa2)" in names
-    assert len(data["runs"]) == 2 * len(names)
-    for r in data["runs"]:
-        assert r["finished"] == 150
-        assert r["itl_ms"]["p99"] >= r["itl_ms"]["p50"] > 0
-    by = {(r["candidate"], r["rate_scale"]): r for r in data["runs"]}
+    hybrid = "hybrid(prefill flash-attn:fa3, decode flashinfer:fa2)"
+    assert hybrid in names
+    assert study.main == hybrid
+    assert len(study.runs) == 2 * len(names)
+    for r in study.runs:
+        assert r.finished == 150
+        assert r.itl_ms.p99 >= r.itl_ms.p50 > 0
+    by = {(r.candidate, r.rate_scale): r for r in study.runs}
     fa2 = by[("flashinfer:fa2", 4.0)]
-    assert fa2["rate_req_s"] == pytest.approx(4 * data["base_rate_req_s"])
+    assert fa2.rate_req_s == pytest.approx(4 * study.base_rate_req_s)
+    assert set(study.sims) == names  # the rate-1 replays, for --live
 
 
 def test_explicit_hybrid_must_have_models() -> None:
@@ -62,10 +66,10 @@ def test_explicit_hybrid_must_have_models() -> None:
 
 
 def test_padded_twins_cost_more_under_skew() -> None:
-    data = _study(agents_trace("agents:64"), padded=True)
-    rows = {r["backend"]: r for r in data["padded_vs_ragged"]}
+    study = _study(agents_trace("agents:64"), padded=True)
+    rows = {r.backend: r for r in study.padded_vs_ragged}
     assert set(rows) == {"flashinfer:fa2", "flash-attn:fa3"}
     for r in rows.values():
-        assert r["ratio_decode_step_ms_p50"] > 1.5  # 64 agents of 256..64k: padding reads ~5x
-        assert r["ratio_itl_ms_p50"] > 1.0
-        assert not math.isnan(r["padded_itl_ms_p99"])
+        assert r.ratio_decode_step_ms_p50 > 1.5  # 64 agents of 256..64k: padding reads ~5x
+        assert r.ratio_itl_ms_p50 > 1.0
+        assert not math.isnan(r.padded_itl_ms_p99)

@@ -3,10 +3,9 @@ from measured results (and, with --live, checked against the GPU)."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,7 +21,8 @@ from attnbench.cli.common import (
 from attnbench.measure.limits import MAX_SEED
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from attnbench.replay.pipeline import ReplayOutcome
+    from attnbench.replay.records import LiveValidation
 
 Opt = typer.Option
 Arg = typer.Argument
@@ -69,7 +69,13 @@ def replay(
         int | None, Opt(min=1, help="Running requests at most (default 256; N for agents:N).")
     ] = None,
     token_budget: Annotated[int, Opt(min=1, help="Tokens per step at most.")] = 8192,
-    chunked_prefill: Annotated[bool, Opt("--chunked-prefill/--no-chunked-prefill")] = True,
+    chunked_prefill: Annotated[
+        bool,
+        Opt(
+            "--chunked-prefill/--no-chunked-prefill",
+            help="Fill each step's token budget with prompt chunks beside decode (vLLM v1).",
+        ),
+    ] = True,
     prefix_cache: Annotated[
         bool | None,
         Opt("--prefix-cache/--no-prefix-cache", help="Default: on when the trace has hash_ids."),
@@ -97,7 +103,9 @@ def replay(
         float, Opt(help="Fixed cost per all-reduce (2 per layer); 0 = not modelled.")
     ] = 0.0,
     allreduce_gbps: Annotated[float, Opt(help="All-reduce bus bandwidth, GB/s.")] = 0.0,
-    seed: Annotated[int, Opt(min=0, max=MAX_SEED)] = 0,
+    seed: Annotated[
+        int, Opt(min=0, max=MAX_SEED, help="Seed of the generated traffic (agents:N).")
+    ] = 0,
     out: Annotated[Path | None, Opt(help="Write the replay document (JSON) here.")] = None,
     live: Annotated[
         int, Opt(min=0, help="Measure this many replayed steps on the GPU (CUDA only).")
@@ -111,7 +119,10 @@ def replay(
     """Replay a serving trace through a continuous-batching simulator whose step times come from
     the measured attention rows: ITL, TTFT and throughput per backend variant and hybrid."""
     from attnbench.analysis.frame import NoResultsError, resolve_paths
-    from attnbench.replay.pipeline import ReplayConfig, ReplayError, run_replay
+    from attnbench.cli.replay_tables import escape, extrapolation_notes, tables
+    from attnbench.replay.deployment import Deployment
+    from attnbench.replay.document import ReplayConfig
+    from attnbench.replay.pipeline import ReplayError, run_replay
 
     _check_numbers(
         gpu_mem_gib=gpu_mem_gib,
@@ -132,17 +143,23 @@ def replay(
         paths = resolve_paths([str(p) for p in results] if results else None)
     except (NoResultsError, FileNotFoundError) as exc:
         fail(str(exc))
+    try:
+        deployment = Deployment(
+            model=model,
+            tp=tp,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            page_size=page_size,
+            gpu_mem_gib=gpu_mem_gib,
+            mem_utilization=mem_utilization,
+        )
+    except ValueError as exc:
+        fail(str(exc))
     cfg = ReplayConfig(
         trace=trace,
         limit=limit,
         seed=seed,
-        model=model,
-        tp=tp,
-        dtype=dtype,
-        kv_dtype=kv_dtype,
-        page_size=page_size,
-        gpu_mem_gib=gpu_mem_gib,
-        mem_utilization=mem_utilization,
+        deployment=deployment,
         max_batch=max_batch,
         token_budget=token_budget,
         chunked_prefill=chunked_prefill,
@@ -164,28 +181,17 @@ def replay(
             outcome = run_replay(cfg, paths)
     except (ReplayError, ValueError) as exc:
         fail(str(exc))
-    data = outcome.data
-    for n in data["notes"]:
+    doc = outcome.document
+    for n in doc.notes:
         note(n)
-    console.print(_runs_table(data))
-    if data.get("crossing"):
-        console.print(_crossing_table(data))
-    if data.get("padded_vs_ragged"):
-        console.print(_padded_table(data))
-    console.print(_models_table(data))
-    for r in data["runs"]:
-        far = r["extrapolated"]["far_steps_frac"]
-        if far > 0.01:
-            note(
-                f"{r['candidate']} at {r['rate_scale']:g}x: {100 * far:.0f}% of steps lie beyond "
-                f"1.5x the measured rows (up to {r['extrapolated']['max_factor']:.1f}x): their "
-                "attention cost is extrapolated (measure rows that cover them: "
-                "`attnbench run --suite replay`, larger batches or longer contexts)"
-            )
+    for table in tables(doc):
+        console.print(table)
+    for n in extrapolation_notes(doc):
+        note(n)
     if live:
-        data["live"] = _live(outcome, live, live_prefill, live_out, out, device)
+        doc.live = _live(outcome, live, live_prefill, live_out, out, device)
     if out is not None:
-        write_output(out, json.dumps(_clean(data), indent=1, default=str) + "\n", "--out")
+        write_output(out, doc.to_json(), "--out")
         console.print(f"replay -> {escape(str(out))}", highlight=False)
 
 
@@ -228,196 +234,25 @@ def _live_path(live_out: Path | None, out: Path | None) -> Path:
 
 
 def _live(
-    outcome: Any,
+    outcome: ReplayOutcome,
     count: int,
     prefill: bool,
     live_out: Path | None,
     out: Path | None,
     device: str,
-) -> dict[str, Any]:
-    from attnbench.replay.deployment import Deployment
+) -> LiveValidation:
+    from attnbench.cli.replay_tables import escape, live_table
     from attnbench.replay.live import run_live
 
-    cfg = outcome.data["config"]
-    dep = Deployment(
-        model=cfg["model"],
-        tp=cfg["tp"],
-        dtype=cfg["dtype"],
-        kv_dtype=cfg["kv_dtype"],
-        page_size=cfg["page_size"],
-        gpu_mem_gib=cfg["gpu_mem_gib"],
-        mem_utilization=cfg["mem_utilization"],
-        reserve_gib=cfg["reserve_gib"],
-    )
     path = _live_path(live_out, out)
-    sim = outcome.sims[outcome.main]
+    study = outcome.study
     try:
         res = run_live(
-            sim, outcome.models, dep, count, path, prefill=prefill, device=device,
+            study.sims[study.main], study.models, outcome.document.config.deployment, count,
+            path, prefill=prefill, device=device, sampled_from=study.main,
             progress=lambda msg: console.print(f"[dim]{escape(msg)}[/]"),
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
-    res["sampled_from"] = outcome.main
-    console.print(_live_table(res))
+    console.print(live_table(res))
     return res
-
-
-def _clean(value: Any) -> Any:
-    """NaN/inf -> None so the document is strict JSON."""
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
-def escape(text: str) -> str:
-    """Names like `x [padded]` are not rich markup."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
-
-
-def _f(v: float | None, digits: int = 1) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
-
-
-def _runs_table(data: dict[str, Any]) -> Table:
-    from rich.table import Table
-
-    t = Table(title=escape(f"replay {data['trace']['name']} on {data['gpu']} (ms)"))
-    for col in (
-        "candidate",
-        "rate×",
-        "req/s",
-        "ITL p50",
-        "ITL p90",
-        "ITL p99",
-        "TTFT p50",
-        "TTFT p99",
-        "decode step",
-        "tok/s",
-        "attn %",
-        "beyond fit",
-    ):
-        t.add_column(col, justify="left" if col == "candidate" else "right")
-    for r in data["runs"]:
-        tf = r["time_frac"]
-        t.add_row(
-            escape(r["candidate"]),
-            f"{r['rate_scale']:g}",
-            _f(r["rate_req_s"], 2),
-            _f(r["itl_ms"]["p50"], 2),
-            _f(r["itl_ms"]["p90"], 2),
-            _f(r["itl_ms"]["p99"], 2),
-            _f(r["ttft_ms"]["p50"]),
-            _f(r["ttft_ms"]["p99"]),
-            _f(r["decode_step_ms"]["p50"], 2),
-            _f(r["throughput_tok_s"], 0),
-            f"{100 * (tf['attention_decode'] + tf['attention_prefill']):.0f}",
-            f"{100 * r['extrapolated']['far_steps_frac']:.0f}%",
-        )
-    return t
-
-
-def _crossing_table(data: dict[str, Any]) -> Table:
-    from rich.table import Table
-
-    t = Table(title=f"rate where p99 ITL crosses {data['itl_target_ms']:g} ms")
-    for col in ("candidate", "crossing", "req/s"):
-        t.add_column(col)
-    for name, c in data["crossing"].items():
-        if c["status"] == "crossed":
-            t.add_row(escape(name), f"{c['scale']:.2f}x", _f(c["rate_req_s"], 2))
-        elif c["status"] == "below":
-            t.add_row(escape(name), f"not crossed up to {c['max_scale']:g}x", "-")
-        else:
-            t.add_row(escape(name), f"above already at {c['min_scale']:g}x", "-")
-    return t
-
-
-def _padded_table(data: dict[str, Any]) -> Table:
-    from rich.table import Table
-
-    claim = data["brief_claim"]
-    t = Table(
-        title=f"padded vs ragged decode (brief: {claim['itl_before_ms']} -> "
-        f"{claim['itl_after_ms']} ms, {claim['factor']:.1f}x)"
-    )
-    for col in (
-        "backend",
-        "ITL p50",
-        "padded",
-        "×",
-        "ITL p99",
-        "padded",
-        "×",
-        "step p50",
-        "padded",
-    ):
-        t.add_column(col, justify="right")
-    for r in data["padded_vs_ragged"]:
-        t.add_row(
-            escape(r["backend"]),
-            _f(r["ragged_itl_ms_p50"], 2),
-            _f(r["padded_itl_ms_p50"], 2),
-            _f(r["ratio_itl_ms_p50"], 2),
-            _f(r["ragged_itl_ms_p99"], 2),
-            _f(r["padded_itl_ms_p99"], 2),
-            _f(r["ratio_itl_ms_p99"], 2),
-            _f(r["ragged_decode_step_ms_p50"], 2),
-            _f(r["padded_decode_step_ms_p50"], 2),
-        )
-    return t
-
-
-def _models_table(data: dict[str, Any]) -> Table:
-    from rich.table import Table
-
-    t = Table(title="attention cost models (held-out error)")
-    for col in ("variant", "decode rows", "GB/s", "rel RMSE", "max", "prefill rows", "TFLOP/s",
-                "rel RMSE", "notes"):  # fmt: skip
-        t.add_column(col, justify="left" if col in ("variant", "notes") else "right")
-
-    def pct(v: float | None) -> str:
-        return "-" if v is None or v != v else f"{100 * v:.1f}%"
-
-    for m in data["models"]:
-        dec, pre = m.get("decode") or {}, m.get("prefill") or {}
-        t.add_row(
-            escape(m["backend"]),
-            str(dec.get("n_rows", 0)),
-            _f(m.get("decode_bandwidth_gbps"), 0),
-            pct(dec.get("cv_rel_rmse")),
-            pct(dec.get("cv_max_rel_err")),
-            str(pre.get("n_rows", 0)),
-            _f(m.get("prefill_tflops"), 0),
-            pct(pre.get("cv_rel_rmse")),
-            escape("; ".join(m.get("notes") or [])),
-        )
-    return t
-
-
-def _live_table(res: dict[str, Any]) -> Table:
-    from rich.table import Table
-
-    t = Table(title=escape(f"cost model vs live GPU steps ({res['device']})"))
-    for col in ("variant / part", "measured", "rel RMSE", "median |err|", "max |err|", "bias"):
-        t.add_column(col, justify="right")
-    for key, v in res["summary"].items():
-
-        def pct(x: float | None) -> str:
-            return "-" if x is None else f"{100 * x:.1f}%"
-
-        t.add_row(
-            escape(key),
-            f"{v['measured']}/{v['samples']}",
-            pct(v["rel_rmse"]),
-            pct(v["median_abs_err"]),
-            pct(v["max_abs_err"]),
-            pct(v["mean_err"]),
-        )
-    return t

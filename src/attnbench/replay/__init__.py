@@ -4,6 +4,7 @@
     deployment.py  model at its TP degree: GEMM shapes, weights, KV bytes, the KV page budget
     prefix.py      prefix cache over Mooncake's hash_ids (shared, refcounted, LRU blocks)
     steps.py       a step's exact batch and its features; the StepCost protocol
+    simresult.py   the scheduler's limits, the recorded blocks of steps, the replay step by step
     simulator.py   continuous batching (chunked prefill or not), deterministic, exact steps
     fit.py         non-negative least squares, held-out error, fitted range
     costmodel.py   attention cost per variant fitted on sweep rows (decode, prefill, plan)
@@ -11,23 +12,29 @@
     stepcost.py    step time = attention x layers + plan + GEMMs (hybrids, padded twins)
     summary.py     ITL / TTFT percentiles, throughput, time split, extrapolation
     study.py       candidates x rate scales, the p99-ITL crossing rate, padded vs ragged
+    records.py     typed parts of the document: runs, crossings, padded vs ragged, live check
+    document.py    the replay document (ReplayDocument) and its options (ReplayConfig)
     pipeline.py    results files + trace -> replay document (what the CLI runs)
     live.py        --live: the replayed steps measured on the GPU vs the model
-    section.py     the report's "Serving replay" section
 
-Reads result files only; only `live` touches a GPU.
+Reads result files only; only `live` touches a GPU. The CLI's tables (`cli.replay_tables`) and
+the report's "Serving replay" section (`report.replay_section`) render the document.
 """
 
-from attnbench.replay.pipeline import ReplayConfig, ReplayError, run_replay
-from attnbench.replay.simulator import SchedulerConfig, SimResult, simulate
+from attnbench.replay.document import ReplayConfig, ReplayDocument, load_document
+from attnbench.replay.pipeline import ReplayError, run_replay
+from attnbench.replay.simresult import SchedulerConfig, SimResult
+from attnbench.replay.simulator import simulate
 from attnbench.replay.traffic import ReplayRequest, load_requests
 
 __all__ = [
     "ReplayConfig",
+    "ReplayDocument",
     "ReplayError",
     "ReplayRequest",
     "SchedulerConfig",
     "SimResult",
+    "load_document",
     "load_requests",
     "run_replay",
     "simulate",

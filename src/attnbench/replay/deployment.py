@@ -112,25 +112,3 @@ class Deployment:
     def kv_pages(self) -> int:
         """Pages of the paged KV cache (the simulator's memory budget)."""
         return self.kv_cache_bytes // (self.page_size * self.kv_bytes_per_token)
-
-    def describe(self) -> dict[str, object]:
-        s = self.shard
-        return {
-            "model": self.model,
-            "tp": self.tp,
-            "num_qo_heads": s.num_qo_heads,
-            "num_kv_heads": s.num_kv_heads,
-            "head_dim": s.head_dim,
-            "num_layers": self.num_layers,
-            "dtype": self.dtype,
-            "kv_dtype": self.kv_dtype,
-            "page_size": self.page_size,
-            "gpu_mem_gib": self.gpu_mem_gib,
-            "mem_utilization": self.mem_utilization,
-            "reserve_gib": self.reserve_gib,
-            "weight_gib": round(self.weight_bytes / GIB, 2),
-            "kv_cache_gib": round(self.kv_cache_bytes / GIB, 2),
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_pages": self.kv_pages,
-            "kv_tokens": self.kv_pages * self.page_size,
-        }

@@ -12,17 +12,21 @@ for that very batch: error = predicted / measured - 1, per call (one layer).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from attnbench.replay.costmodel import AttentionCostModel
 from attnbench.replay.deployment import Deployment
-from attnbench.replay.simulator import SimResult
+from attnbench.replay.records import LiveError, LiveSample, LiveValidation
+from attnbench.replay.simresult import SimResult
 from attnbench.workload.spec import WorkloadSpec
+
+Part = Literal["decode", "prefill"]
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -73,7 +77,7 @@ def step_spec(sim: SimResult, step: int, dep: Deployment, part: str = "decode") 
 @dataclass
 class LiveResult:
     backend: str
-    part: str
+    part: Part
     step: int
     spec: WorkloadSpec
     status: str
@@ -89,25 +93,29 @@ class LiveResult:
             return None
         return self.predicted_us / self.measured_us - 1.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def sample(self) -> LiveSample:
         s = self.spec
-        return {
-            "backend": self.backend,
-            "part": self.part,
-            "step": self.step,
-            "case_id": s.case_id,
-            "requests": s.batch_size,
-            "kv_total": s.total_kv,
-            "kv_max": max(s.kv_lens),
-            "q_total": s.total_q,
-            "status": self.status,
-            "reason": self.reason,
-            "measured_us": self.measured_us,
-            "predicted_us": self.predicted_us,
-            "rel_err": self.rel_err,
-            "measured_plan_us": self.measured_plan_us,
-            "predicted_plan_us": self.predicted_plan_us,
-        }
+        return LiveSample(
+            backend=self.backend,
+            part=self.part,
+            step=self.step,
+            case_id=s.case_id,
+            requests=s.batch_size,
+            kv_total=s.total_kv,
+            kv_max=max(s.kv_lens),
+            q_total=s.total_q,
+            status=self.status,
+            reason=self.reason,
+            measured_us=_nan(self.measured_us),
+            predicted_us=self.predicted_us,
+            rel_err=_nan(self.rel_err),
+            measured_plan_us=_nan(self.measured_plan_us),
+            predicted_plan_us=self.predicted_plan_us,
+        )
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def predict(model: AttentionCostModel, spec: WorkloadSpec) -> tuple[float, float]:
@@ -127,22 +135,23 @@ def predict(model: AttentionCostModel, spec: WorkloadSpec) -> tuple[float, float
     return float(us[0]), float(plan[0])
 
 
-def error_summary(results: list[LiveResult]) -> dict[str, Any]:
+def error_summary(results: list[LiveResult]) -> dict[str, LiveError]:
     """Per (backend, part): rows measured, relative RMSE, median and max |error|."""
-    out: dict[str, Any] = {}
+    out: dict[str, LiveError] = {}
     for key in sorted({(r.backend, r.part) for r in results}):
         errs = np.array(
             [e for r in results if (r.backend, r.part) == key and (e := r.rel_err) is not None]
         )
         n_all = sum(1 for r in results if (r.backend, r.part) == key)
-        out[f"{key[0]} {key[1]}"] = {
-            "measured": int(errs.size),
-            "samples": n_all,
-            "rel_rmse": float(np.sqrt(np.mean(errs**2))) if errs.size else None,
-            "median_abs_err": float(np.median(np.abs(errs))) if errs.size else None,
-            "max_abs_err": float(np.abs(errs).max()) if errs.size else None,
-            "mean_err": float(errs.mean()) if errs.size else None,
-        }
+        some = errs.size > 0
+        out[f"{key[0]} {key[1]}"] = LiveError(
+            measured=int(errs.size),
+            samples=n_all,
+            rel_rmse=float(np.sqrt(np.mean(errs**2))) if some else math.nan,
+            median_abs_err=float(np.median(np.abs(errs))) if some else math.nan,
+            max_abs_err=float(np.abs(errs).max()) if some else math.nan,
+            mean_err=float(errs.mean()) if some else math.nan,
+        )
     return out
 
 
@@ -162,7 +171,10 @@ def measure_samples(
     from attnbench.run.sweep import run_case
 
     results: list[LiveResult] = []
-    for part in ("decode", "prefill") if prefill else ("decode",):
+    parts: tuple[Literal["decode", "prefill"], ...] = (
+        ("decode", "prefill") if prefill else ("decode",)
+    )
+    for part in parts:
         names = [
             n
             for n, m in sorted(models.items())
@@ -202,13 +214,14 @@ def run_live(
     *,
     prefill: bool = False,
     device: str = "auto",
+    sampled_from: str = "",
     progress: Callable[[str], None] = lambda msg: None,
-) -> dict[str, Any]:
+) -> LiveValidation:
     """Measure `count` sampled steps of `sim` with every variant in `models` on the GPU.
 
     Writes the measured rows to `out_path` (a results file: header + rows, cold-L2 CUDA-graph
-    timing as `attnbench run`) and returns the comparison (JSON-able). Needs CUDA; raises
-    RuntimeError without it.
+    timing as `attnbench run`) and returns the comparison (`sampled_from`: the candidate `sim`
+    replayed). Needs CUDA; raises RuntimeError without it.
     """
     from attnbench.backends import select_backends
     from attnbench.measure.config import MeasureConfig
@@ -237,16 +250,19 @@ def run_live(
         results = measure_samples(
             sim, models, dep, count, ctx, backends, prefill=prefill, progress=progress
         )
-    return live_report(results, str(out_path), info.name)
+    return live_report(results, str(out_path), info.name, sampled_from)
 
 
-def live_report(results: list[LiveResult], rows_file: str, device: str) -> dict[str, Any]:
+def live_report(
+    results: list[LiveResult], rows_file: str, device: str, sampled_from: str = ""
+) -> LiveValidation:
     summary = error_summary(results)
-    worst = [v["rel_rmse"] for v in summary.values() if v["rel_rmse"] is not None]
-    return {
-        "rows_file": rows_file,
-        "device": device,
-        "samples": [r.as_dict() for r in results],
-        "summary": summary,
-        "worst_rel_rmse": max(worst) if worst else None,
-    }
+    worst = [v.rel_rmse for v in summary.values() if math.isfinite(v.rel_rmse)]
+    return LiveValidation(
+        rows_file=rows_file,
+        device=device,
+        samples=[r.sample() for r in results],
+        summary=summary,
+        worst_rel_rmse=max(worst) if worst else math.nan,
+        sampled_from=sampled_from,
+    )

@@ -11,17 +11,27 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from attnbench.replay.costmodel import AttentionCostModel, ShapeKey, fit_models, shapes_in
-from attnbench.replay.deployment import Deployment
+from attnbench.replay.deployment import GIB
+from attnbench.replay.document import (
+    SCHEMA,
+    CostModelInfo,
+    DeploymentInfo,
+    GemmInfo,
+    ReplayConfig,
+    ReplayDocument,
+    TraceInfo,
+)
 from attnbench.replay.gemm import GemmRoofline
-from attnbench.replay.simulator import SchedulerConfig
-from attnbench.replay.study import StudyOptions, StudyOutcome, model_table, run_study
+from attnbench.replay.simresult import SchedulerConfig
+from attnbench.replay.study import StudyOptions, StudyOutcome, run_study
 from attnbench.replay.traffic import ReplayRequest, arrival_rate, load_requests, spread_ties
 from attnbench.results import Header, ResultRow, read_results
+
+__all__ = ["ReplayConfig", "ReplayError", "ReplayOutcome", "load_rows", "run_replay"]
 
 DEFAULT_MAX_BATCH = 256
 
@@ -30,40 +40,12 @@ class ReplayError(ValueError):
     """Input the replay cannot use: one line saying what and what to do."""
 
 
-@dataclass(frozen=True)
-class ReplayConfig:
-    trace: str
-    limit: int | None = None
-    seed: int = 0
-    model: str = "llama-3.1-70b"
-    tp: int = 8
-    dtype: str = "bfloat16"
-    kv_dtype: str = "bfloat16"
-    page_size: int = 16
-    gpu_mem_gib: float = 139.8
-    mem_utilization: float = 0.9
-    reserve_gib: float = 4.0
-    max_batch: int | None = None
-    """None: 256 (vLLM's max_num_seqs), or N for the synthetic `agents:N` (all N concurrent)."""
-    token_budget: int = 8192
-    chunked_prefill: bool = True
-    prefix_cache: bool | None = None
-    """None: on when the trace has prefix-block hashes (Mooncake)."""
-    spread_arrivals: bool = True
-    backends: tuple[str, ...] = ()
-    """Variants to replay (library names select all their variants); empty: every variant."""
-    rate_scales: tuple[float, ...] = (1.0,)
-    itl_target_ms: float | None = None
-    bisect_steps: int = 4
-    hybrid: tuple[str, str] | None = None
-    """(prefill variant, decode variant); None: `hybrid.recommend` on the rows, else automatic."""
-    padded: bool | None = None
-    """None: on for the synthetic agents scenario."""
-    gpu: str | None = None
-    copy_gbps: float | None = None
-    matmul_tflops: float | None = None
-    allreduce_us: float = 0.0
-    allreduce_gbps: float = 0.0
+@dataclass
+class ReplayOutcome:
+    """The replay document, and the study behind it (its rate-1 replays feed `--live`)."""
+
+    document: ReplayDocument
+    study: StudyOutcome
 
 
 @dataclass
@@ -130,7 +112,7 @@ def ceilings(headers: Sequence[Header], dtype: str, cfg: ReplayConfig) -> tuple[
     return copy, mm, src
 
 
-def requests_for(cfg: ReplayConfig) -> tuple[list[ReplayRequest], dict[str, Any]]:
+def requests_for(cfg: ReplayConfig) -> tuple[list[ReplayRequest], TraceInfo]:
     try:
         reqs = load_requests(cfg.trace, limit=cfg.limit, seed=cfg.seed)
     except (OSError, ValueError) as exc:
@@ -141,19 +123,19 @@ def requests_for(cfg: ReplayConfig) -> tuple[list[ReplayRequest], dict[str, Any]
     if cfg.spread_arrivals:
         reqs = spread_ties(reqs)
     has_prefix = any(r.hash_ids for r in reqs)
-    info = {
-        "name": cfg.trace,
-        "limit": cfg.limit,
-        "requests": len(reqs),
-        "synthetic": cfg.trace.lower().startswith("agents"),
-        "rate_req_s": arrival_rate(reqs),
-        "tied_arrivals": ties,
-        "spread_arrivals": cfg.spread_arrivals,
-        "has_prefix_hashes": has_prefix,
-        "input_tokens": sum(r.input_len for r in reqs),
-        "output_tokens": sum(r.output_len for r in reqs),
-        "max_input": max(r.input_len for r in reqs),
-    }
+    info = TraceInfo(
+        name=cfg.trace,
+        limit=cfg.limit,
+        requests=len(reqs),
+        synthetic=cfg.trace.lower().startswith("agents"),
+        rate_req_s=arrival_rate(reqs),
+        tied_arrivals=ties,
+        spread_arrivals=cfg.spread_arrivals,
+        has_prefix_hashes=has_prefix,
+        input_tokens=sum(r.input_len for r in reqs),
+        output_tokens=sum(r.output_len for r in reqs),
+        max_input=max(r.input_len for r in reqs),
+    )
     return reqs, info
 
 
@@ -186,29 +168,22 @@ def recommended_hybrid(paths: Sequence[Path], gpu: str) -> tuple[str, str] | Non
     return None
 
 
-def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> StudyOutcome:
+def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> ReplayOutcome:
     """The whole replay; raises ReplayError for unusable input."""
+    from attnbench.results import provenance
+
     loaded = load_rows(paths, cfg.gpu)
+    dep = cfg.deployment
     try:
-        dep = Deployment(
-            model=cfg.model,
-            tp=cfg.tp,
-            dtype=cfg.dtype,
-            kv_dtype=cfg.kv_dtype,
-            page_size=cfg.page_size,
-            gpu_mem_gib=cfg.gpu_mem_gib,
-            mem_utilization=cfg.mem_utilization,
-            reserve_gib=cfg.reserve_gib,
-        )
         shard = dep.shard
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
     if dep.kv_pages <= 0:
-        d = dep.describe()
         raise ReplayError(
-            f"no memory left for the KV cache: {d['mem_utilization']:g} x {d['gpu_mem_gib']:g} "
-            f"GiB leaves nothing after {d['weight_gib']:g} GiB of {d['model']} weights at tp "
-            f"{d['tp']} and {d['reserve_gib']:g} GiB reserved; raise --gpu-mem-gib or --tp"
+            f"no memory left for the KV cache: {dep.mem_utilization:g} x {dep.gpu_mem_gib:g} "
+            f"GiB leaves nothing after {round(dep.weight_bytes / GIB, 2):g} GiB of {dep.model} "
+            f"weights at tp {dep.tp} and {dep.reserve_gib:g} GiB reserved; raise --gpu-mem-gib "
+            "or --tp"
         )
     key = ShapeKey(
         shard.num_qo_heads,
@@ -219,19 +194,19 @@ def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> StudyOutcome:
         dep.page_size,
     )
     models, padded = fit_models(loaded.rows, key)
+    at = f"{key.describe()} ({dep.model} at tp {dep.tp})"
+    suite = f"`attnbench run --suite replay --model {dep.model} --tp {dep.tp}`"
     if not models:
         have = shapes_in(loaded.rows)
         raise ReplayError(
-            f"no ok rows of shape {key.describe()} ({cfg.model} at tp {cfg.tp}) on {loaded.gpu}; "
-            f"shapes present: {', '.join(have) or 'none'}; run e.g. "
-            f"`attnbench run --suite replay --model {cfg.model} --tp {cfg.tp}`"
+            f"no ok rows of shape {at} on {loaded.gpu}; shapes present: "
+            f"{', '.join(have) or 'none'}; run e.g. {suite}"
         )
     for part in ("decode", "prefill"):
         if not any(getattr(m, part) for m in models.values()):
             raise ReplayError(
-                f"no {part} rows of shape {key.describe()} ({cfg.model} at tp {cfg.tp}) on "
-                f"{loaded.gpu}: a replay needs both decode and prefill; run e.g. "
-                f"`attnbench run --suite replay --model {cfg.model} --tp {cfg.tp}`"
+                f"no {part} rows of shape {at} on {loaded.gpu}: a replay needs both decode and "
+                f"prefill; run e.g. {suite}"
             )
     keep = _select(models, cfg.backends)
     singles = tuple(sorted(keep))
@@ -254,11 +229,10 @@ def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> StudyOutcome:
         gemm = GemmRoofline(dep, copy, mm, cfg.allreduce_us, cfg.allreduce_gbps)
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
-    reqs, trace_info = requests_for(cfg)
-    synthetic = bool(trace_info["synthetic"])
-    prefix = trace_info["has_prefix_hashes"] if cfg.prefix_cache is None else cfg.prefix_cache
+    reqs, trace = requests_for(cfg)
+    prefix = trace.has_prefix_hashes if cfg.prefix_cache is None else cfg.prefix_cache
     max_batch = cfg.max_batch or (
-        max(DEFAULT_MAX_BATCH, len(reqs)) if synthetic else DEFAULT_MAX_BATCH
+        max(DEFAULT_MAX_BATCH, len(reqs)) if trace.synthetic else DEFAULT_MAX_BATCH
     )
     sched = SchedulerConfig(
         kv_pages=dep.kv_pages,
@@ -274,27 +248,36 @@ def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> StudyOutcome:
         bisect_steps=cfg.bisect_steps,
         hybrid=hybrid,
         hybrid_source=hybrid_source,
-        padded=synthetic if cfg.padded is None else cfg.padded,
+        padded=trace.synthetic if cfg.padded is None else cfg.padded,
         singles=singles,
     )
     try:
-        outcome = run_study(reqs, sched, models, padded, gemm, opts)
+        study = run_study(reqs, sched, models, padded, gemm, opts)
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
-    gpu_kind = {str(h.device.get("kind", "")) for h in loaded.headers}
-    if "cuda" not in gpu_kind:
+    if not any(h.device.get("kind") == "cuda" for h in loaded.headers):
         notes.append("the rows and ceilings come from a non-GPU run: figures are not H200 figures")
-    outcome.data = {
-        "schema": outcome.data.pop("schema"),
-        "gpu": loaded.gpu,
-        "trace": trace_info,
-        "deployment": dep.describe(),
-        "scheduler": asdict(sched),
-        "gemm": gemm.describe() | {"ceilings_from": src},
-        "models": model_table(models),
-        "padded_models": model_table(padded),
-        "sources": [str(p) for p in paths],
-        "config": asdict(cfg),
-    } | outcome.data
-    outcome.data["notes"] = notes + list(outcome.data.get("notes", []))
-    return outcome
+    doc = ReplayDocument(
+        doc_schema=SCHEMA,
+        gpu=loaded.gpu,
+        trace=trace,
+        deployment=DeploymentInfo.of(dep),
+        scheduler=sched,
+        gemm=GemmInfo.of(gemm, src),
+        models=CostModelInfo.table(models),
+        padded_models=CostModelInfo.table(padded),
+        sources=[str(p) for p in paths],
+        config=cfg,
+        base_rate_req_s=study.base_rate_req_s,
+        rate_scales=list(opts.rate_scales),
+        itl_target_ms=opts.itl_target_ms,
+        candidates=study.candidates,
+        runs=study.runs,
+        crossing=study.crossing,
+        main_candidate=study.main,
+        main_scale=study.main_scale,
+        padded_vs_ragged=study.padded_vs_ragged,
+        notes=notes + study.notes,
+        provenance=provenance(),
+    )
+    return ReplayOutcome(doc, study)

@@ -84,12 +84,3 @@ class ReplayCost:
             self.decode.decode_extrapolation(f.n_decode, f.kv_total, f.kv_max),
             self.prefill.prefill_extrapolation(f.n_prefill, f.q_prefill, f.pairs_prefill),
         )
-
-    def describe(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "decode_backend": self.decode.backend,
-            "decode_source": self.decode.source,
-            "prefill_backend": self.prefill.backend,
-            "padded_decode": self.decode.padded,
-        }

@@ -17,18 +17,28 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from attnbench.replay.costmodel import AttentionCostModel, padded_from_ragged
+from attnbench.replay.document import SCHEMA
 from attnbench.replay.gemm import GemmRoofline
-from attnbench.replay.simulator import SchedulerConfig, SimResult, simulate
+from attnbench.replay.records import (
+    AlreadyAbove,
+    CandidateInfo,
+    CandidateKind,
+    CandidateRun,
+    Crossed,
+    Crossing,
+    NeverCrossed,
+    PaddedComparison,
+)
+from attnbench.replay.simresult import SchedulerConfig, SimResult
+from attnbench.replay.simulator import simulate
 from attnbench.replay.stepcost import ReplayCost
 from attnbench.replay.steps import StepFeatures
-from attnbench.replay.summary import p99_itl_ms, summarize
+from attnbench.replay.summary import summarize
 from attnbench.replay.traffic import ReplayRequest, arrival_rate, scale_rate
 
-SCHEMA = "attnbench.replay/1"
-BRIEF_CLAIM = {"itl_before_ms": 14.2, "itl_after_ms": 138.6, "factor": 138.6 / 14.2}
+__all__ = ["SCHEMA", "StudyOptions", "StudyOutcome", "candidates", "find_crossing", "run_study"]
 
 
 @dataclass(frozen=True)
@@ -44,9 +54,35 @@ class StudyOptions:
     """Variants replayed alone (None: all); the others serve only in the hybrid."""
 
 
+@dataclass(frozen=True)
+class Candidate:
+    kind: CandidateKind
+    name: str
+    cost: ReplayCost
+
+    def info(self) -> CandidateInfo:
+        c = self.cost
+        return CandidateInfo(
+            name=self.name,
+            kind=self.kind,
+            decode_backend=c.decode.backend,
+            decode_source=c.decode.source,
+            prefill_backend=c.prefill.backend,
+            padded_decode=c.decode.padded,
+        )
+
+
 @dataclass
 class StudyOutcome:
-    data: dict[str, Any]
+    base_rate_req_s: float
+    main_scale: float
+    candidates: list[CandidateInfo] = field(default_factory=list)
+    runs: list[CandidateRun] = field(default_factory=list)
+    """Every candidate at every rate scale."""
+    crossing: dict[str, Crossing] = field(default_factory=dict)
+    """Per candidate, where p99 ITL crosses the target (with a target)."""
+    padded_vs_ragged: list[PaddedComparison] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     sims: dict[str, SimResult] = field(default_factory=dict)
     """Replay at rate scale 1 (or the first scale) per candidate, for `--live`."""
     costs: dict[str, ReplayCost] = field(default_factory=dict)
@@ -91,12 +127,12 @@ def candidates(
     gemm: GemmRoofline,
     num_layers: int,
     opts: StudyOptions,
-) -> tuple[list[tuple[str, str, ReplayCost]], list[str]]:
-    """(kind, name, cost) per candidate, and notes."""
+) -> tuple[list[Candidate], list[str]]:
+    """The candidates, and notes."""
     notes: list[str] = []
     best_pre = best_on(models, ref, "prefill")
     best_dec = best_on(models, ref, "decode")
-    out: list[tuple[str, str, ReplayCost]] = []
+    out: list[Candidate] = []
     for name, m in sorted(models.items()):
         if opts.singles is not None and name not in opts.singles:
             continue
@@ -108,13 +144,14 @@ def candidates(
             notes.append(f"{name}: no variant has prefill rows; skipped")
             continue
         label = name if pre_name == name else f"{name} (prefill {pre_name})"
-        out.append(("single", label, ReplayCost(label, m, models[pre_name], gemm, num_layers)))
+        out.append(
+            Candidate("single", label, ReplayCost(label, m, models[pre_name], gemm, num_layers))
+        )
         if opts.padded:
             pm = padded_models.get(name) or padded_from_ragged(m)
             plabel = f"{name} [padded]"
-            out.append(
-                ("padded", plabel, ReplayCost(plabel, pm, models[pre_name], gemm, num_layers))
-            )
+            cost = ReplayCost(plabel, pm, models[pre_name], gemm, num_layers)
+            out.append(Candidate("padded", plabel, cost))
     if opts.hybrid is not None:
         pre, dec = opts.hybrid
         missing = [n for n in (pre, dec) if n not in models]
@@ -133,9 +170,8 @@ def candidates(
             notes.append(f"hybrid: {pre} is best at both prefill and decode; no hybrid needed")
         else:
             label = f"hybrid(prefill {pre}, decode {dec})"
-            out.append(
-                ("hybrid", label, ReplayCost(label, models[dec], models[pre], gemm, num_layers))
-            )
+            cost = ReplayCost(label, models[dec], models[pre], gemm, num_layers)
+            out.append(Candidate("hybrid", label, cost))
             notes.append(f"hybrid chosen by {source}")
     return out, notes
 
@@ -145,20 +181,22 @@ def find_crossing(
     known: dict[float, float],
     target_ms: float,
     steps: int,
-) -> dict[str, Any]:
+    base_rate_req_s: float = 1.0,
+) -> Crossing:
     """The rate scale at which p99 ITL (ms) first exceeds `target_ms`.
 
     `known` maps evaluated scales to p99 ITL; when the crossing is bracketed, the bracket is
-    halved `steps` times (geometric midpoint) with `evaluate`.
+    halved `steps` times (geometric midpoint) with `evaluate`. The crossing's rate is
+    `base_rate_req_s` times its scale.
     """
     scales = sorted(known)
     above = [s for s in scales if known[s] > target_ms]
     if not above:
-        return {"status": "below", "max_scale": scales[-1], "scale": None}
+        return NeverCrossed(max_scale=scales[-1])
     hi = above[0]
     below = [s for s in scales if s < hi]
     if not below:
-        return {"status": "above", "min_scale": scales[0], "scale": None}
+        return AlreadyAbove(min_scale=scales[0])
     lo = below[-1]
     for _ in range(steps):
         mid = math.sqrt(lo * hi)
@@ -166,7 +204,8 @@ def find_crossing(
             hi = mid
         else:
             lo = mid
-    return {"status": "crossed", "scale": math.sqrt(lo * hi), "bracket": [lo, hi]}
+    scale = math.sqrt(lo * hi)
+    return Crossed(scale=scale, bracket=(lo, hi), rate_req_s=base_rate_req_s * scale)
 
 
 def run_study(
@@ -177,67 +216,53 @@ def run_study(
     gemm: GemmRoofline,
     opts: StudyOptions,
 ) -> StudyOutcome:
-    """Replay every candidate at every rate scale; JSON-able data plus the rate-1 replays."""
+    """Replay every candidate at every rate scale: the runs, crossings and the rate-1 replays."""
     if not models:
         raise ValueError("no cost models: the results have no usable rows for this shape")
     num_layers = gemm.deployment.num_layers
     base_rate = arrival_rate(requests)
     ref = _reference_steps(requests, sched, models, gemm, num_layers)
     cands, notes = candidates(models, padded_models, ref, gemm, num_layers, opts)
-    outcome = StudyOutcome(data={}, models=dict(models))
-    hybrids = [n for k, n, _ in cands if k == "hybrid"]
-    singles = [n for k, n, _ in cands if k == "single"]
-    outcome.main = (hybrids or singles or [cands[0][1]])[0] if cands else ""
-    runs: list[dict[str, Any]] = []
-    crossings: dict[str, Any] = {}
     main_scale = 1.0 if 1.0 in opts.rate_scales else opts.rate_scales[0]
-    for kind, name, cost in cands:
+    outcome = StudyOutcome(
+        base_rate_req_s=base_rate,
+        main_scale=main_scale,
+        candidates=[c.info() for c in cands],
+        notes=notes,
+        models=dict(models),
+    )
+    by_kind = {k: [c.name for c in cands if c.kind == k] for k in ("hybrid", "single")}
+    outcome.main = (by_kind["hybrid"] or by_kind["single"] or [c.name for c in cands] or [""])[0]
+    for cand in cands:
         p99: dict[float, float] = {}
-
-        def replay(scale: float, cost: ReplayCost = cost) -> tuple[SimResult, dict[str, Any]]:
-            sim = simulate(scale_rate(requests, scale), sched, cost)
-            return sim, summarize(sim, cost)
-
         for scale in opts.rate_scales:
-            sim, summ = replay(scale)
-            p99[scale] = p99_itl_ms(summ)
-            runs.append(
-                {"candidate": name, "kind": kind, "rate_scale": scale}
-                | {"rate_req_s": base_rate * scale}
-                | summ
+            sim = simulate(scale_rate(requests, scale), sched, cand.cost)
+            summ = summarize(sim, cand.cost)
+            p99[scale] = summ.itl_ms.p99
+            label = dict(
+                candidate=cand.name, kind=cand.kind, rate_scale=scale, rate_req_s=base_rate * scale
             )
+            outcome.runs.append(CandidateRun.model_validate(label | summ.model_dump()))
             if scale == main_scale:
-                outcome.sims[name] = sim
-                outcome.costs[name] = cost
+                outcome.sims[cand.name] = sim
+                outcome.costs[cand.name] = cand.cost
         if opts.itl_target_ms is not None:
 
-            def p99_at(scale: float, replay: Callable[..., Any] = replay) -> float:
-                return p99_itl_ms(replay(scale)[1])
+            def p99_at(scale: float, cost: ReplayCost = cand.cost) -> float:
+                sim = simulate(scale_rate(requests, scale), sched, cost)
+                return summarize(sim, cost).itl_ms.p99
 
-            c = find_crossing(p99_at, p99, opts.itl_target_ms, opts.bisect_steps)
-            if c.get("scale") is not None:
-                c["rate_req_s"] = base_rate * c["scale"]
-            crossings[name] = c
-    outcome.data = {
-        "schema": SCHEMA,
-        "base_rate_req_s": base_rate,
-        "rate_scales": list(opts.rate_scales),
-        "itl_target_ms": opts.itl_target_ms,
-        "candidates": [{"name": n, "kind": k} | c.describe() for k, n, c in cands],
-        "runs": runs,
-        "crossing": crossings,
-        "main_candidate": outcome.main,
-        "main_scale": main_scale,
-        "padded_vs_ragged": padded_comparison(runs, main_scale) if opts.padded else [],
-        "brief_claim": BRIEF_CLAIM,
-        "notes": notes,
-    }
+            outcome.crossing[cand.name] = find_crossing(
+                p99_at, p99, opts.itl_target_ms, opts.bisect_steps, base_rate
+            )
+    if opts.padded:
+        outcome.padded_vs_ragged = padded_comparison(outcome.runs, main_scale)
     return outcome
 
 
-def padded_comparison(runs: Sequence[dict[str, Any]], scale: float) -> list[dict[str, Any]]:
+def padded_comparison(runs: Sequence[CandidateRun], scale: float) -> list[PaddedComparison]:
     """Per variant at `scale`: ragged vs padded ITL and decode-step time, and their ratios."""
-    at = {r["candidate"]: r for r in runs if r["rate_scale"] == scale}
+    at = {r.candidate: r for r in runs if r.rate_scale == scale}
     out = []
     for name, padded in sorted(at.items()):
         if not name.endswith(" [padded]"):
@@ -246,17 +271,26 @@ def padded_comparison(runs: Sequence[dict[str, Any]], scale: float) -> list[dict
         ragged = next((r for n, r in at.items() if n == base or n.startswith(base + " (")), None)
         if ragged is None:
             continue
-        row: dict[str, Any] = {"backend": base}
-        for metric, key in (("itl_ms", "p50"), ("itl_ms", "p99"), ("decode_step_ms", "p50")):
-            a, b = ragged[metric][key], padded[metric][key]
-            row[f"ragged_{metric}_{key}"] = a
-            row[f"padded_{metric}_{key}"] = b
-            row[f"ratio_{metric}_{key}"] = (b / a) if a and b else None
-        row["ragged_throughput_tok_s"] = ragged["throughput_tok_s"]
-        row["padded_throughput_tok_s"] = padded["throughput_tok_s"]
-        out.append(row)
+
+        def ratio(a: float, b: float) -> float:
+            return b / a if a and b and math.isfinite(a) and math.isfinite(b) else math.nan
+
+        out.append(
+            PaddedComparison(
+                backend=base,
+                ragged_itl_ms_p50=ragged.itl_ms.p50,
+                padded_itl_ms_p50=padded.itl_ms.p50,
+                ratio_itl_ms_p50=ratio(ragged.itl_ms.p50, padded.itl_ms.p50),
+                ragged_itl_ms_p99=ragged.itl_ms.p99,
+                padded_itl_ms_p99=padded.itl_ms.p99,
+                ratio_itl_ms_p99=ratio(ragged.itl_ms.p99, padded.itl_ms.p99),
+                ragged_decode_step_ms_p50=ragged.decode_step_ms.p50,
+                padded_decode_step_ms_p50=padded.decode_step_ms.p50,
+                ratio_decode_step_ms_p50=ratio(
+                    ragged.decode_step_ms.p50, padded.decode_step_ms.p50
+                ),
+                ragged_throughput_tok_s=ragged.throughput_tok_s,
+                padded_throughput_tok_s=padded.throughput_tok_s,
+            )
+        )
     return out
-
-
-def model_table(models: dict[str, AttentionCostModel]) -> list[dict[str, Any]]:
-    return [m.as_dict() for _, m in sorted(models.items())]

@@ -3,7 +3,8 @@
 `attnbench report RESULTS... replay.json` hands JSON documents to section hooks; every document
 whose `schema` is the replay's becomes tables (per-candidate ITL/TTFT/throughput, crossing
 rates, padded vs ragged, cost-model fit and live error) and a figure (p99 ITL and p99 TTFT
-against the arrival rate).
+against the arrival rate), read through the typed `replay.document.ReplayDocument`. A file
+whose `schema` is the replay's but does not read as one becomes one line naming the field.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
-from attnbench.replay.study import SCHEMA
+from attnbench.replay.document import (
+    ReplayDocument,
+    ReplayDocumentError,
+    is_replay_document,
+    parse_document,
+)
 from attnbench.report.blocks import (
     Block,
     Figure,
@@ -25,9 +30,10 @@ from attnbench.report.blocks import (
 )
 
 
-def load_documents(paths: list[Path]) -> list[dict[str, Any]]:
-    """The replay documents among `paths` (other JSON documents are skipped)."""
-    docs = []
+def load_documents(paths: list[Path]) -> tuple[list[ReplayDocument], list[str]]:
+    """The replay documents among `paths` (other JSON documents are skipped), and one line for
+    each file that claims to be one but does not read as one."""
+    docs, problems = [], []
     for p in paths:
         if p.suffix != ".json":
             continue
@@ -35,63 +41,60 @@ def load_documents(paths: list[Path]) -> list[dict[str, Any]]:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and data.get("schema") == SCHEMA:
-            data.setdefault("_path", str(p))
-            docs.append(data)
-    return docs
+        if not is_replay_document(data):
+            continue
+        try:
+            docs.append(parse_document(data, str(p)))
+        except ReplayDocumentError as exc:
+            problems.append(str(exc))
+    return docs, problems
 
 
-def _ms(v: float | None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+def _ms(v: float) -> str:
+    if not math.isfinite(v):
         return "-"
     return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
-def _number(v: object) -> bool:
-    """A real number (JSON writes NaN as null)."""
-    return isinstance(v, int | float) and not math.isnan(v)
+def _pct(v: float) -> str:
+    return f"{100 * v:.0f}%" if math.isfinite(v) else "-"
 
 
-def _pct(v: float | None) -> str:
-    return f"{100 * v:.0f}%" if v is not None and _number(v) else "-"
+def _ratio(v: float) -> str:
+    return f"{v:.2f}x" if math.isfinite(v) and v else "-"
 
 
-def describe(doc: dict[str, Any]) -> str:
-    t, d, s, g = doc["trace"], doc["deployment"], doc["scheduler"], doc["gemm"]
-    first = f", first {t['limit']}" if t.get("limit") else ""
+def describe(doc: ReplayDocument) -> str:
+    t, d, s, g = doc.trace, doc.deployment, doc.scheduler, doc.gemm
+    first = f", first {t.limit}" if t.limit else ""
     return (
-        f"**{t['name']}** ({t['requests']} requests{first}, {t['rate_req_s']:.2f} req/s at "
-        f"scale 1) replayed on **{d['model']} at TP {d['tp']}** ({d['num_qo_heads']}/"
-        f"{d['num_kv_heads']} heads per GPU, {d['kv_dtype']} KV, {d['kv_tokens']:,} KV tokens "
-        f"per GPU), max batch {s['max_batch']}, token budget {s['token_budget']}, "
-        f"{'chunked' if s['chunked_prefill'] else 'whole-prompt'} prefill, prefix cache "
-        f"{'on' if s['prefix_cache'] else 'off'}. Attention: cost models fitted on the sweep rows "
-        f"of {doc['gpu']}; other layers: a roofline at {g['copy_gbps']:.0f} GB/s and "
-        f"{g['matmul_tflops']:.0f} TFLOP/s (measured ceilings); all-reduce {g['allreduce']}."
+        f"**{t.name}** ({t.requests} requests{first}, {t.rate_req_s:.2f} req/s at "
+        f"scale 1) replayed on **{d.model} at TP {d.tp}** ({d.num_qo_heads}/"
+        f"{d.num_kv_heads} heads per GPU, {d.kv_dtype} KV, {d.kv_tokens:,} KV tokens "
+        f"per GPU), max batch {s.max_batch}, token budget {s.token_budget}, "
+        f"{'chunked' if s.chunked_prefill else 'whole-prompt'} prefill, prefix cache "
+        f"{'on' if s.prefix_cache else 'off'}. Attention: cost models fitted on the sweep rows "
+        f"of {doc.gpu}; other layers: a roofline at {g.copy_gbps:.0f} GB/s and "
+        f"{g.matmul_tflops:.0f} TFLOP/s (measured ceilings); all-reduce {g.allreduce}."
     )
 
 
-def runs_table(doc: dict[str, Any]) -> Table:
-    scale = doc.get("main_scale", 1.0)
-    rows = []
-    for r in doc["runs"]:
-        if r["rate_scale"] != scale:
-            continue
-        tf = r["time_frac"]
-        rows.append(
-            [
-                r["candidate"],
-                _ms(r["itl_ms"]["p50"]),
-                _ms(r["itl_ms"]["p90"]),
-                _ms(r["itl_ms"]["p99"]),
-                _ms(r["ttft_ms"]["p50"]),
-                _ms(r["ttft_ms"]["p99"]),
-                _ms(r["decode_step_ms"]["p50"]),
-                f"{r['throughput_tok_s']:.0f}" if r["throughput_tok_s"] else "-",
-                _pct(tf["attention_decode"] + tf["attention_prefill"]),
-                _pct(r["extrapolated"]["far_steps_frac"]),
-            ]
-        )
+def runs_table(doc: ReplayDocument) -> Table:
+    rows: list[list[object]] = [
+        [
+            r.candidate,
+            _ms(r.itl_ms.p50),
+            _ms(r.itl_ms.p90),
+            _ms(r.itl_ms.p99),
+            _ms(r.ttft_ms.p50),
+            _ms(r.ttft_ms.p99),
+            _ms(r.decode_step_ms.p50),
+            f"{r.throughput_tok_s:.0f}" if math.isfinite(r.throughput_tok_s) else "-",
+            _pct(r.time_frac.attention),
+            _pct(r.extrapolated.far_steps_frac),
+        ]
+        for r in doc.runs_at()
+    ]
     return Table(
         [
             "candidate",
@@ -106,71 +109,74 @@ def runs_table(doc: dict[str, Any]) -> Table:
             "steps beyond fit",
         ],
         rows,
-        f"rate scale {scale:g}; 'steps beyond fit': share of steps whose batch lies more than "
-        "1.5x beyond the measured rows (the model extrapolates there)",
+        f"rate scale {doc.main_scale:g}; 'steps beyond fit': share of steps whose batch lies more "
+        "than 1.5x beyond the measured rows (the model extrapolates there)",
     )
 
 
-def crossing_table(doc: dict[str, Any]) -> Table | None:
-    target = doc.get("itl_target_ms")
-    if target is None or not doc.get("crossing"):
+def crossing_table(doc: ReplayDocument) -> Table | None:
+    target = doc.itl_target_ms
+    if target is None or not doc.crossing:
         return None
-    rows = []
-    for name, c in doc["crossing"].items():
-        if c["status"] == "crossed":
-            rows.append([name, f"{c['scale']:.2f}x", f"{c['rate_req_s']:.2f}"])
-        elif c["status"] == "below":
-            rows.append([name, f"> {c['max_scale']:g}x (never crossed)", "-"])
+    rows: list[list[object]] = []
+    for name, c in doc.crossing.items():
+        if c.status == "crossed":
+            rate = f"{c.rate_req_s:.2f}" if math.isfinite(c.rate_req_s) else "-"
+            rows.append([name, f"{c.scale:.2f}x", rate])
+        elif c.status == "below":
+            rows.append([name, f"> {c.max_scale:g}x (never crossed)", "-"])
         else:
-            rows.append([name, f"< {c['min_scale']:g}x (already above)", "-"])
+            rows.append([name, f"< {c.min_scale:g}x (already above)", "-"])
     return Table(["candidate", "rate scale", "req/s"], rows, f"where p99 ITL crosses {target:g} ms")
 
 
-def padded_blocks(doc: dict[str, Any]) -> list[Block]:
-    rows = doc.get("padded_vs_ragged") or []
+def padded_blocks(doc: ReplayDocument) -> list[Block]:
+    rows = doc.padded_vs_ragged
     if not rows:
         return []
-    claim = doc["brief_claim"]
+    claim = doc.brief_claim
     table = Table(
         ["backend", "ITL p50 ragged", "padded", "ratio", "ITL p99 ragged", "padded", "ratio"],
         [
             [
-                r["backend"],
-                _ms(r["ragged_itl_ms_p50"]),
-                _ms(r["padded_itl_ms_p50"]),
-                f"{r['ratio_itl_ms_p50']:.2f}x" if r["ratio_itl_ms_p50"] else "-",
-                _ms(r["ragged_itl_ms_p99"]),
-                _ms(r["padded_itl_ms_p99"]),
-                f"{r['ratio_itl_ms_p99']:.2f}x" if r["ratio_itl_ms_p99"] else "-",
+                r.backend,
+                _ms(r.ragged_itl_ms_p50),
+                _ms(r.padded_itl_ms_p50),
+                _ratio(r.ratio_itl_ms_p50),
+                _ms(r.ragged_itl_ms_p99),
+                _ms(r.padded_itl_ms_p99),
+                _ratio(r.ratio_itl_ms_p99),
             ]
             for r in rows
         ],
         "the same replay with each decode batch padded to its longest request",
     )
-    worst = max((r["ratio_itl_ms_p50"] or 0.0) for r in rows)
+    ratios = [r.ratio_itl_ms_p50 for r in rows if math.isfinite(r.ratio_itl_ms_p50)]
+    worst = max(ratios, default=0.0)
     text = Text(
-        f"The brief claims per-token latency rose from {claim['itl_before_ms']} ms to "
-        f"{claim['itl_after_ms']} ms ({claim['factor']:.1f}x) with a padded uniform kernel. "
+        f"The brief claims per-token latency rose from {claim.itl_before_ms} ms to "
+        f"{claim.itl_after_ms} ms ({claim.factor:.1f}x) with a padded uniform kernel. "
         f"On these measurements padding multiplies median ITL by at most {worst:.2f}x."
     )
     return [text, table]
 
 
-def models_table(doc: dict[str, Any]) -> Table:
-    rows = []
-    for m in doc["models"]:
-        dec, pre = m.get("decode"), m.get("prefill")
+def models_table(doc: ReplayDocument) -> Table:
+    nan = math.nan
+    rows: list[list[object]] = []
+    for m in doc.models:
+        dec, pre = m.decode, m.prefill
         rows.append(
             [
-                m["backend"],
-                dec["n_rows"] if dec else 0,
-                f"{m['decode_bandwidth_gbps']:.0f}" if m.get("decode_bandwidth_gbps") else "-",
-                _pct(dec["cv_rel_rmse"]) if dec else "-",
-                _pct(dec["cv_max_rel_err"]) if dec and _number(dec["cv_max_rel_err"]) else "-",
-                pre["n_rows"] if pre else 0,
-                f"{m['prefill_tflops']:.0f}" if m.get("prefill_tflops") else "-",
-                _pct(pre["cv_rel_rmse"]) if pre else "-",
-                "; ".join(m.get("notes") or []),
+                m.backend,
+                dec.n_rows if dec else 0,
+                f"{m.decode_bandwidth_gbps:.0f}" if m.decode_bandwidth_gbps > 0 else "-",
+                _pct(dec.cv_rel_rmse if dec else nan),
+                _pct(dec.cv_max_rel_err if dec else nan),
+                pre.n_rows if pre else 0,
+                f"{m.prefill_tflops:.0f}" if m.prefill_tflops > 0 else "-",
+                _pct(pre.cv_rel_rmse if pre else nan),
+                "; ".join(m.notes),
             ]
         )
     return Table(
@@ -190,53 +196,54 @@ def models_table(doc: dict[str, Any]) -> Table:
     )
 
 
-def live_blocks(doc: dict[str, Any]) -> list[Block]:
-    live = doc.get("live")
-    if not live:
+def live_blocks(doc: ReplayDocument) -> list[Block]:
+    live = doc.live
+    if live is None:
         return []
-    rows = [
+    rows: list[list[object]] = [
         [
             key,
-            f"{v['measured']}/{v['samples']}",
-            _pct(v["rel_rmse"]),
-            _pct(v["median_abs_err"]),
-            _pct(v["max_abs_err"]),
-            _pct(v["mean_err"]),
+            f"{v.measured}/{v.samples}",
+            _pct(v.rel_rmse),
+            _pct(v.median_abs_err),
+            _pct(v.max_abs_err),
+            _pct(v.mean_err),
         ]
-        for key, v in live["summary"].items()
+        for key, v in live.summary.items()
     ]
-    worst = live.get("worst_rel_rmse")
     return [
         Text(
-            f"Validated live on {live['device']}: the replayed steps' exact batches measured "
+            f"Validated live on {live.device}: the replayed steps' exact batches measured "
             f"with the sweep's engine; worst relative RMSE of the model "
-            f"{_pct(worst) if worst is not None else '-'}."
+            f"{_pct(live.worst_rel_rmse)}."
         ),
         Table(
             ["variant / part", "measured", "rel RMSE", "median |err|", "max |err|", "bias"],
             rows,
-            f"cost model vs live GPU steps (rows in {live['rows_file']})",
+            f"cost model vs live GPU steps (rows in {live.rows_file})",
         ),
     ]
 
 
-def figure(doc: dict[str, Any], label: str) -> Figure | None:
-    runs = doc["runs"]
+def figure(doc: ReplayDocument, label: str) -> Figure | None:
+    runs = doc.runs
     if not runs:
         return None
     from attnbench.report.plots import _figure, _finish, colors
 
-    names = list(dict.fromkeys(r["candidate"] for r in runs))
+    names = list(dict.fromkeys(r.candidate for r in runs))
     cmap = colors(names)
     fig, (ax_itl, ax_ttft) = _figure(2)
     for name in names:
-        pts = sorted((r["rate_req_s"], r) for r in runs if r["candidate"] == name)
-        xs = [p[0] for p in pts]
+        pts = sorted((r for r in runs if r.candidate == name), key=lambda r: r.rate_req_s)
+        xs = [r.rate_req_s for r in pts]
         style = "--" if name.endswith("[padded]") else "-"
-        for ax, metric in ((ax_itl, "itl_ms"), (ax_ttft, "ttft_ms")):
-            ys = [p[1][metric]["p99"] for p in pts]
+        for ax, ys in (
+            (ax_itl, [r.itl_ms.p99 for r in pts]),
+            (ax_ttft, [r.ttft_ms.p99 for r in pts]),
+        ):
             ax.plot(xs, ys, style, marker="o", color=cmap[name], label=name)
-    target = doc.get("itl_target_ms")
+    target = doc.itl_target_ms
     if target:
         ax_itl.axhline(target, color="#aa0000", linewidth=1, linestyle=":", label="target")
     for ax, title in ((ax_itl, "p99 inter-token latency"), (ax_ttft, "p99 time to first token")):
@@ -246,11 +253,11 @@ def figure(doc: dict[str, Any], label: str) -> Figure | None:
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
     ax_itl.legend(fontsize=7)
-    png = _finish(fig, f"Serving replay: {doc['trace']['name']}", label)
+    png = _finish(fig, f"Serving replay: {doc.trace.name}", label)
     return Figure(png, "p99 ITL and TTFT against the arrival rate", name="replay")
 
 
-def blocks_for(doc: dict[str, Any], label: str) -> list[Block]:
+def blocks_for(doc: ReplayDocument, label: str) -> list[Block]:
     blocks: list[Block] = [Text(describe(doc)), runs_table(doc)]
     fig = figure(doc, label)
     if fig is not None:
@@ -261,17 +268,17 @@ def blocks_for(doc: dict[str, Any], label: str) -> list[Block]:
     blocks += padded_blocks(doc)
     blocks.append(models_table(doc))
     blocks += live_blocks(doc)
-    if doc.get("notes"):
-        blocks.append(Text("\n".join(f"- {n}" for n in doc["notes"])))
+    if doc.notes:
+        blocks.append(Text("\n".join(f"- {n}" for n in doc.notes)))
     return blocks
 
 
 @register_section("Serving replay", order=85, per_gpu=False)
 def replay_section(data: ReportData) -> Section | None:
-    docs = load_documents(list(data.extras))
-    if not docs:
+    docs, problems = load_documents(list(data.extras))
+    if not docs and not problems:
         return None
-    blocks: list[Block] = []
+    blocks: list[Block] = [Text(p) for p in problems]
     for doc in docs:
         blocks += blocks_for(doc, data.label)
     return Section("Serving replay", blocks)

@@ -1,0 +1,188 @@
+"""`attnbench replay`'s terminal tables, rendered from the typed replay document
+(`replay.document.ReplayDocument`): runs, crossings, padded vs ragged, cost models, live check,
+and the notes about steps beyond the fitted range."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from attnbench.replay.document import ReplayDocument
+    from attnbench.replay.records import LiveValidation
+
+RUN_COLUMNS = (
+    "candidate", "rate×", "req/s", "ITL p50", "ITL p90", "ITL p99", "TTFT p50", "TTFT p99",
+    "decode step", "tok/s", "attn %", "beyond fit",
+)  # fmt: skip
+MODEL_COLUMNS = (
+    "variant", "decode rows", "GB/s", "rel RMSE", "max", "prefill rows", "TFLOP/s", "rel RMSE",
+    "notes",
+)  # fmt: skip
+RUN_COLUMNS = (
+    "candidate", "rate×", "req/s", "ITL p50", "ITL p90", "ITL p99", "TTFT p50", "TTFT p99",
+    "decode step", "tok/s", "attn %", "beyond fit",
+)  # fmt: skip
+MODEL_COLUMNS = (
+    "variant", "decode rows", "GB/s", "rel RMSE", "max", "prefill rows", "TFLOP/s", "rel RMSE",
+    "notes",
+)  # fmt: skip
+FAR_NOTE_FRAC = 0.01
+"""A run with more than this share of steps far beyond the fitted rows gets a note."""
+
+
+def escape(text: str) -> str:
+    """Names like `x [padded]` are not rich markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def _f(v: float, digits: int = 1) -> str:
+    return f"{v:.{digits}f}" if math.isfinite(v) else "-"
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%" if math.isfinite(v) else "-"
+
+
+def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ()) -> Table:
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(col, justify="left" if col in left else "right")
+    return t
+
+
+def runs_table(doc: ReplayDocument) -> Table:
+    t = _table(
+        escape(f"replay {doc.trace.name} on {doc.gpu} (ms)"),
+        RUN_COLUMNS,
+        left=("candidate",),
+    )
+    for r in doc.runs:
+        t.add_row(
+            escape(r.candidate),
+            f"{r.rate_scale:g}",
+            _f(r.rate_req_s, 2),
+            _f(r.itl_ms.p50, 2),
+            _f(r.itl_ms.p90, 2),
+            _f(r.itl_ms.p99, 2),
+            _f(r.ttft_ms.p50),
+            _f(r.ttft_ms.p99),
+            _f(r.decode_step_ms.p50, 2),
+            _f(r.throughput_tok_s, 0),
+            f"{100 * r.time_frac.attention:.0f}",
+            f"{100 * r.extrapolated.far_steps_frac:.0f}%",
+        )
+    return t
+
+
+def crossing_table(doc: ReplayDocument) -> Table | None:
+    if doc.itl_target_ms is None or not doc.crossing:
+        return None
+    t = _table(
+        f"rate where p99 ITL crosses {doc.itl_target_ms:g} ms",
+        ("candidate", "crossing", "req/s"),
+        left=("candidate", "crossing"),
+    )
+    for name, c in doc.crossing.items():
+        if c.status == "crossed":
+            t.add_row(escape(name), f"{c.scale:.2f}x", _f(c.rate_req_s, 2))
+        elif c.status == "below":
+            t.add_row(escape(name), f"not crossed up to {c.max_scale:g}x", "-")
+        else:
+            t.add_row(escape(name), f"above already at {c.min_scale:g}x", "-")
+    return t
+
+
+def padded_table(doc: ReplayDocument) -> Table | None:
+    if not doc.padded_vs_ragged:
+        return None
+    claim = doc.brief_claim
+    t = _table(
+        f"padded vs ragged decode (brief: {claim.itl_before_ms} -> {claim.itl_after_ms} ms, "
+        f"{claim.factor:.1f}x)",
+        ("backend", "ITL p50", "padded", "×", "ITL p99", "padded", "×", "step p50", "padded"),
+    )
+    for r in doc.padded_vs_ragged:
+        t.add_row(
+            escape(r.backend),
+            _f(r.ragged_itl_ms_p50, 2),
+            _f(r.padded_itl_ms_p50, 2),
+            _f(r.ratio_itl_ms_p50, 2),
+            _f(r.ragged_itl_ms_p99, 2),
+            _f(r.padded_itl_ms_p99, 2),
+            _f(r.ratio_itl_ms_p99, 2),
+            _f(r.ragged_decode_step_ms_p50, 2),
+            _f(r.padded_decode_step_ms_p50, 2),
+        )
+    return t
+
+
+def models_table(doc: ReplayDocument) -> Table:
+    t = _table(
+        "attention cost models (held-out error)",
+        MODEL_COLUMNS,
+        left=("variant", "notes"),
+    )
+    nan = math.nan
+    for m in doc.models:
+        dec, pre = m.decode, m.prefill
+        t.add_row(
+            escape(m.backend),
+            str(dec.n_rows if dec else 0),
+            _f(m.decode_bandwidth_gbps, 0),
+            _pct(dec.cv_rel_rmse if dec else nan),
+            _pct(dec.cv_max_rel_err if dec else nan),
+            str(pre.n_rows if pre else 0),
+            _f(m.prefill_tflops, 0),
+            _pct(pre.cv_rel_rmse if pre else nan),
+            escape("; ".join(m.notes)),
+        )
+    return t
+
+
+def live_table(live: LiveValidation) -> Table:
+    t = _table(
+        escape(f"cost model vs live GPU steps ({live.device})"),
+        ("variant / part", "measured", "rel RMSE", "median |err|", "max |err|", "bias"),
+    )
+    for key, v in live.summary.items():
+        t.add_row(
+            escape(key),
+            f"{v.measured}/{v.samples}",
+            _pct(v.rel_rmse),
+            _pct(v.median_abs_err),
+            _pct(v.max_abs_err),
+            _pct(v.mean_err),
+        )
+    return t
+
+
+def tables(doc: ReplayDocument) -> list[Table]:
+    """Every table of the document, in the order the command prints them."""
+    out = [runs_table(doc)]
+    out += [t for t in (crossing_table(doc), padded_table(doc)) if t is not None]
+    out.append(models_table(doc))
+    if doc.live is not None:
+        out.append(live_table(doc.live))
+    return out
+
+
+def extrapolation_notes(doc: ReplayDocument) -> list[str]:
+    """One note per run with many steps far beyond the measured rows."""
+    notes = []
+    for r in doc.runs:
+        far = r.extrapolated.far_steps_frac
+        if far > FAR_NOTE_FRAC:
+            notes.append(
+                f"{r.candidate} at {r.rate_scale:g}x: {100 * far:.0f}% of steps lie beyond "
+                f"1.5x the measured rows (up to {r.extrapolated.max_factor:.1f}x): their "
+                "attention cost is extrapolated (measure rows that cover them: "
+                "`attnbench run --suite replay`, larger batches or longer contexts)"
+            )
+    return notes
