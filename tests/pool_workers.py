@@ -11,7 +11,16 @@ import time
 from multiprocessing.connection import Connection
 
 from attnbench.measure.config import MeasureConfig
-from attnbench.run.worker import Job, JobDone, Planned, Ready, RowDone, Started, WorkerSlot
+from attnbench.run.worker import (
+    Job,
+    JobDone,
+    Planned,
+    Ready,
+    RowDone,
+    Started,
+    Trial,
+    WorkerSlot,
+)
 
 
 def spec(job_id: int) -> dict[str, object]:
@@ -70,3 +79,21 @@ def never_ready(slot: WorkerSlot, run_id: str, cfg: MeasureConfig, conn: Connect
 def silent(slot: WorkerSlot, run_id: str, cfg: MeasureConfig, conn: Connection) -> None:
     """Never says it is ready."""
     time.sleep(3600)
+
+
+def dies_mid_tune(slot: WorkerSlot, run_id: str, cfg: MeasureConfig, conn: Connection) -> None:
+    """Tunes: variant `a` sends one trial and then the process dies (every time); any other
+    variant is tuned at once, its plan a 3 s first-use compile."""
+    conn.send(Ready({"name": "fake"}, {"copy_bandwidth_gbps": 1.0}))
+    while (job := conn.recv()) is not None:
+        assert job.tune is not None
+        for backend in job.backends:
+            conn.send(Started(job.job_id, backend, first_use=True))
+            conn.send(Planned(job.job_id, backend, plan_s=3.0))
+            conn.send(Trial(job.job_id, row(run_id, job, backend, 10)))
+            if backend == "a":
+                os._exit(9)
+            tuned = row(run_id, job, backend + "+tuned", 10)
+            tuned["details"] = {"budget_s": job.tune.budget_s}
+            conn.send(RowDone(job.job_id, tuned))
+        conn.send(JobDone(job.job_id))

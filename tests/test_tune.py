@@ -31,10 +31,11 @@ from attnbench.run.tune import (
     knob_grid,
     knob_key,
     knob_label,
-    run_tune,
     search,
+    tune_case,
     tune_variant,
 )
+from attnbench.run.tune_search import share_s
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
 
@@ -51,7 +52,7 @@ def fake_row(
         backend="fake",
         status=status,  # type: ignore[arg-type]
         reason=reason,
-        spec={"kind": "decode"},
+        spec=small_spec().model_dump(mode="json"),
         latency_us=latency,
         details=details,
     )
@@ -266,8 +267,15 @@ def scripted_timer(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_run_tune_writes_trials_and_a_tuned_row(ctx: SweepContext) -> None:
     trials: list[ResultRow] = []
     tuned: list[ResultRow] = []
-    outcomes, skipped = run_tune(
-        [small_spec()], [KnobbedBackend()], ctx, Deadline(None), trials.append, tuned.append
+    skipped: list[str] = []
+    outcomes = tune_case(
+        small_spec(),
+        [KnobbedBackend()],
+        ctx,
+        Deadline(None),
+        trials.append,
+        tuned.append,
+        skipped.append,
     )
     assert skipped == []
     assert len(outcomes) == 1
@@ -336,15 +344,12 @@ def test_no_passing_config_gives_a_failure_row(ctx: SweepContext) -> None:
 def test_budget_leaves_later_pairs_untouched(ctx: SweepContext) -> None:
     deadline = Deadline(0.0)
     tuned: list[ResultRow] = []
-    _, skipped = run_tune(
-        [small_spec(), small_spec(kv_lens=(5, 30))],
-        [KnobbedBackend()],
-        ctx,
-        deadline,
-        lambda r: None,
-        tuned.append,
-    )
-    assert len(skipped) == 2
+    skipped: list[str] = []
+    for spec in (small_spec(), small_spec(kv_lens=(5, 30))):
+        tune_case(
+            spec, [KnobbedBackend()], ctx, deadline, lambda r: None, tuned.append, skipped.append
+        )
+    assert skipped == ["knobbed", "knobbed"]
     assert tuned == []
 
 
@@ -424,3 +429,22 @@ def test_deadline_sub_never_extends() -> None:
     assert d.sub(2.0).left() == pytest.approx(2.0)
     assert Deadline(None, clock).left() == math.inf
     assert torch is not None
+
+
+def test_budget_shares_add_up_and_follow_the_grid_sizes() -> None:
+    # one worker, jobs of weight 4, 12, 8 (one pair each), 100 s left, 1 s reserve per pair
+    left, reserve = 100.0, 1.0
+    weights = [4, 12, 8]
+    shares = []
+    for i, w in enumerate(weights):
+        share = share_s(left, w, 1, sum(weights[i:]), len(weights) - i, reserve)
+        shares.append(share)
+        left -= share  # each job uses all of its share
+    assert sum(shares) == pytest.approx(100.0)
+    assert shares[0] == pytest.approx(97 * 4 / 24 + 1)
+    assert shares[1] > shares[2] > shares[0]
+    # two workers side by side: a job may take the whole budget, never more than is left
+    assert share_s(10.0, 1, 1, 2, 2, 0.0, workers=2) == pytest.approx(10.0)
+    assert share_s(10.0, 1, 1, 4, 4, 0.0, workers=2) == pytest.approx(5.0)
+    assert share_s(0.0, 1, 1, 1, 1, 1.0) == 0.0
+    assert share_s(math.inf, 1, 1, 2, 2, 1.0) == math.inf

@@ -26,3 +26,25 @@ def runnable_here(backends: Sequence[Backend], device_kind: str) -> tuple[list[B
             f"on a GPU, `all` leaves out {', '.join(sorted(GPU_OPT_IN))}: name them to run them"
         )
     return kept, notes
+
+
+def backends_for(
+    requested: list[str], device_kind: str, *, tune: bool = False
+) -> tuple[list[Backend], list[str]]:
+    """The one decision of which variants a run (or a tune) uses: `requested` names selected,
+    `all` narrowed to what runs on `device_kind` (`runnable_here`: on a GPU the fp64 oracle
+    runs on every case as the accuracy gate, so `reference` as a timed variant is opt-in), and
+    for tune only the variants with knobs. Returns them and a note on each group left out;
+    raises ValueError for an unknown name."""
+    from attnbench.backends import select_backends
+
+    chosen = select_backends(requested)
+    notes: list[str] = []
+    if requested == ["all"]:
+        chosen, notes = runnable_here(chosen, device_kind)
+    if tune:
+        without = [b.name for b in chosen if not b.knobs]
+        if without:
+            notes.append(f"no knobs to tune: {', '.join(without)}")
+        chosen = [b for b in chosen if b.knobs]
+    return chosen, notes

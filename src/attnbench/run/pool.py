@@ -4,7 +4,9 @@ parent's side; `run.worker` the child's and the messages between them).
 Why: a kernel that hangs, a crash that kills the process, or a CUDA error that poisons the
 context then costs one (case, variant), not the sweep. Each worker pins one GPU through
 CUDA_VISIBLE_DEVICES, measures that GPU's ceilings, then takes cases from the parent one at a
-time (dynamic sharding: fast workers take more). It streams rows back; the parent writes them.
+time (dynamic sharding: fast workers take more). It streams rows back (and, for `tune`, every
+trial); the parent writes them. What each worker is doing now (case, variant, plan or run,
+since when, first use) goes to `on_activity`.
 
 Each worker talks to the parent over its own pipe, and the parent holds no copy of the
 worker's end. So a worker that dies at any moment, even halfway through writing a message,
@@ -32,13 +34,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
+from attnbench.run.progress import Activity
 from attnbench.run.worker import (
     Job,
     JobDone,
@@ -46,7 +49,9 @@ from attnbench.run.worker import (
     Planned,
     Ready,
     RowDone,
+    Skipped,
     Started,
+    Trial,
     WorkerSlot,
     WorkerTarget,
     worker_main,
@@ -71,6 +76,7 @@ class _Worker:
     started_s: float = 0.0
     planned: bool = False
     """Whether the current variant's plan (JIT compilation) has finished."""
+    first_use: bool = False
     finished: set[str] = field(default_factory=set)
 
 
@@ -88,8 +94,16 @@ class WorkerPool:
         ready_timeout_s: float = READY_TIMEOUT_S,
         on_row: Callable[[ResultRow], None],
         on_ready: Callable[[list[dict[str, Any]]], None] = lambda infos: None,
+        on_trial: Callable[[ResultRow], None] = lambda row: None,
+        on_skip: Callable[[Job, str], None] = lambda job, backend: None,
+        on_activity: Callable[[Activity], None] = lambda activity: None,
+        prepare: Callable[[Job, Sequence[Job]], Job] = lambda job, pending: job,
         target: WorkerTarget = worker_main,
     ) -> None:
+        """`on_row` gets every row (the workers' and the watchdog's failure rows), `on_trial`
+        every tune trial, `on_skip` each (job, variant) the tune budget left untouched;
+        `prepare` may change a job as it is handed out, given the jobs still waiting (tune
+        gives it its share of the time budget there)."""
         self._ctx = mp.get_context("spawn")
         self.slots = slots
         self.run_id = run_id
@@ -99,6 +113,10 @@ class WorkerPool:
         self.ready_timeout_s = ready_timeout_s
         self.on_row = on_row
         self.on_ready = on_ready
+        self.on_trial = on_trial
+        self.on_skip = on_skip
+        self.on_activity = on_activity
+        self.prepare = prepare
         self.target = target
         self.workers: dict[int, _Worker] = {}
         self.infos: dict[int, dict[str, Any]] = {}
@@ -163,7 +181,7 @@ class WorkerPool:
                 for w in self.workers.values():
                     # no job before every worker is up: the header (with all ceilings) comes first
                     if announced and w.ready and w.job is None and pending and not w.broken:
-                        job = pending.popleft()
+                        job = self.prepare(pending.popleft(), tuple(pending))
                         w.job, w.current, w.finished = job, None, set()
                         if not self._send(w, job):
                             pending.appendleft(job)
@@ -210,19 +228,46 @@ class WorkerPool:
                 "ceilings": msg.ceilings,
             }
             return
-        if w.job is None or msg.job_id != w.job.job_id:
+        job, now = w.job, time.monotonic()
+        if job is None or msg.job_id != job.job_id:
             return  # a message from a job already given up on
         if isinstance(msg, Started):
-            w.current, w.started_s, w.planned = msg.backend, time.monotonic(), False
+            w.current, w.started_s, w.planned = msg.backend, now, False
+            w.first_use = msg.first_use
+            self._activity(w, job, msg.backend, "plan", now)
         elif isinstance(msg, Planned):
-            w.started_s, w.planned = time.monotonic(), True
+            w.started_s, w.planned = now, True
+            self._activity(w, job, msg.backend, "run", now, msg.plan_s)
+        elif isinstance(msg, Trial):
+            self.on_trial(ResultRow.model_validate(msg.row))
         elif isinstance(msg, RowDone):
             row = ResultRow.model_validate(msg.row)
-            w.finished.add(row.backend)
-            w.current = None
+            name = next((b for b in job.backends if job.row_name(b) == row.backend), row.backend)
+            w.finished.add(name)
+            if w.current == name:
+                w.current = None
+                self._activity(w, job, name, "idle", now)
             self.on_row(row)
+        elif isinstance(msg, Skipped):
+            w.finished.add(msg.backend)
+            self.on_skip(job, msg.backend)
         elif isinstance(msg, JobDone):
             w.job, w.current = None, None
+
+    def _activity(
+        self, w: _Worker, job: Job, backend: str, phase: Any, now: float, plan_s: float = 0.0
+    ) -> None:
+        self.on_activity(
+            Activity(
+                w.slot.worker_id,
+                job.case_id,
+                backend,
+                phase,
+                now,
+                first_use=w.first_use,
+                plan_s=plan_s if phase == "run" else None,
+            )
+        )
 
     def _watch(self, w: _Worker, pending: deque[Job]) -> None:
         """Kill a worker stuck past its limit; replace a dead one; requeue what is left."""
@@ -266,7 +311,9 @@ class WorkerPool:
                 left = [b for b in left if b != current]
             if left:
                 attempt = job.attempt + 1 if (not overdue and current is not None) else job.attempt
-                pending.appendleft(Job(job.job_id, job.spec, tuple(left), attempt))
+                pending.appendleft(replace(job, backends=tuple(left), attempt=attempt))
+            if current is not None:
+                self._activity(w, job, current, "idle", now)
         self._start(w.slot)  # also replaces a worker that exited on purpose (poisoned context)
 
     def _failed_start(self, w: _Worker, what: str) -> None:
@@ -295,4 +342,4 @@ class WorkerPool:
         from attnbench.workload.spec import WorkloadSpec
 
         spec = WorkloadSpec.model_validate(job.spec)
-        self.on_row(failure_row(self.run_id, spec, backend, status, reason))
+        self.on_row(failure_row(self.run_id, spec, job.row_name(backend), status, reason))

@@ -27,18 +27,19 @@ import torch
 
 from attnbench.backends.base import Backend, PlannedRun, UnsupportedCase
 from attnbench.backends.reference import reference_attention
-from attnbench.measure import metrics
 from attnbench.measure.accuracy import check_accuracy
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
 from attnbench.measure.hardware import Ceilings, DeviceInfo
 from attnbench.measure.l2 import L2Flusher
-from attnbench.results import ResultRow, now_iso, thin_samples
+from attnbench.results import ResultRow
+from attnbench.run.rows import failure_row, ok_row
 from attnbench.workload import memory
 from attnbench.workload.inputs import AttentionInputs, make_inputs
 from attnbench.workload.spec import WorkloadSpec
 
 PLAN_REPEATS = 5
+__all__ = ["SweepContext", "failure_row", "fit_memory", "order_cases", "run_backend", "run_case"]
 
 
 @dataclass
@@ -50,11 +51,15 @@ class SweepContext:
     skip: set[tuple[str, str]] = field(default_factory=set)
     """(case_id, backend) pairs to leave out (already finished, for --resume)."""
     on_row: Callable[[ResultRow], None] = lambda row: None
-    on_start: Callable[[str], None] = lambda backend: None
-    """Called with the variant's name before each (case, variant) starts (for watchdogs)."""
-    on_planned: Callable[[str], None] = lambda backend: None
-    """Called once `plan` (where JIT compilation happens) has returned: the watchdog then
+    on_start: Callable[[str, bool], None] = lambda backend, first_use: None
+    """Called before each plan of a variant (each (case, variant), each tune trial) with its
+    name and whether it is the variant's first plan on this shape family in this process
+    (where libraries JIT-compile or load kernels): for watchdogs and progress lines."""
+    on_planned: Callable[[str, float], None] = lambda backend, plan_s: None
+    """Called once `plan` has returned, with its wall time in seconds: the watchdog then
     switches from the plan time limit to the run time limit."""
+    planned_families: set[tuple[str, tuple[object, ...]]] = field(default_factory=set)
+    """(variant, shape family) pairs planned in this process already (see `shape_family`)."""
     free_memory: Callable[[torch.device], int | None] | None = None
     """Bytes free where the case's tensors go (default `workload.memory.free_bytes`; a
     result of None means unknown: nothing is refused)."""
@@ -78,25 +83,33 @@ class SweepContext:
                 self._availability[backend.name] = f"{type(exc).__name__}: {exc}"[:300]
         return self._availability[backend.name]
 
+    def first_use(self, backend: str, spec: WorkloadSpec) -> bool:
+        """True the first time `backend` plans a case of `spec`'s shape family here."""
+        key = (backend, shape_family(spec))
+        first = key not in self.planned_families
+        self.planned_families.add(key)
+        return first
+
+
+def shape_family(spec: WorkloadSpec) -> tuple[object, ...]:
+    """What a library compiles a kernel for: dtypes, heads, head_dim, layout, page size, kind.
+    Cases of one family share compiled kernels; the first plan of a family pays the compile."""
+    return (
+        spec.dtype,
+        spec.kv_dtype,
+        spec.num_qo_heads,
+        spec.num_kv_heads,
+        spec.head_dim,
+        spec.kv_layout,
+        spec.page_size,
+        spec.kind,
+    )
+
 
 def order_cases(specs: Iterable[WorkloadSpec]) -> list[WorkloadSpec]:
     """Group cases that share compiled kernels (dtype, kv dtype, shape, layout, page size)
     and sort by size within a group, so JIT modules and allocator blocks are reused."""
-    return sorted(
-        specs,
-        key=lambda s: (
-            s.dtype,
-            s.kv_dtype,
-            s.num_qo_heads,
-            s.num_kv_heads,
-            s.head_dim,
-            s.kv_layout,
-            s.page_size,
-            s.kind,
-            s.total_kv,
-            s.case_id,
-        ),
-    )
+    return sorted(specs, key=lambda s: (*shape_family(s), s.total_kv, s.case_id))
 
 
 def run_sweep(
@@ -118,21 +131,7 @@ def run_case(spec: WorkloadSpec, backends: list[Backend], ctx: SweepContext) -> 
         rows.append(row)
         ctx.on_row(row)
 
-    runnable: list[Backend] = []
-    for b in backends:
-        why = ctx.availability(b)
-        if why is None:
-            try:
-                unsupported = b.check(spec, ctx.info)
-                why = unsupported.reason if unsupported else None
-            except Exception as exc:
-                emit(_row(ctx, spec, b, "error", f"check failed: {_describe(exc)}"))
-                continue
-        if why is not None:
-            emit(_row(ctx, spec, b, "unsupported", why))
-        else:
-            runnable.append(b)
-    runnable = fit_memory(spec, runnable, ctx, emit)
+    runnable = runnable_on(spec, backends, ctx, emit)
     if not runnable:
         return rows
 
@@ -149,12 +148,37 @@ def run_case(spec: WorkloadSpec, backends: list[Backend], ctx: SweepContext) -> 
         return rows
 
     for b in runnable:
-        ctx.on_start(b.name)
         emit(run_backend(spec, b, inputs, oracle, ctx))
         _free()
     del inputs, oracle
     _free()
     return rows
+
+
+def runnable_on(
+    spec: WorkloadSpec,
+    backends: list[Backend],
+    ctx: SweepContext,
+    emit: Callable[[ResultRow], None],
+) -> list[Backend]:
+    """The variants that can run `spec` here: available, accepted by `check`, and fitting in
+    the free memory. Each other variant becomes a row through `emit`: `unsupported` with the
+    reason, or `error` when `check` itself raised. The one check loop of `run` and `tune`."""
+    runnable: list[Backend] = []
+    for b in backends:
+        why = ctx.availability(b)
+        if why is None:
+            try:
+                unsupported = b.check(spec, ctx.info)
+                why = unsupported.reason if unsupported else None
+            except Exception as exc:
+                emit(_row(ctx, spec, b, "error", f"check failed: {_describe(exc)}"))
+                continue
+        if why is not None:
+            emit(_row(ctx, spec, b, "unsupported", why))
+        else:
+            runnable.append(b)
+    return fit_memory(spec, runnable, ctx, emit)
 
 
 def fit_memory(
@@ -195,15 +219,25 @@ def run_backend(
     dev = ctx.device
     cuda = dev.type == "cuda"
     planned: PlannedRun | None = None
+    first_use = ctx.first_use(backend.name, spec)
+    timing: dict[str, Any] = {}
+    ctx.on_start(backend.name, first_use)
     try:
         if cuda:
             torch.cuda.synchronize(dev)
             torch.cuda.reset_peak_memory_stats(dev)
         base_mem = torch.cuda.memory_allocated(dev) if cuda else 0
+        t0 = time.perf_counter()
         planned = backend.plan(spec, inputs, knobs)
         _sync(dev)
+        first_plan_s = time.perf_counter() - t0
+        # the one-off plan() that built this runner: on a family's first use it includes the
+        # library's JIT compile (or loading compiled kernels); plan_us is the per-step replan
+        timing = {"first_plan_s": round(first_plan_s, 6)}
+        if first_use:
+            timing["first_use"] = True
+        ctx.on_planned(backend.name, first_plan_s)
         plan_us = _time_replan(planned, dev)
-        ctx.on_planned(backend.name)
 
         if planned.out is not None:
             planned.out.fill_(float("nan"))
@@ -215,7 +249,7 @@ def run_backend(
             ref = reference_attention(inputs, q=planned.q_effective)
         acc = check_accuracy(got, ref, planned.precision or spec.dtype)
         del got, ref
-        details: dict[str, Any] = dict(planned.details)
+        details: dict[str, Any] = dict(planned.details) | timing
         if not acc.passed:
             return _row(
                 ctx,
@@ -236,7 +270,19 @@ def run_backend(
             graph_safe=planned.graph_safe,
         )
         peak = (torch.cuda.max_memory_allocated(dev) - base_mem) if cuda else None
-        return _ok_row(ctx, spec, backend, planned, plan_us, m, acc.as_dict(), peak, details)
+        return ok_row(
+            ctx.run_id,
+            ctx.info,
+            ctx.ceilings,
+            spec,
+            backend.name,
+            planned,
+            plan_us,
+            m,
+            acc.as_dict(),
+            peak,
+            details,
+        )
     except UnsupportedCase as exc:
         return _row(ctx, spec, backend, "unsupported", str(exc))
     except Exception as exc:
@@ -253,64 +299,10 @@ def run_backend(
             status,
             _describe(exc),
             resolved=resolved,
-            details={"traceback": _tb_tail(exc)} if status == "error" else {},
+            details=timing | ({"traceback": _tb_tail(exc)} if status == "error" else {}),
         )
     finally:
         planned = None
-
-
-def _ok_row(
-    ctx: SweepContext,
-    spec: WorkloadSpec,
-    backend: Backend,
-    planned: PlannedRun,
-    plan_us: float,
-    m: Any,
-    accuracy: dict[str, Any],
-    peak: int | None,
-    details: dict[str, Any],
-) -> ResultRow:
-    latency_us = m.stats.median_us
-    nbytes = metrics.bytes_moved(spec)
-    nflops = metrics.flops(spec)
-    gbps = metrics.bandwidth_gbps(nbytes.total, latency_us)
-    tflops = metrics.tflops_per_s(nflops, latency_us)
-    ceil = ctx.ceilings
-    sheet = ctx.info.spec_sheet
-    mma_dtype = spec.dtype  # fp8 KV is dequantised to 16-bit for the math by most kernels
-    if planned.extra_bytes:
-        details["extra_bytes"] = planned.extra_bytes
-    if planned.workspace_bytes:
-        details["workspace_bytes"] = planned.workspace_bytes
-    return ResultRow(
-        run_id=ctx.run_id,
-        case_id=spec.case_id,
-        backend=backend.name,
-        resolved=planned.resolved,
-        status="ok",
-        reason="; ".join(m.notes),
-        spec=spec.model_dump(mode="json"),
-        latency_us=latency_us,
-        latency=m.stats.as_dict(),
-        samples_us=thin_samples(m.samples_us),
-        plan_us=plan_us,
-        per_token_ms=metrics.per_token_ms(latency_us, plan_us, spec.num_layers),
-        bytes=nbytes.as_dict(),
-        flops=nflops,
-        bandwidth_gbps=gbps,
-        tflops=tflops,
-        bandwidth_frac_measured=metrics.fraction(gbps, ceil.copy_bandwidth_gbps if ceil else None),
-        bandwidth_frac_read=metrics.fraction(gbps, ceil.read_bandwidth_gbps if ceil else None),
-        bandwidth_frac_spec=metrics.fraction(gbps, sheet.bandwidth_gbps if sheet else None),
-        tflops_frac_measured=metrics.fraction(tflops, ceil.tflops_for(mma_dtype) if ceil else None),
-        tflops_frac_spec=metrics.fraction(tflops, sheet.tflops.get(mma_dtype) if sheet else None),
-        peak_memory_bytes=peak,
-        kv_cache_bytes=metrics.kv_cache_bytes(spec),
-        accuracy=accuracy,
-        measurement=m.as_dict(),
-        details=details,
-        timestamp=now_iso(),
-    )
 
 
 def _row(
@@ -322,23 +314,6 @@ def _row(
     **extra: Any,
 ) -> ResultRow:
     return failure_row(ctx.run_id, spec, backend.name, status, reason, **extra)
-
-
-def failure_row(
-    run_id: str, spec: WorkloadSpec, backend: str, status: str, reason: str, **extra: Any
-) -> ResultRow:
-    """A row without timings: unsupported, mismatch, error, oom or timeout."""
-    return ResultRow(
-        run_id=run_id,
-        case_id=spec.case_id,
-        backend=backend,
-        status=status,
-        reason=reason,
-        spec=spec.model_dump(mode="json"),
-        kv_cache_bytes=metrics.kv_cache_bytes(spec),
-        timestamp=now_iso(),
-        **extra,
-    )
 
 
 def _time_replan(planned: PlannedRun, dev: torch.device) -> float:

@@ -1,18 +1,23 @@
 """The worker side of the pool (`run.pool`): what the parent and a worker process send each
-other (a `Job` down, `Ready`/`Started`/`Planned`/`RowDone`/`JobDone` up), the worker's entry
-point, and which GPUs `--gpus` names.
+other (a `Job` down; `Ready`, `Started`, `Planned`, `Trial`, `RowDone`, `Skipped`, `JobDone` up),
+`run_job` (one job, run or tune: what a worker does with a job, and what the in-process path
+does too), the worker's entry point, and which GPUs `--gpus` names.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
+from attnbench.run.tune_search import TUNED_SUFFIX
+
+if TYPE_CHECKING:
+    from attnbench.run.sweep import SweepContext
 
 
 @dataclass(frozen=True)
@@ -24,11 +29,27 @@ class WorkerSlot:
 
 
 @dataclass(frozen=True)
+class TuneJob:
+    """A job of `tune`: search each variant's knobs instead of measuring its default."""
+
+    grid_limit: int
+    stage0_ms: float
+    budget_s: float | None = None
+    """This job's share of the run's time budget (None: no budget); set when handed out."""
+
+
+@dataclass(frozen=True)
 class Job:
     job_id: int
     spec: dict[str, Any]
     backends: tuple[str, ...]
     attempt: int = 0
+    case_id: str = ""
+    tune: TuneJob | None = None
+
+    def row_name(self, backend: str) -> str:
+        """The name this job's rows carry for `backend` (`<variant>+tuned` when tuning)."""
+        return backend + TUNED_SUFFIX if self.tune is not None else backend
 
 
 # Messages from a worker to the parent.
@@ -40,14 +61,28 @@ class Ready:
 
 @dataclass(frozen=True)
 class Started:
+    """A plan begins (the watchdog's plan limit starts): each (case, variant), each trial."""
+
     job_id: int
     backend: str
+    first_use: bool = False
+    """The variant's first plan on this shape family in this worker (JIT compiles here)."""
 
 
 @dataclass(frozen=True)
 class Planned:
     job_id: int
     backend: str
+    plan_s: float = 0.0
+    """Wall time of the plan() call (on first use: the library's compile or load)."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One measured configuration of a tune search (written to the trials file)."""
+
+    job_id: int
+    row: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -57,11 +92,19 @@ class RowDone:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """The time budget ended before this variant of the job was tuned (no row)."""
+
+    job_id: int
+    backend: str
+
+
+@dataclass(frozen=True)
 class JobDone:
     job_id: int
 
 
-Message = Ready | Started | Planned | RowDone | JobDone
+Message = Ready | Started | Planned | Trial | RowDone | Skipped | JobDone
 WorkerTarget = Callable[[WorkerSlot, str, MeasureConfig, Connection], None]
 """A worker's entry point: (slot, run_id, measure config, its end of the pipe)."""
 
@@ -89,21 +132,99 @@ def parse_gpus(text: str, visible: int) -> list[int]:
     return ids
 
 
+class JobSink(Protocol):
+    """Where `run_job` sends what happens: messages to the parent (a worker), or the session's
+    callbacks (the in-process path)."""
+
+    def started(self, job: Job, backend: str, first_use: bool) -> None: ...
+    def planned(self, job: Job, backend: str, plan_s: float) -> None: ...
+    def trial(self, job: Job, row: ResultRow) -> None: ...
+    def row(self, job: Job, row: ResultRow) -> None: ...
+    def skipped(self, job: Job, backend: str) -> None: ...
+
+
+def run_job(job: Job, base: SweepContext, sink: JobSink) -> None:
+    """One job: `sweep.run_case` for `run`, `tune.tune_case` for `tune`. Raises
+    `tune.DeviceLost` when a trial left the GPU unusable (its row is sent first)."""
+    from attnbench.backends import select_backends
+    from attnbench.workload.spec import WorkloadSpec
+
+    ctx = replace(
+        base,
+        on_row=lambda row: sink.row(job, row),
+        on_start=lambda name, first_use: sink.started(job, name, first_use),
+        on_planned=lambda name, plan_s: sink.planned(job, name, plan_s),
+    )
+    spec = WorkloadSpec.model_validate(job.spec)
+    backends = select_backends(list(job.backends))
+    if job.tune is None:
+        from attnbench.run.sweep import run_case
+
+        run_case(spec, backends, ctx)
+        return
+    from attnbench.run.tune import Deadline, TuneOptions, tune_case
+
+    t = job.tune
+    tune_case(
+        spec,
+        backends,
+        ctx,
+        Deadline(t.budget_s),
+        on_trial=lambda row: sink.trial(job, row),
+        on_tuned=ctx.on_row,
+        on_skipped=lambda name: sink.skipped(job, name),
+        opts=TuneOptions(grid_limit=t.grid_limit, stage0_ms=t.stage0_ms),
+    )
+
+
+class _PipeSink:
+    """A worker's sink: every event is a message on its pipe to the parent."""
+
+    def __init__(self, conn: Connection, slot: WorkerSlot) -> None:
+        self.conn = conn
+        self.slot = slot
+        self.poisoned = False
+        """An error row mentioned a CUDA error: the context may be unusable, so exit."""
+
+    def started(self, job: Job, backend: str, first_use: bool) -> None:
+        self.conn.send(Started(job.job_id, backend, first_use))
+
+    def planned(self, job: Job, backend: str, plan_s: float) -> None:
+        self.conn.send(Planned(job.job_id, backend, plan_s))
+
+    def trial(self, job: Job, row: ResultRow) -> None:
+        self.conn.send(Trial(job.job_id, self._tag(row).model_dump(mode="json")))
+
+    def row(self, job: Job, row: ResultRow) -> None:
+        row = self._tag(row)
+        self.poisoned |= row.status == "error" and "cuda error" in row.reason.lower()
+        self.conn.send(RowDone(job.job_id, row.model_dump(mode="json")))
+
+    def skipped(self, job: Job, backend: str) -> None:
+        self.conn.send(Skipped(job.job_id, backend))
+
+    def _tag(self, row: ResultRow) -> ResultRow:
+        tags = {"worker": self.slot.worker_id, "gpu": self.slot.gpu}
+        return row.model_copy(update={"details": {**row.details, **tags}})
+
+
 def worker_main(
     slot: WorkerSlot, run_id: str, measure_cfg: MeasureConfig, conn: Connection
 ) -> None:
     """Entry point of a worker process (spawned: nothing is inherited but the arguments).
-    Exits when the parent sends None or goes away."""
+    Exits when the parent sends None or goes away, and after a job that may have left the
+    GPU unusable (the parent starts a fresh worker for what is left)."""
     if slot.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.gpu)
-    from attnbench.backends import select_backends
     from attnbench.measure.hardware import detect, measure_ceilings
-    from attnbench.run.sweep import SweepContext, run_case
-    from attnbench.workload.spec import WorkloadSpec
+    from attnbench.run.sweep import SweepContext
+    from attnbench.run.tune import DeviceLost
 
     info = detect("cuda:0" if slot.gpu is not None else "cpu")
     ceilings = measure_ceilings(info, quick=info.kind == "cpu")
     conn.send(Ready(info.as_dict(), ceilings.as_dict()))
+    base = SweepContext(run_id=run_id, info=info, measure_cfg=measure_cfg, ceilings=ceilings)
+    sink = _PipeSink(conn, slot)
     while True:
         try:
             job: Job | None = conn.recv()
@@ -111,30 +232,10 @@ def worker_main(
             return  # the parent is gone
         if job is None:
             return
-        poisoned = False
-
-        def on_row(row: ResultRow, job: Job = job) -> None:
-            nonlocal poisoned
-            row.details = {**row.details, "worker": slot.worker_id, "gpu": slot.gpu}
-            poisoned |= row.status == "error" and "cuda error" in row.reason.lower()
-            conn.send(RowDone(job.job_id, row.model_dump(mode="json")))
-
-        def on_start(name: str, job: Job = job) -> None:
-            conn.send(Started(job.job_id, name))
-
-        def on_planned(name: str, job: Job = job) -> None:
-            conn.send(Planned(job.job_id, name))
-
-        ctx = SweepContext(
-            run_id=run_id,
-            info=info,
-            measure_cfg=measure_cfg,
-            ceilings=ceilings,
-            on_row=on_row,
-            on_start=on_start,
-            on_planned=on_planned,
-        )
-        run_case(WorkloadSpec.model_validate(job.spec), select_backends(list(job.backends)), ctx)
+        try:
+            run_job(job, base, sink)
+        except DeviceLost:
+            return  # no JobDone: the parent hands the variants left to a fresh worker
         conn.send(JobDone(job.job_id))
-        if poisoned:
+        if sink.poisoned:
             return

@@ -1,0 +1,344 @@
+"""The one run path of `run` and `tune`: settings -> device -> cases -> variants -> where they
+run -> output files -> `run.session.run_session` (header, rows, trials) with a live progress
+line. Each command prints its own table and decides its exit code from the `Outcome`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.markup import escape
+
+from attnbench.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING_RAN,
+    RowWriteFailed,
+    check_output_file,
+    console,
+    fail,
+    flag_for,
+    note,
+)
+from attnbench.cli.paths import runs_dir
+
+if TYPE_CHECKING:
+    from attnbench.cli.progress import LiveProgress
+    from attnbench.config import Settings
+    from attnbench.results import ResultRow, ResultWriter
+    from attnbench.run.session import TunePlan
+    from attnbench.workload.spec import WorkloadSpec
+    from attnbench.workload.suite import Suite
+
+WORKLOAD_FIELDS = (
+    "batch_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "context_lengths",
+    "fp8_mode",
+    "page_size",
+    "model",
+    "tp",
+    "kinds",
+    "lengths",
+    "dtype",
+    "kv_dtype",
+    "kv_layout",
+    "append_len",
+    "prefill_tokens",
+)
+
+
+@dataclass
+class Outcome:
+    """What a session wrote, for the command's table, notes and exit code."""
+
+    rows: list[ResultRow]
+    out_path: Path
+    suite_name: str
+    device_name: str
+    todo: int
+    """(case, variant) pairs this session set out to run."""
+    resume: bool
+    trials: int = 0
+    trials_path: Path | None = None
+    skipped: list[str] = field(default_factory=list)
+    """`case_id variant` pairs the tune budget left untouched."""
+
+
+def trials_path_for(out: Path) -> Path:
+    """`results/x.jsonl` -> `results/x.trials.jsonl`."""
+    return out.with_name(out.stem + ".trials.jsonl")
+
+
+def execute_session(
+    cli: dict[str, Any], config_file: Path | None = None, tune: TunePlan | None = None
+) -> Outcome:
+    """Everything up to the last row; exits with one line on bad input."""
+    from attnbench.config_load import ConfigError, load_settings
+
+    try:
+        settings, sources = load_settings(cli, config_file=config_file)
+    except ConfigError as exc:
+        fail(str(exc))
+
+    import torch
+
+    from attnbench.measure.hardware import detect, resolve_device
+    from attnbench.run.policy import backends_for
+    from attnbench.run.session import placement
+
+    try:
+        device, device_note = resolve_device(settings.device)
+    except ValueError as exc:
+        fail(str(exc))
+    info = detect(device)
+    check_timer(settings.timer, info.kind, flag_for("timer", sources["timer"]))
+    specs, suite_name = cases(settings, sources, info.kind)
+    if device_note and tune is None and settings.suite is None and suite_name == "cpu":
+        note(device_note)  # "...on a small suite": only when that suite was chosen for the user
+    try:
+        backends, notes = backends_for(settings.backends, info.kind, tune=tune is not None)
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        where = placement(
+            info, settings.gpus, settings.workers, settings.ray, visible, tune is not None
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    for line in notes:
+        note(line)
+    if tune is not None and not backends:
+        fail("none of the selected variants has knobs to tune")
+
+    if settings.resume and settings.out is None:
+        fail("--resume needs --out naming the results file to finish (the default is a new file)")
+    out_path = settings.out or default_out(info.name, suite_name + ("-tune" if tune else ""))
+    out_flag = flag_for("out", sources["out"])
+    check_output_file(out_path, out_flag)  # before its trials file's name is derived
+    paths = [(out_path, out_flag)]
+    trials_path = trials_path_for(out_path) if tune is not None else None
+    if trials_path is not None:
+        paths.append((trials_path, f"{out_flag} (its trials file)"))
+    skip = _skip(paths, settings.resume)
+    suffix = "+tuned" if tune is not None else ""
+    todo = sum((s.case_id, b.name + suffix) not in skip for s in specs for b in backends)
+    command = "tune" if tune is not None else "run"
+    budget = ""
+    if tune is not None:
+        budget = f" budget={'none' if tune.budget_s is None else f'{tune.budget_s:g} s'}"
+    files = f"{out_path}" + (f" (+ {trials_path.name})" if trials_path else "")
+    console.print(
+        f"[bold]attnbench {command}[/] suite=[cyan]{escape(suite_name)}[/] cases={len(specs)} "
+        f"variants={len(backends)} device=[cyan]{escape(info.name)}[/] ({where.mode}){budget}"
+        f" -> {escape(files)}",
+        highlight=False,
+    )
+    outcome = Outcome([], out_path, suite_name, info.name, todo, settings.resume)
+    outcome.trials_path = trials_path
+    header_settings = settings.model_dump(mode="json") | {"suite": suite_name}
+    if tune is not None:
+        header_settings["tune"] = {
+            "grid_limit": tune.grid_limit,
+            "stage_ms": tune.stage0_ms,
+            "budget_s": tune.budget_s,
+        }
+    from attnbench.run.session import run_session
+    from attnbench.run.tune import DeviceLost
+
+    with _Writers(paths) as writers, _live(todo) as live:
+
+        def write(item: Any) -> None:
+            writers.write(0, item)
+            if getattr(item, "type", "") == "header":
+                if trials_path is not None:
+                    writers.write(1, item)
+                print_ceilings(item.ceilings)
+                return
+            outcome.rows.append(item)
+            live.advance(f"{item.backend} {item.status}")
+            if tune is not None and item.status != "unsupported":
+                live.print(_tuned_line(item))
+
+        def trial(row: ResultRow) -> None:
+            writers.write(1, row)
+            outcome.trials += 1
+
+        def skipped(case_id: str, backend: str) -> None:
+            outcome.skipped.append(f"{case_id} {backend}")
+            live.advance()
+
+        try:
+            run_session(
+                run_id=out_path.stem,
+                specs=specs,
+                backends=backends,
+                info=info,
+                where=where,
+                measure_cfg=settings.measure_config(),
+                settings=header_settings,
+                skip=skip,
+                case_timeout_s=settings.case_timeout_s,
+                plan_timeout_s=settings.plan_timeout_s,
+                write=write,
+                on_status=live.set_status,
+                tune=tune,
+                on_trial=trial,
+                on_skip=skipped,
+                on_activity=live.activity,
+            )
+        except KeyboardInterrupt:
+            live.stop()
+            note(f"interrupted: {len(outcome.rows)} rows kept in {out_path}; finish with --resume")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except RowWriteFailed as exc:
+            live.stop()
+            what = "a row" if exc.args[0] == out_path else f"a trial to {exc.args[0]}"
+            fail(
+                f"{out_flag}={out_path}: writing {what} failed ({exc.describe()}); the "
+                f"{len(outcome.rows)} rows written before are kept; free space or choose "
+                "another --out, then --resume"
+            )
+        except DeviceLost as exc:  # in-process tune on a GPU only (workers are replaced)
+            live.stop()
+            fail(
+                f"the GPU is unusable after a trial; {len(outcome.rows)} rows kept: {exc}",
+                EXIT_NOTHING_RAN,
+            )
+    return outcome
+
+
+def _skip(paths: list[tuple[Path, str]], resume: bool) -> set[tuple[str, str]]:
+    """Check every output file before any work; with --resume, the finished keys of the first."""
+    from attnbench.results import ResultsFileError, finished_keys
+
+    skip: set[tuple[str, str]] = set()
+    for i, (path, flag) in enumerate(paths):
+        check_output_file(path, flag)
+        try:
+            if resume and i == 0:
+                skip = finished_keys(path)
+            else:
+                check_appendable(path)
+        except ResultsFileError as exc:
+            if resume:
+                fail(f"--resume: {exc}")
+            fail(f"{flag}: {exc}; choose another file")
+    if resume:
+        note(f"resuming {paths[0][0]}: {len(skip)} finished rows kept")
+    return skip
+
+
+class _Writers:
+    """The results file (0) and, for tune, the trials file (1); a failed write raises
+    RowWriteFailed naming the file."""
+
+    def __init__(self, paths: list[tuple[Path, str]]) -> None:
+        from attnbench.results import ResultWriter
+
+        self.writers: list[ResultWriter] = []
+        for path, flag in paths:
+            try:
+                self.writers.append(ResultWriter(path))
+            except OSError as exc:
+                self.close()
+                fail(f"{flag}={path} cannot be written: {exc.strerror or exc}")
+
+    def write(self, i: int, item: Any) -> None:
+        w = self.writers[i]
+        try:
+            w.write(item)
+        except OSError as exc:
+            raise RowWriteFailed(w.path) from exc
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.close()
+
+    def __enter__(self) -> _Writers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _live(total: int) -> LiveProgress:
+    from attnbench.cli.progress import LiveProgress
+
+    return LiveProgress(total)
+
+
+def _tuned_line(row: ResultRow) -> str:
+    knobs = row.details.get("knobs_label") or ""
+    latency = "" if row.latency_us is None else f"{row.latency_us:.1f} µs "
+    return f"  {row.case_id} {row.backend}: {row.status} {latency}{knobs}"
+
+
+def check_timer(timer: str, device_kind: str, flag: str) -> None:
+    """CUDA timers on a machine without a GPU would be a row claiming GPU timing: refuse."""
+    if timer.startswith("cuda") and device_kind != "cuda":
+        fail(
+            f"{flag}={timer} needs a CUDA device and this run is on the {device_kind}; "
+            "allowed here: auto, cpu, fake"
+        )
+
+
+def check_appendable(path: Path) -> None:
+    """A new run appends to --out: refuse a file that is there but holds no attnbench rows."""
+    from attnbench.results import interrupted_first_write, read_results
+
+    if path.is_file() and path.stat().st_size > 0 and not interrupted_first_write(path):
+        read_results(path)
+
+
+def print_ceilings(ceilings: dict[str, Any] | None) -> None:
+    if not ceilings:
+        return
+    from attnbench.report.units import fmt_bandwidth as bw
+    from attnbench.report.units import fmt_compute
+
+    mm = ", ".join(f"{k} {fmt_compute(v)}" for k, v in ceilings.get("matmul_tflops", {}).items())
+    read = ceilings.get("read_bandwidth_gbps")
+    read_txt = f", read {bw(read)}" if read else ""
+    console.print(f"ceilings: copy {bw(ceilings['copy_bandwidth_gbps'])}{read_txt}; matmul: {mm}")
+
+
+def cases(
+    settings: Settings, sources: dict[str, str], device_kind: str
+) -> tuple[list[WorkloadSpec], str]:
+    """The cases: a suite's (flags given on the command line win over its values), else the
+    settings' own grid."""
+    from attnbench.workload.suite import SuiteError, load_suite, settings_specs, suite_specs
+
+    custom = any(sources.get(f, "default") != "default" for f in WORKLOAD_FIELDS)
+    name = settings.suite
+    if name is None and not custom:
+        name = "default" if device_kind == "cuda" else "cpu"
+    try:
+        if name is not None:
+            suite = load_suite(name)
+            flags = {k for k, source in sources.items() if source == "cli"}
+            return suite_specs(flags_win(suite, flags), settings), suite.name
+        return settings_specs(settings), "custom"
+    except (SuiteError, ValueError) as exc:
+        fail(str(exc))
+
+
+def flags_win(suite: Suite, flags: set[str]) -> Suite:
+    """`suite` without the values of the settings in `flags` (those given on the command
+    line), so the flags' values, which are the base settings, apply to every group."""
+    return dataclasses.replace(
+        suite,
+        defaults={k: v for k, v in suite.defaults.items() if k not in flags},
+        groups=[{k: v for k, v in g.items() if k not in flags} for g in suite.groups],
+    )
+
+
+def default_out(device_name: str, suite: str) -> Path:
+    slug = "".join(c if c.isalnum() else "-" for c in device_name.lower()).strip("-") or "device"
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return runs_dir() / f"{stamp}_{slug}_{suite}.jsonl"
