@@ -29,7 +29,9 @@ SGLang (`python -m sglang.launch_server`), python/sglang/srt/server_args.py @ 00
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from attnbench.analysis.hybrid import Plan
 
@@ -78,6 +80,13 @@ def _variant(backend: str | None) -> str:
     return (backend or "").partition(":")[2]
 
 
+def _fa_version(variant: str) -> int | None:
+    """FlashAttention's major version of a flash-attn variant: `fa3`, `fa3-contiguous` (the
+    same kernel on a gathered copy) and `fa3-cascade` are 3; `fa2` is 2."""
+    base = variant.partition("+")[0].split("-")[0]
+    return {"fa3": 3, "fa2": 2, "fa4": 4}.get(base)
+
+
 def _kv(plan: Plan, engine: str) -> tuple[str, str | None]:
     if plan.kv_dtype.startswith("fp8"):
         return plan.kv_dtype, None
@@ -93,7 +102,7 @@ def export_vllm(plan: Plan) -> EngineExport:
     if name is None:
         out.notes.append(f"vLLM has no backend for {dec}: choose the next variant in the matrix")
     else:
-        version = {"fa3": 3, "fa2": 2, "fa4": 4}.get(_variant(dec))
+        version = _fa_version(_variant(dec))
         if name == "FLASH_ATTN" and version:
             cfg = json.dumps({"backend": name, "flash_attn_version": version})
             out.args += ["--attention-config", f"'{cfg}'"]
@@ -135,7 +144,7 @@ def export_sglang(plan: Plan) -> EngineExport:
         if backend is None:
             continue
         name = _SGLANG.get(_lib(backend))
-        if name == "fa3" and _variant(backend) not in ("", "fa3"):
+        if name == "fa3" and _fa_version(_variant(backend) or "fa3") != 3:
             name = None  # SGLang has no FlashAttention-2 backend
         if name is None:
             out.notes.append(f"SGLang has no attention backend for {backend} ({role})")
@@ -164,9 +173,22 @@ def export_sglang(plan: Plan) -> EngineExport:
     return out
 
 
+FA3 = "flash-attn:fa3"
+FA3_CONTIGUOUS = "flash-attn:fa3-contiguous"
+
+
+def measured_contiguous(backend: str | None, details: Mapping[str, Any]) -> bool:
+    """True only for rows that really read a contiguous copy of the KV cache:
+    `flash-attn:fa3-contiguous`, or an older `flash-attn:fa3` row (before FA3 read the pages)
+    whose `details.kv_cache` is not `paged`. A `+tuned` suffix names the same kernel."""
+    name = (backend or "").partition("+")[0]
+    if name == FA3_CONTIGUOUS:
+        return True
+    return name == FA3 and details.get("kv_cache") != "paged"
+
+
 def _contiguous_note(plan: Plan, out: EngineExport) -> None:
-    details = plan.decode_details
-    if str(details.get("kv_cache", "")).startswith("contiguous") or details.get("contiguous"):
+    if measured_contiguous(plan.decode_backend, plan.decode_details):
         out.notes.append(
             f"{plan.decode_backend} was measured on a contiguous (gathered) KV cache, not the "
             "paged one an engine uses: its paged kernel may differ"

@@ -13,14 +13,18 @@ from __future__ import annotations
 import base64
 import html
 import re
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from attnbench.analysis.frame import Loaded, ceilings_for, latest, ok_rows, provenance_label
 from attnbench.analysis.recommend import NON_SERVING
+from attnbench.analysis.tuning import is_trials_name
 from attnbench.report.blocks import (
+    Block,
     Code,
+    Figure,
     RegisteredSection,
     ReportData,
     Section,
@@ -33,11 +37,14 @@ from attnbench.report.blocks import (
 def _load_sections() -> None:
     """Import the built-in section modules: importing one registers its sections."""
     from attnbench.report import (  # noqa: F401
+        fidelity_section,
         fp8_section,
         per_model_section,
         replay_section,
         sections,
         sections_detail,
+        sections_workloads,
+        tuning_section,
     )
 
 
@@ -57,6 +64,9 @@ def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
     """(GPU, sections) for every GPU in the rows; global (per_gpu=False) sections go with the
     first GPU."""
     _load_sections()
+    if not loaded.frame.empty:  # a tune run's every trial is the tuning section's evidence only
+        kept = ~loaded.frame["source"].map(is_trials_name)
+        loaded = replace(loaded, frame=loaded.frame[kept])
     frame = latest(loaded.frame)
     gpus = sorted(set(frame["gpu"])) if not frame.empty else [""]
     ok = ok_rows(loaded.frame)
@@ -76,8 +86,39 @@ def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
             extras=list(loaded.extras),
         )
         secs = [s for r in regs if r.per_gpu or i == 0 if (s := _build(r, data)) is not None]
-        out.append((gpu, secs))
+        out.append((gpu, [scrub(sec) for sec in secs]))
     return out
+
+
+_MACHINE_PATH = re.compile(r"(?<![\w.~/:)\]-])~?(?:/[\w.+@-]+)+/([\w.+@-]+)")
+"""An absolute path (`/root/out/replay-live.jsonl`): the page shows its file name only."""
+
+
+def no_machine_paths(text: str) -> str:
+    """`rows in /root/out/x.jsonl` -> `rows in x.jsonl`: the machine that wrote a file is not
+    the reader's, and its folders say nothing about the measurement."""
+    return _MACHINE_PATH.sub(r"\1", text)
+
+
+def _clean(value: Any) -> Any:
+    return no_machine_paths(value) if isinstance(value, str) else value
+
+
+def scrub(sec: Section) -> Section:
+    """The section with machine paths in its text, code, tables and captions cut to names."""
+    blocks: list[Block] = []
+    for b in sec.blocks:
+        if isinstance(b, Text):
+            blocks.append(Text(no_machine_paths(b.markdown)))
+        elif isinstance(b, Code):
+            blocks.append(Code(no_machine_paths(b.text)))
+        elif isinstance(b, Table):
+            rows = [[_clean(c) for c in r] for r in b.rows]
+            heads = [_clean(h) for h in b.headers]
+            blocks.append(Table(heads, rows, no_machine_paths(b.caption)))
+        else:
+            blocks.append(Figure(b.png, no_machine_paths(b.caption), b.name))
+    return Section(no_machine_paths(sec.title), blocks)
 
 
 # -- rendering -------------------------------------------------------------------------------
@@ -102,7 +143,8 @@ def render_markdown(
         if len(groups) > 1:
             lines += [f"# {gpu}", ""]
         for sec in sections:
-            lines += [f"## {sec.title}", ""]
+            where = f" ({device_name(gpu)})" if len(groups) > 1 and gpu else ""
+            lines += [f"## {sec.title}{where}", ""]
             for block in sec.blocks:
                 if isinstance(block, Text):
                     lines += [block.markdown, ""]
@@ -160,6 +202,7 @@ header{background:#1d2430;color:#fff;padding:18px 32px}header h1{margin:0 0 6px;
 header p{margin:2px 0;font-size:13px;color:#c9d1dc}header code{background:#33405a;color:#fff}
 main{max-width:1500px;margin:0 auto;padding:8px 32px 40px}
 nav{background:#fff;border:1px solid #dde2ea;border-radius:6px;padding:10px 16px;margin:16px 0}
+nav div{margin:2px 0}h2 span.gpu{font-size:13px;color:#555;font-weight:normal}
 nav a{margin-right:10px;font-size:13px;color:#2454a6;text-decoration:none;white-space:nowrap;
 display:inline-block}
 section{background:#fff;border:1px solid #dde2ea;border-radius:6px;padding:6px 20px 14px;
@@ -176,19 +219,30 @@ figcaption{font-size:13px;color:#555}
 code{background:#eef1f6;padding:0 3px;border-radius:3px;font-size:12px}
 pre{background:#1d2430;color:#e8edf3;padding:10px 14px;border-radius:6px;overflow-x:auto;
 font-size:12.5px;white-space:pre-wrap}
+@media (max-width:640px){header{padding:12px 14px}main{padding:4px 6px 24px}
+section{padding:4px 10px 10px}nav{padding:8px 10px}th,td{padding:2px 5px;min-width:5.5em}
+table{font-size:11.5px}}
 """
+
+
+def device_name(gpu: str) -> str:
+    """`NVIDIA H200` -> `H200`: short enough for every navigation entry."""
+    return gpu.removeprefix("NVIDIA ").strip() or "unknown device"
 
 
 def render_html(groups: list[tuple[str, list[Section]]], title: str, intro: list[str]) -> str:
     """One self-contained page: inline CSS, figures as data: URIs, no scripts, no links out."""
     nav, body = [], []
+    several = len(groups) > 1
     for gpu, sections in groups:
-        prefix = _slug(gpu) + "-" if len(groups) > 1 else ""
-        if len(groups) > 1:
-            body.append(f'<h1 class="gpu">{html.escape(gpu)}</h1>')
+        prefix = _slug(gpu) + "-" if several else ""
+        links = []
+        if several:
+            body.append(f'<h1 class="gpu" id="{_slug(gpu)}">{html.escape(gpu)}</h1>')
         for sec in sections:
             anchor = prefix + _slug(sec.title)
-            nav.append(f'<a href="#{anchor}">{html.escape(sec.title)}</a>')
+            name = f"{sec.title} · {device_name(gpu)}" if several else sec.title
+            links.append(f'<a href="#{anchor}">{html.escape(name)}</a>')
             inner = []
             for block in sec.blocks:
                 if isinstance(block, Text):
@@ -213,8 +267,14 @@ def render_html(groups: list[tuple[str, list[Section]]], title: str, intro: list
                         f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
                         f"<figcaption>{_inline(block.caption)}</figcaption></figure>"
                     )
-            title_html = f"<h2>{html.escape(sec.title)}</h2>"
+            where = f' <span class="gpu">{html.escape(device_name(gpu))}</span>' if several else ""
+            title_html = f"<h2>{html.escape(sec.title)}{where}</h2>"
             body.append(f'<section id="{anchor}">{title_html}{"".join(inner)}</section>')
+        if several:
+            label = f'<strong><a href="#{_slug(gpu)}">{html.escape(gpu)}</a></strong>: '
+            nav.append(f"<div>{label}{' '.join(links)}</div>")
+        else:
+            nav += links
     head = "".join(f"<p>{_inline(line)}</p>" for line in intro)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -79,11 +79,64 @@ def _finish(fig: Any, title: str, label: str, shared_legend: bool = False) -> by
     for ax in fig.axes:
         if ax.get_visible() and ax.get_yscale() == "log":
             _log_labels(ax)
-    fig.tight_layout(rect=(0, foot, right, 1 - 0.3 / height_in))
+    rect = (0, foot, right, 1 - 0.3 / height_in)
+    fig.tight_layout(rect=rect)
+    moved = [ax for ax in fig.axes if _legend_hides_data(fig, ax)]
+    for ax in moved:  # beside the panel instead (single-rate replays stack every point at one x)
+        ax.legend(
+            *ax.get_legend_handles_labels(),
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            fontsize=7,
+            frameon=False,
+            borderaxespad=0,
+        )
+    if moved:
+        fig.tight_layout(rect=rect)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     _plt().close(fig)
     return buf.getvalue()
+
+
+def _data_points(ax: Any) -> np.ndarray:
+    """Display coordinates [n, 2] of what an axes shows: line vertices (reference lines drawn
+    across the axes left out), scatter offsets, the tops of bars."""
+    ax.get_xlim(), ax.get_ylim()  # settle pending autoscaling: transData must be final
+    pts = []
+    for line in ax.get_lines():
+        if line.get_transform() != ax.transData:
+            continue
+        xy = np.asarray(line.get_xydata(), dtype=float).reshape(-1, 2)
+        if xy.size:
+            pts.append(ax.transData.transform(xy))
+    for coll in ax.collections:
+        off = np.asarray(coll.get_offsets(), dtype=float).reshape(-1, 2)
+        if off.size:
+            pts.append(coll.get_offset_transform().transform(off))
+    tops = [
+        (p.get_x() + p.get_width() / 2, p.get_y() + p.get_height())
+        for p in ax.patches
+        if hasattr(p, "get_width") and p.get_height()
+    ]
+    if tops:
+        pts.append(ax.transData.transform(np.asarray(tops, dtype=float)))
+    if not pts:
+        return np.empty((0, 2))
+    out: np.ndarray = np.concatenate(pts)
+    kept: np.ndarray = out[np.isfinite(out).all(axis=1)]
+    return kept
+
+
+def _legend_hides_data(fig: Any, ax: Any) -> bool:
+    """True when a legend inside the axes sits over one of its data points."""
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible() or not ax.get_visible():
+        return False
+    box = legend.get_window_extent(fig.canvas.get_renderer())  # places a `best` legend
+    p = _data_points(ax)
+    inside = (p[:, 0] >= box.x0) & (p[:, 0] <= box.x1) & (p[:, 1] >= box.y0) & (p[:, 1] <= box.y1)
+    return bool(inside.any())
 
 
 def _log_labels(ax: Any) -> None:

@@ -6,22 +6,50 @@ twins), fp8 vs 16-bit KV, draft-tree verification and shared prefix. Same conven
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from attnbench.analysis.cascade import family
 from attnbench.analysis.compare import SEED, Timing, geomean_ratio
 from attnbench.analysis.frame import add_key, human_tokens
 from attnbench.analysis.recommend import padding_cost, short_batch
 from attnbench.report.plots import (
-    MAX_PANELS,
     _figure,
     _finish,
     _group_title,
     _lines,
+    _plt,
     _tokens_axis,
     colors,
 )
+
+
+def _stacked(ntop: int, bottom: bool) -> tuple[Any, list[Any]]:
+    """`ntop` panels side by side, and below them (when `bottom`) one panel as wide as the row:
+    room for a bar chart's category labels."""
+    plt = _plt()
+    ncols = max(ntop, 1)
+    nrows = int(ntop > 0) + int(bottom)
+    fig = plt.figure(figsize=(6.0 * max(ncols, 2), 4.4 * nrows))
+    grid = fig.add_gridspec(nrows, ncols)
+    axes = [fig.add_subplot(grid[0, i]) for i in range(ntop)]
+    if bottom:
+        axes.append(fig.add_subplot(grid[nrows - 1, :]))
+    return fig, axes
+
+
+def _plain_log_x(ax: Any) -> None:
+    """1, 2, 5, 10, 20 on a log x axis instead of 10^0, 10^1."""
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(v: float, _: int) -> str:
+        mantissa = round(v / 10 ** math.floor(math.log10(v))) if v > 0 else 0
+        return f"{v:g}" if mantissa in (2, 5) else ""
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(minor))
 
 
 def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
@@ -39,7 +67,7 @@ def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
     series_dtype = str(series[0]["kv_dtype"].iloc[0]) if series else str(padded["kv_dtype"].iloc[0])
     cmap = colors(dec["backend"])
     twin_skew = dict(zip(ragged["lengths"], ragged["skew"], strict=False))
-    fig, axes = _figure(len(series) + (0 if padded.empty else 1))
+    fig, axes = _stacked(len(series), not padded.empty)
     for ax, g in zip(axes, series, strict=False):
         _lines(ax, g, "skew", cmap)
         twins = padded[padded["unpadded_lengths"].isin(set(g["lengths"]))]
@@ -55,6 +83,7 @@ def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
                 dashed=True,
             )
         ax.set_xscale("log")
+        _plain_log_x(ax)
         ax.set_yscale("log")
         ax.set_xlabel("skew: longest request / mean request")
         ax.set_ylabel("latency per call (µs)")
@@ -88,7 +117,14 @@ def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
                 capsize=2,
             )
         if costs:
-            ax.set_xticks(range(len(batches)), [short_batch(b) for b in batches], fontsize=8)
+            ax.set_xticks(
+                range(len(batches)),
+                [short_batch(b) for b in batches],
+                fontsize=8,
+                rotation=30,
+                ha="right",
+                rotation_mode="anchor",
+            )
             ax.set_yscale("log")
             ax.axhline(1, color="k", lw=0.8)
             ax.set_xlabel(f"ragged batch ({series_dtype} KV), by rising skew")
@@ -173,27 +209,36 @@ def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> byte
     return _finish(fig, "fp8 vs 16-bit KV cache", label)
 
 
+MAX_WORKLOAD_PANELS = 6
+
+
 def by_axis(ok: pd.DataFrame, kind: str, label: str) -> bytes | None:
-    """Tree verification (latency vs context, one panel per tree) or shared prefix (latency vs
-    prefix length, one panel per batch size)."""
+    """Tree verification (latency vs context, one panel per tree shape, fewest draft tokens
+    first) or shared prefix (latency vs prefix length, one panel per batch size, smallest
+    first; only the suffix family with most rows, so synthetic and trace prefixes never share
+    a line)."""
     rows = ok[(ok["kind"] == kind) & ~ok["fp8"]]
     if rows.empty:
         return None
     if kind == "tree":
         rows = rows.assign(x=rows["kv_max"] - rows["tree_nodes"])
         panel, xlabel, title = (
-            "tree",
+            ["tree_nodes", "tree"],
             "context length per request (tokens)",
             "Draft-tree verification",
         )
     else:
+        fam = rows["lengths"].map(family)
+        rows = rows[fam == fam.value_counts().index[0]]
         rows = rows.assign(x=rows["shared_prefix_len"])
-        panel, xlabel, title = "batch_size", "shared prefix length (tokens)", "Shared prefix"
-    groups = sorted(rows.groupby([panel, "dtype"]), key=lambda kv: str(kv[0]))[:MAX_PANELS]
+        panel, xlabel = ["batch_size"], "shared prefix length (tokens)"
+        title = f"Shared prefix ({family(str(rows['lengths'].iloc[0]))})"
+    groups = [g for _, g in sorted(rows.groupby([*panel, "dtype"]), key=lambda kv: kv[0])]
+    groups = groups[:MAX_WORKLOAD_PANELS]
     cmap = colors(rows["backend"])
     ncols = min(2, len(groups))
     fig, axes = _figure(ncols, math.ceil(len(groups) / ncols))
-    for ax, (_, g) in zip(axes, groups, strict=False):
+    for ax, g in zip(axes, groups, strict=False):
         if kind == "tree":  # one batch size per panel: the most measured
             g = g[g["batch_size"] == g["batch_size"].mode().iloc[0]]
         _lines(ax, g, "x", cmap)

@@ -119,7 +119,26 @@ def ceilings(data: ReportData) -> Section | None:
 
 
 def recommendation_blocks(rec: Recommendation) -> list[Block]:
-    """Decision matrix, crossovers, hybrid plan with evidence, engine flags."""
+    """The decision first (the plan, the engine flags that express it), then the evidence:
+    the decision matrix, crossovers and each choice's measurements."""
+    plan = rec.plan
+    kv = plan.kv_dtype if plan.kv_dtype != "auto" else f"16-bit ({plan.model_dtype})"
+    blocks: list[Block] = [
+        Text(
+            f"**Decision**: prefill `{plan.prefill_backend}` · decode `{plan.decode_backend}` · "
+            f"KV cache {kv} · page size {plan.page_size or '-'}."
+        ),
+        Table(
+            ["role", "choice", "why"],
+            [[c.role, f"**{c.value}**", c.why] for c in plan.choices],
+            "hybrid plan",
+        ),
+    ]
+    for ex in export(plan):
+        blocks.append(Text(f"**{ex.engine}** (options from {ex.source}):"))
+        blocks.append(Code(ex.command))
+        if ex.notes:
+            blocks.append(Text("\n".join(f"- {n}" for n in ex.notes)))
     matrix = []
     for res in rec.classes:
         if not res.n_cases:
@@ -138,13 +157,13 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
                 evid,
             ]
         )
-    blocks: list[Block] = [
+    blocks += [
         Text(
-            "Per class, the best variant among rows that passed the accuracy gate, ranked by "
-            "pairwise comparisons on shared cases (geometric mean of latency ratios, two-level "
-            "bootstrap 95% CI; significant and above the noise, else a tie). Class thresholds: "
-            f"short prefill <= {SHORT_PREFILL_MAX} tokens, small batch <= {SMALL_BATCH_MAX}, "
-            f"large batch >= {LARGE_BATCH_MIN}."
+            "**Evidence.** Per class, the best variant among rows that passed the accuracy gate, "
+            "ranked by pairwise comparisons on shared cases (geometric mean of latency ratios, "
+            "two-level bootstrap 95% CI; significant and above the noise, else a tie). Class "
+            f"thresholds: short prefill <= {SHORT_PREFILL_MAX} tokens, small batch <= "
+            f"{SMALL_BATCH_MAX}, large batch >= {LARGE_BATCH_MIN}."
         ),
         Table(
             ["class", "rule", "cases", "best", "margin over runner-up", "evidence: median (cases)"],
@@ -160,33 +179,13 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
                 + "\n".join(f"- {c.describe()}" for c in cross)
             )
         )
-    plan = rec.plan
-    kv = plan.kv_dtype if plan.kv_dtype != "auto" else f"16-bit ({plan.model_dtype})"
-    blocks.append(
-        Text(
-            f"**Plan**: prefill `{plan.prefill_backend}` · decode `{plan.decode_backend}` · "
-            f"KV cache {kv} · page size {plan.page_size or '-'}. Each choice and its evidence:"
-        )
-    )
-    blocks.append(
-        Table(
-            ["role", "choice", "why"],
-            [[c.role, f"**{c.value}**", c.why] for c in plan.choices],
-            "hybrid plan",
-        )
-    )
     ev = [f"- {c.role}: {e}" for c in plan.choices for e in c.evidence]
     if ev:
-        blocks.append(Text("Evidence:\n\n" + "\n".join(ev)))
-    for ex in export(plan):
-        blocks.append(Text(f"**{ex.engine}** (options from {ex.source}):"))
-        blocks.append(Code(ex.command))
-        if ex.notes:
-            blocks.append(Text("\n".join(f"- {n}" for n in ex.notes)))
+        blocks.append(Text("Evidence per choice:\n\n" + "\n".join(ev)))
     return blocks
 
 
-@register_section("Recommendation", order=20)
+@register_section("Recommendation", order=5)
 def recommendation(data: ReportData) -> Section | None:
     rec = cached_recommendation(data)
     return Section("Recommendation", recommendation_blocks(rec)) if rec else None

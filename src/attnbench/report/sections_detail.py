@@ -1,5 +1,6 @@
-"""The report's detail sections: raggedness, FP8 KV cache, speculative trees, shared prefix,
-accuracy and the cases that did not run (registered on import, like `report.sections`).
+"""The report's detail sections: raggedness, FP8 KV cache, accuracy and the cases that did
+not run (registered on import, like `report.sections`; trees and shared prefixes are in
+`report.sections_workloads`).
 """
 
 from __future__ import annotations
@@ -81,18 +82,6 @@ def fp8(data: ReportData) -> Section | None:
     return figure_section(
         "FP8 KV cache", png, "fp8 vs 16-bit KV: speedup per backend and along context", extra
     )
-
-
-@register_section("Speculative trees", order=70)
-def trees(data: ReportData) -> Section | None:
-    png = plots_serving.by_axis(data.ok, "tree", data.label) if not data.ok.empty else None
-    return figure_section("Speculative trees", png, "Draft-tree verification latency", [])
-
-
-@register_section("Shared prefix", order=75)
-def shared_prefix(data: ReportData) -> Section | None:
-    png = plots_serving.by_axis(data.ok, "shared_prefix", data.label) if not data.ok.empty else None
-    return figure_section("Shared prefix", png, "Shared-prefix decode latency", [])
 
 
 @register_section("Accuracy", order=80)

@@ -1,0 +1,198 @@
+"""Report sections from `attnbench fidelity --out` documents: timing fidelity (engine vs torch
+profiler vs Nsight Compute, SM clocks) and SM activity on uniform vs ragged batches (the brief's
+claim that uniform grids leave 62% of SMs idle). Each is left out when no document has its cases.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from attnbench.analysis.fidelity import (
+    CLAIM_IDLE_PCT,
+    CLAIM_MARGIN_PTS,
+    FIDELITY_MIN_US,
+    FIDELITY_TOLERANCE,
+    KernelTiming,
+    agreement,
+    batch_order,
+    claim_verdict,
+    is_sm_activity,
+    kernel_timings,
+    load_documents,
+    sm_activity,
+)
+from attnbench.analysis.frame import fmt_us
+from attnbench.report import plots_studies
+from attnbench.report.blocks import (
+    Block,
+    Figure,
+    ReportData,
+    Section,
+    Table,
+    Text,
+    register_section,
+)
+
+
+def documents_for(data: ReportData) -> list[tuple[Path, dict[str, Any]]]:
+    """The fidelity documents of this GPU: those whose provenance names it, plus, with the
+    first GPU of the report, those naming a GPU that has no rows here."""
+    docs = load_documents(data.extras)
+    gpus = set(data.loaded.frame["gpu"]) if not data.loaded.frame.empty else set()
+    first = min(gpus) if gpus else ""
+    out = []
+    for path, doc in docs:
+        gpu = str((doc.get("provenance") or {}).get("gpu") or "")
+        if gpu == data.gpu or (gpu not in gpus and data.gpu in (first, "")):
+            out.append((path, doc))
+    return out
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:+.1f}%"
+
+
+def _mhz(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def _flag(t: KernelTiming) -> str:
+    if t.status != "ok":
+        return t.status
+    if t.worst_diff is None:
+        return "no profiler time"
+    if not t.long:
+        return f"under {FIDELITY_MIN_US:.0f} µs"
+    return f"**differs by more than {FIDELITY_TOLERANCE:.0%}**" if t.disagrees else "agrees"
+
+
+def _throttled(t: KernelTiming) -> str:
+    if t.throttled_samples is None:
+        return "-"
+    return f"{t.throttled_samples} of {t.samples}" if t.samples else str(t.throttled_samples)
+
+
+def timing_table(path: Path, timings: list[KernelTiming]) -> Table:
+    rows = []
+    for t in timings:
+        if t.status != "ok":
+            rows.append([t.case, t.backend, t.reason[:120], *["-"] * 9, _flag(t)])
+            continue
+        rows.append(
+            [
+                t.case,
+                t.backend,
+                fmt_us(t.engine_us),
+                _pct(t.repeat_diff),
+                fmt_us(t.profiler_us),
+                _pct(t.profiler_diff),
+                fmt_us(t.ncu_us) if t.ncu_us is not None else t.ncu_status[:60],
+                _pct(t.ncu_diff),
+                _mhz(t.sm_mhz_min),
+                _mhz(t.sm_mhz_median),
+                _mhz(t.max_sm_mhz),
+                _throttled(t),
+                _flag(t),
+            ]
+        )
+    head = ["case", "kernel", "engine", "repeat Δ", "torch profiler", "Δ profiler", "ncu"]
+    head += ["Δ ncu", "SM MHz min", "SM MHz median", "SM MHz max", "throttled samples", "verdict"]
+    return Table(head, rows, f"{path.name}: engine median vs the profilers, per kernel")
+
+
+@register_section("Timing fidelity", order=82)
+def timing_fidelity(data: ReportData) -> Section | None:
+    docs = documents_for(data)
+    if not docs:
+        return None
+    every = [t for _, doc in docs for t in kernel_timings(doc)]
+    agr = agreement(every)
+    with_ncu = sum(t.ncu_us is not None for t in every)
+    lines = [
+        f"Of {agr.long} kernels over {FIDELITY_MIN_US:.0f} µs with a profiler time, "
+        f"**{agr.agree} agree within {FIDELITY_TOLERANCE:.0%}** (engine median against the "
+        "torch profiler's kernel time and Nsight Compute's gpu__time_duration, both per call)"
+        + (
+            "; every one agrees."
+            if not agr.disagree
+            else "; these differ: "
+            + ", ".join(
+                f"{t.case} `{t.backend}` ({_pct(t.profiler_diff)} profiler, {_pct(t.ncu_diff)} ncu)"
+                for t in agr.disagree
+            )
+            + "."
+        )
+    ]
+    if not with_ncu:
+        lines.append("No case has an Nsight Compute time (`attnbench fidelity --ncu` adds them).")
+    throttled = sum(t.throttled_samples or 0 for t in every)
+    samples = sum(t.samples or 0 for t in every)
+    if samples:
+        lines.append(
+            f"SM clock (NVML, around each timed batch): {throttled} of {samples} samples "
+            "throttled (power, thermal or hardware slowdown)."
+        )
+    blocks: list[Block] = [Text("\n\n".join(lines))]
+    for path, doc in docs:
+        timings = kernel_timings(doc)
+        if timings:
+            blocks.append(timing_table(path, timings))
+    return Section("Timing fidelity", blocks)
+
+
+@register_section("SM activity", order=84)
+def sm_activity_section(data: ReportData) -> Section | None:
+    docs = [(p, d) for p, d in documents_for(data) if any(map(is_sm_activity, d["cases"]))]
+    activity: dict[str, Any] = {}
+    for _, doc in docs:
+        for backend, by_batch in sm_activity(doc).items():
+            activity.setdefault(backend, {}).update(by_batch)
+    if not activity:
+        return None
+    verdicts = [claim_verdict(b, activity[b]) for b in sorted(activity)]
+    judged = [v for v in verdicts if v.verdict != "unknown"]
+    holds = sum(v.verdict == "holds" for v in judged)
+    intro = (
+        f"The brief claims that uniform grids leave {CLAIM_IDLE_PCT:.0f}% of SMs idle on ragged "
+        "batches. Nsight Compute's SM activity (sm__cycles_active, % of elapsed cycles, "
+        "averaged over SMs) and achieved occupancy for each decode kernel on three batches of "
+        "32 requests with the same total KV tokens: evenly spread (uniform), the brief's "
+        "256..64k mix (mixed), and four 64k requests beside 28 short ones (4-long). "
+        f"**The claim holds for {holds} of {len(judged)} kernels** (holds: at least "
+        f"{CLAIM_IDLE_PCT - CLAIM_MARGIN_PTS:.0f}% idle on a ragged batch)."
+    )
+    rows = []
+    for backend in sorted(activity):
+        for batch, a in sorted(activity[backend].items(), key=lambda kv: batch_order(kv[0])):
+            rows.append(
+                [
+                    backend,
+                    batch,
+                    f"{a.total_kv_tokens:,}" if a.total_kv_tokens else "-",
+                    fmt_us(a.engine_us),
+                    "-" if a.sm_active_pct is None else f"{a.sm_active_pct:.0f}%",
+                    "-" if a.idle_pct is None else f"{a.idle_pct:.0f}%",
+                    "-" if a.occupancy_pct is None else f"{a.occupancy_pct:.0f}%",
+                ]
+            )
+    blocks: list[Block] = [
+        Text(intro),
+        Text("\n".join(f"- {v.sentence}" for v in verdicts)),
+        Table(
+            ["kernel", "batch", "total KV tokens", "engine", "SM active", "SMs idle", "occupancy"],
+            rows,
+            "SM activity per decode kernel and batch (ncu)",
+        ),
+    ]
+    png = plots_studies.sm_activity(activity, data.label)
+    if png:
+        blocks.append(
+            Figure(
+                png,
+                "SM active % and achieved occupancy per decode kernel, uniform vs ragged batches "
+                "of one total KV (dashed: the brief's 62% idle)",
+                "sm-activity",
+            )
+        )
+    return Section("SM activity", blocks)
