@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -19,6 +22,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def gpu_device() -> torch.device:
     return torch.device("cuda:0")
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in an empty temporary folder with no ATTNBENCH_* variables, so no settings file,
+    environment or results folder of the machine leaks into the test. Modules that need it
+    say `pytestmark = pytest.mark.usefixtures("isolated")`."""
+    monkeypatch.chdir(tmp_path)
+    for key in list(os.environ):
+        if key.upper().startswith("ATTNBENCH_"):
+            monkeypatch.delenv(key)
 
 
 # Property tests draw the same examples on every run (a CI run must not fail by luck);

@@ -50,6 +50,11 @@ MODELS: dict[str, CostModel] = {
 }
 
 
+PAGED = {"kv_cache": "paged"}
+"""What today's `flash-attn:fa3` rows record (rows without it are read as the old contiguous
+variant, `results.legacy`)."""
+
+
 def header(run_id: str = "fake-h200", time: str = "2026-09-01T12:00:00+00:00") -> Header:
     return Header(
         run_id=run_id,
@@ -95,7 +100,11 @@ def row(
     """The row `backend` would produce on `s` under its cost model (or `model`), x `scale`."""
     m = model or MODELS[backend]
     common: dict[str, Any] = dict(
-        run_id=run_id, case_id=s.case_id, backend=backend, spec=s.model_dump(mode="json")
+        run_id=run_id,
+        case_id=s.case_id,
+        backend=backend,
+        spec=s.model_dump(mode="json"),
+        details=PAGED if backend == "flash-attn:fa3" else {},
     )
     if s.is_fp8 and m.fp8 == "unsupported":
         return ResultRow(status="unsupported", reason="sdpa has no fp8 KV path", **common)

@@ -103,6 +103,7 @@ def rows(
                     spec=s.model_dump(mode="json"),
                     latency_us=lat,
                     plan_us=plan_us(b, s.batch_size) if s.kind == "decode" else 0.0,
+                    details={"kv_cache": "paged"} if b == "flash-attn:fa3" else {},
                 )
             )
     return out

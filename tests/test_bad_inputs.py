@@ -9,7 +9,6 @@ table stays fast: commands that would do real work are left out or kept tiny.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,15 +20,21 @@ import replay_rows as rr
 from attnbench.cli import app
 from attnbench.results import SCHEMA_VERSION
 
+pytestmark = pytest.mark.usefixtures("isolated")
+
 runner = CliRunner()
 Files = dict[str, str | bytes]
 
 HEADER = (
     f'{{"type": "header", "schema_version": {SCHEMA_VERSION}, "run_id": "r", "provenance": {{}}}}\n'
 )
+SPEC = (
+    '{"kind": "decode", "num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 16, '
+    '"kv_lens": [64], "qo_lens": [1]}'
+)
 ROW = (
     '{"type": "result", "run_id": "r", "case_id": "c", "backend": "b", "status": "ok", '
-    '"spec": {}}\n'
+    f'"spec": {SPEC}}}\n'
 )
 TINY = ["--device", "cpu", "-b", "reference", "-l", "16", "--batch-size", "1"]
 TINY += ["--kv-dtype", "bf16", "--timer", "fake", "--max-time-ms", "1"]
@@ -683,14 +688,6 @@ TABLE = RUN + ANALYZE + FP8 + REPLAY + OTHER
 @pytest.fixture(scope="module")
 def rows_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return rr.write(tmp_path_factory.mktemp("rows") / "rows.jsonl")
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.upper().startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
 
 
 def _create(files: Files) -> None:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,15 +10,9 @@ from typer.testing import CliRunner
 from attnbench.cli import app
 from attnbench.results import read_results
 
+pytestmark = pytest.mark.usefixtures("isolated")
+
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
 
 
 def test_run_writes_a_results_file_and_table(tmp_path: Path) -> None:
@@ -49,7 +42,7 @@ def test_run_writes_a_results_file_and_table(tmp_path: Path) -> None:
     assert f.header is not None
     assert f.header.ceilings is not None
     assert [r.status for r in f.rows] == ["ok", "ok"]
-    assert all(r.accuracy and r.accuracy["passed"] for r in f.rows)
+    assert all(r.accuracy and r.accuracy.passed for r in f.rows)
     assert "ctx64" in res.output
     assert "reference" in res.output
 
@@ -78,7 +71,7 @@ def test_resume_skips_finished_cases(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     f = read_results(out)
     assert len(f.headers) == 2
-    assert [r.spec["kv_lens"][0] for r in f.rows] == [64, 96]
+    assert [r.spec.kv_lens[0] for r in f.rows] == [64, 96]
 
 
 @pytest.mark.parametrize(

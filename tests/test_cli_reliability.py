@@ -30,18 +30,12 @@ from attnbench.cli.common import (
 )
 from attnbench.results import Header, ResultWriter, drop_torn_tail, read_results
 
+pytestmark = pytest.mark.usefixtures("isolated")
+
 runner = CliRunner()
 README = Path(__file__).resolve().parent.parent / "README.md"
 TINY = ["--device", "cpu", "-b", "reference", "--batch-size", "1", "--kv-dtype", "bf16"]
 TINY += ["--timer", "fake", "--max-time-ms", "1"]
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.upper().startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
 
 
 @pytest.fixture
@@ -243,7 +237,8 @@ def test_square_brackets_survive_the_results_table() -> None:
         backend="x [padded]",
         status="unsupported",
         reason="needs [cyan]more[/]",
-        spec={"kind": "decode", "kv_lens": [16], "dtype": "bfloat16", "kv_dtype": "bfloat16"},
+        spec={"kind": "decode", "num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 16}
+        | {"kv_lens": [16], "qo_lens": [1], "dtype": "bfloat16", "kv_dtype": "bfloat16"},
     )
     console = Console(width=200, record=True)
     console.print(results_table([row]))
@@ -284,7 +279,7 @@ def test_a_torn_last_line_is_cut_before_appending(tmp_path: Path) -> None:
     _clean(runner.invoke(app, ["run", *TINY, "-l", "16,32", "--out", str(out), "--resume"]), 0)
     f = read_results(out)
     assert not f.warnings
-    assert sorted(r.spec["kv_lens"][0] for r in f.rows) == [16, 32]
+    assert sorted(r.spec.kv_lens[0] for r in f.rows) == [16, 32]
 
 
 @pytest.mark.parametrize("resume", [True, False])

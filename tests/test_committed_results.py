@@ -46,8 +46,8 @@ def test_committed_results_are_real_h200_measurements() -> None:
         assert rf.header.ceilings["copy_bandwidth_gbps"] > 3000
         ok = [r for r in rf.rows if r.status == "ok"]
         assert ok
-        assert all(r.accuracy and r.accuracy["passed"] for r in ok)
-        assert all(r.measurement and r.measurement["timer"] != "fake" for r in ok)
+        assert all(r.accuracy and r.accuracy.passed for r in ok)
+        assert all(r.measurement and r.measurement.timer != "fake" for r in ok)
 
 
 def test_report_on_the_embedded_default(tmp_path: Path) -> None:

@@ -6,13 +6,7 @@ import pytest
 
 from attnbench.config_load import ConfigError, load_settings
 
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(__import__("os").environ):
-        if key.startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
+pytestmark = pytest.mark.usefixtures("isolated")
 
 
 def test_briefs_defaults() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,8 @@ import pytest
 
 from attnbench.cli.run import execute
 from attnbench.results import read_results
+
+pytestmark = pytest.mark.usefixtures("isolated")
 
 FAULTS = [
     "faulty:nan",
@@ -34,14 +35,6 @@ EXPECTED = {
     "faulty:crash": ("error", "died twice"),
     "faulty:slowplan": ("timeout", "plan (JIT compile) took over"),
 }
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
 
 
 def _cli(out: Path, backends: list[str], **extra: object) -> dict[str, object]:
@@ -129,4 +122,4 @@ def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stdout + res.stderr
     rows = read_results(out).rows
-    assert sorted(r.spec["kv_lens"][0] for r in rows) == [32, 48, 64]
+    assert sorted(r.spec.kv_lens[0] for r in rows) == [32, 48, 64]

@@ -285,7 +285,7 @@ def test_paged_reads_every_page_size(kind: str, page_size: int, ctx: SweepContex
     row = _run(make_spec(kind, page_size=page_size), fake_lib(), ctx)
     assert row.status == "ok", (row.reason, row.details.get("traceback"))
     assert row.details["kv_cache"] == "paged"
-    assert row.spec["page_size"] == page_size
+    assert row.spec.page_size == page_size
 
 
 @pytest.mark.parametrize(
@@ -298,7 +298,7 @@ def test_paged_dtypes(dtype: str, kv_dtype: str, ctx: SweepContext) -> None:
     row = _run(spec, fake_lib(), ctx)
     assert row.status == "ok", (row.reason, row.details.get("traceback"))
     assert row.details["kv_cache"] == "paged"
-    assert row.accuracy["precision"] == ("fp8_e4m3" if kv_dtype == "fp8_e4m3" else dtype)
+    assert row.accuracy.precision == ("fp8_e4m3" if kv_dtype == "fp8_e4m3" else dtype)
 
 
 def test_paged_reads_the_pages_and_lengths_the_reference_reads() -> None:
@@ -411,7 +411,7 @@ def test_public_functions_without_the_raw_operator(name: str, ctx: SweepContext)
 def test_fp8_quantises_q_and_passes_the_fp8_budget(name: str, kind: str, ctx: SweepContext) -> None:
     row = _run(make_spec(kind, kv_dtype="fp8_e4m3"), fake_lib(), ctx, name)
     assert row.status == "ok", (row.reason, row.details.get("traceback"))
-    assert row.accuracy["precision"] == "fp8_e4m3"
+    assert row.accuracy.precision == "fp8_e4m3"
     assert row.details["out_dtype"] == "bfloat16"
     assert row.details["q_scale"] > 0
 
@@ -794,11 +794,11 @@ def test_gpu_paged_fa3_passes_the_gate(
             row.details.get("traceback"),
         )
         assert "graph capture failed" not in row.reason, row.reason
-        assert row.accuracy["passed"]
+        assert row.accuracy.passed
     paged, contiguous = rows["flash-attn:fa3"], rows["flash-attn:fa3-contiguous"]
     assert paged.details["kv_cache"] == "paged"
     assert contiguous.details["kv_cache"] == "contiguous"
-    assert paged.spec["page_size"] == page_size
+    assert paged.spec.page_size == page_size
     if lib.has_scheduler_metadata:
         assert paged.details["scheduler_metadata"] == "per-step, in plan"
         assert paged.plan_us is not None

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +13,8 @@ from attnbench.config_load import ConfigError, load_settings
 from attnbench.workload.models import MODELS, get_model
 from attnbench.workload.shapes import MLAShape, ModelShape, layer_cycle
 from attnbench.workload.suite import settings_specs
+
+pytestmark = pytest.mark.usefixtures("isolated")
 
 SHAPE = ("num_qo_heads", "num_kv_heads", "head_dim", "num_layers")
 CORE = (*SHAPE, "hidden_size", "intermediate_size", "vocab_size")
@@ -41,14 +42,6 @@ BRIEF = {
     "deepseek-r1": (128, 128, 192, 61),
     "kimi-k2": (64, 64, 192, 61),
 }
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(__import__("os").environ):
-        if key.startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
 
 
 def _values(m: ModelShape, fields: tuple[str, ...]) -> tuple[int, ...]:

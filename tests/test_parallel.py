@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -13,13 +12,7 @@ from attnbench.run.raycluster import _run_job
 from attnbench.run.worker import parse_gpus
 from attnbench.workload.spec import WorkloadSpec
 
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
+pytestmark = pytest.mark.usefixtures("isolated")
 
 
 def test_parse_gpus() -> None:

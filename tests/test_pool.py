@@ -52,7 +52,7 @@ def _run_bounded(pool: WorkerPool, jobs: list[Job], limit_s: float) -> None:
 
 
 def _one_row_each(rows: list[ResultRow], jobs: list[Job]) -> None:
-    keys = Counter((r.spec["kv_lens"][0] - 1, r.backend) for r in rows)
+    keys = Counter((r.spec.kv_lens[0] - 1, r.backend) for r in rows)
     expected = {(j.job_id, b) for j in jobs for b in j.backends}
     assert set(keys) == expected
     assert all(n == 1 for n in keys.values()), [k for k, n in keys.items() if n > 1]

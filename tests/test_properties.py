@@ -22,6 +22,8 @@ from attnbench.workload.lengths import parse_lengths
 from attnbench.workload.spec import WorkloadSpec
 from attnbench.workload.suite import SuiteError, load_suite, suite_specs
 
+pytestmark = pytest.mark.usefixtures("isolated")
+
 junk = st.one_of(
     st.none(),
     st.booleans(),
@@ -33,14 +35,6 @@ junk = st.one_of(
 )
 FIELDS = list(Settings.model_fields)
 FIXTURE_OK = [HealthCheck.function_scoped_fixture]
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
 
 
 @settings(

@@ -112,7 +112,7 @@ def test_extrapolation_is_measured_above_the_fitted_range() -> None:
 def test_rows_of_other_shapes_and_statuses_are_ignored() -> None:
     good = rr.rows(("flashinfer:fa2",))
     other = [
-        r.model_copy(update={"spec": {**r.spec, "num_qo_heads": 32, "num_kv_heads": 8}})
+        r.model_copy(update={"spec": r.spec.model_dump() | {"num_qo_heads": 32, "num_kv_heads": 8}})
         for r in good
     ]
     failed = [r.model_copy(update={"status": "mismatch", "latency_us": None}) for r in good]
@@ -125,7 +125,9 @@ def test_rows_of_other_shapes_and_statuses_are_ignored() -> None:
 
 
 def test_other_page_size_is_used_with_a_note() -> None:
-    rows = [r.model_copy(update={"spec": {**r.spec, "page_size": 64}}) for r in rr.rows()]
+    rows = [
+        r.model_copy(update={"spec": r.spec.model_dump() | {"page_size": 64}}) for r in rr.rows()
+    ]
     models, _ = fit_models(rows, KEY)
     assert any("page_size=16" in n for n in models["flashinfer:fa2"].notes)
 
@@ -136,12 +138,12 @@ def test_padded_rows_fit_a_padded_model() -> None:
         r.model_copy(
             update={
                 "case_id": r.case_id + "-padded",
-                "spec": {**r.spec, "lengths": f"padded({r.spec['lengths'] or 'mixed'})"},
+                "spec": r.spec.model_dump() | {"lengths": f"padded({r.spec.lengths or 'mixed'})"},
                 "latency_us": 1.5 * (r.latency_us or 0.0),
             }
         )
         for r in rows
-        if r.spec["kind"] == "decode"
+        if r.spec.kind == "decode"
     ]
     ragged, padded_models = fit_models(rows + padded, KEY)
     assert "flashinfer:fa2" in padded_models

@@ -4,7 +4,6 @@ runs now, first-use compiles)."""
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
@@ -25,12 +24,7 @@ runner = CliRunner()
 TINY = ["--device", "cpu", "--batch-size", "2", "--kv-dtype", "bfloat16", "--timer", "fake"]
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.upper().startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
+pytestmark = pytest.mark.usefixtures("isolated")
 
 
 def _run_bounded(pool: WorkerPool, jobs: list[Job], limit_s: float) -> None:

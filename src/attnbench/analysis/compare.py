@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.analysis.frame import latest
+from attnbench.workload.spec import WorkloadSpec
 
 ALPHA = 0.05
 N_BOOT = 1000
@@ -225,7 +226,7 @@ Outcome = Literal[
 class Entry:
     case_id: str
     backend: str
-    spec: dict[str, Any]
+    spec: WorkloadSpec | None
     status_a: str | None
     status_b: str | None
     median_a_us: float | None = None
@@ -286,7 +287,7 @@ def compare_frames(
     pairs: list[tuple[Timing, Timing]] = []
     for key in sorted(set(ia) | set(ib)):
         ra, rb = ia.get(key), ib.get(key)
-        spec = (rb or ra or {}).get("spec") or {}
+        spec = (rb or ra or {}).get("spec")
         e = Entry(key[0], key[1], spec, ra["status"] if ra else None, rb["status"] if rb else None)
         e.reason_b = str(rb.get("reason", "")) if rb else ""
         if ra is None:

@@ -2,8 +2,9 @@
 and `recommend` share. Reads files only: nothing here imports torch or touches a GPU.
 
 One DataFrame row per result row; the spec is flattened into columns (`kind`, `batch_size`,
-`kv_max`, `kv_cv`, `dtype`, `kv_dtype`, ...), the timing and accuracy fields are copied, and
-`samples_us` / `spec` stay as object columns for the statistics.
+`kv_max`, `kv_cv`, `dtype`, `kv_dtype`, ...) read from the row's typed `WorkloadSpec`, the timing
+and accuracy fields are copied, and `samples_us` / `spec` (the `WorkloadSpec`) / `details` stay as
+object columns for the statistics. Files are read by `results.read_results`, the one loader.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.results import Header, ResultRow, read_results
+from attnbench.results import Header, ResultRow, is_results_path, read_results
+from attnbench.workload.spec import WorkloadSpec
 
 RESULTS_ENV = "ATTNBENCH_RESULTS"
 DEFAULT_DIR = Path("results")
-RESULT_SUFFIXES = (".jsonl",)
 EXTRA_SUFFIXES = (".json",)
 """Other JSON documents next to results (fp8 numerics, replay): handed to report hooks."""
 
@@ -50,12 +51,14 @@ class Loaded:
 def _expand(entry: str | Path) -> list[Path]:
     p = Path(entry)
     if p.is_dir():
-        return sorted(
-            q for q in p.iterdir() if q.suffix in RESULT_SUFFIXES + EXTRA_SUFFIXES and q.is_file()
-        )
+        return sorted(q for q in p.iterdir() if _known_file(q) and q.is_file())
     if any(ch in str(entry) for ch in "*?["):
         return [Path(q) for q in sorted(glob.glob(str(entry)))]
     return [p]
+
+
+def _known_file(path: Path) -> bool:
+    return is_results_path(path) or path.suffix in EXTRA_SUFFIXES
 
 
 def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
@@ -72,7 +75,9 @@ def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
         for entry in paths:
             found = _expand(entry)
             if not found and Path(entry).is_dir():
-                raise NoResultsError(f"{entry}: a folder with no results files (.jsonl, .json)")
+                raise NoResultsError(
+                    f"{entry}: a folder with no results files (.jsonl, .jsonl.gz, .json)"
+                )
             if not found or not all(f.exists() for f in found):
                 raise FileNotFoundError(f"{entry}: no such file or directory")
             out += found
@@ -81,10 +86,10 @@ def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
     where = f"${RESULTS_ENV}={env}" if env else f"{DEFAULT_DIR}/ (in {Path.cwd()})"
     entries = env.split(os.pathsep) if env else [str(DEFAULT_DIR)]
     found = [f for e in entries if e for f in _expand(e) if f.is_file()]
-    if not env and not any(f.suffix in RESULT_SUFFIXES for f in found):
+    if not env and not any(is_results_path(f) for f in found):
         shipped = Path(str(resources.files("attnbench"))) / "data" / "results"
         found = [f for f in _expand(shipped) if f.is_file()] if shipped.is_dir() else []
-    if not any(f.suffix in RESULT_SUFFIXES for f in found):
+    if not any(is_results_path(f) for f in found):
         raise NoResultsError(
             f"no results files found in {where}; pass RESULTS files, set {RESULTS_ENV}, "
             "or create some with `attnbench run`"
@@ -93,7 +98,8 @@ def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
 
 
 def load(paths: Iterable[Path]) -> Loaded:
-    """Read results files (JSONL) into one frame; `.json` documents are kept as extras.
+    """Read results files (.jsonl, .jsonl.gz) into one frame; `.json` documents are kept as
+    extras.
 
     Raises ResultsFileError (from `read_results`) for a file that is not a results file.
     """
@@ -101,39 +107,30 @@ def load(paths: Iterable[Path]) -> Loaded:
     loaded = Loaded(frame=pd.DataFrame())
     for path in paths:
         loaded.paths.append(path)
-        if path.suffix in EXTRA_SUFFIXES:
+        if not is_results_path(path) and path.suffix in EXTRA_SUFFIXES:
             loaded.extras.append(path)
             continue
         rf = read_results(path)
         loaded.warnings += rf.warnings
         for h in rf.headers:
             loaded.headers.append((path, h))
-        header_by_run = {h.run_id: h for h in rf.headers}
         for row in rf.rows:
-            header = header_by_run.get(row.run_id) or rf.header
-            records.append(flatten(row, header, path, len(records)))
+            records.append(flatten(row, rf.header_of(row), path, len(records)))
     loaded.frame = pd.DataFrame.from_records(records) if records else empty_frame()
     return loaded
 
 
 def gpu_name(header: Header | None) -> str:
-    if header is None:
-        return "unknown"
-    name = header.device.get("name") or header.provenance.get("gpu") or "unknown"
-    return str(name)
+    return "unknown" if header is None else header.gpu
 
 
 def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> dict[str, Any]:
     """One result row as a flat record (spec fields, timing, accuracy, provenance)."""
     spec = row.spec
-    kv = [int(n) for n in spec.get("kv_lens", [])] or [0]
-    qo = [int(n) for n in spec.get("qo_lens", [])] or [0]
-    kv_mean = float(np.mean(kv))
-    lat = row.latency or {}
-    acc = row.accuracy or {}
-    nbytes = (row.bytes or {}).get("total")
-    tree = spec.get("tree") or {}
-    meas = row.measurement or {}
+    kv = np.asarray(spec.kv_lens, dtype=np.int64)
+    kv_mean = float(kv.mean())
+    lat, acc, meas = row.latency, row.accuracy, row.measurement
+    nbytes = row.bytes.total if row.bytes is not None else None
     return {
         "order": order,
         "source": path.name,
@@ -141,43 +138,43 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "run_id": row.run_id,
         "case_id": row.case_id,
         "backend": row.backend,
-        "library": row.backend.split(":")[0],
+        "library": row.library,
         "resolved": row.resolved,
         "status": row.status,
         "reason": row.reason,
-        "kind": spec.get("kind", ""),
-        "model": spec.get("model") or "",
-        "tp": int(spec.get("tp", 1)),
-        "num_layers": int(spec.get("num_layers", 1)),
-        "num_qo_heads": int(spec.get("num_qo_heads", 0)),
-        "num_kv_heads": int(spec.get("num_kv_heads", 0)),
-        "head_dim": int(spec.get("head_dim", 0)),
-        "batch_size": len(kv),
-        "total_kv": int(sum(kv)),
-        "total_q": int(sum(qo)),
-        "kv_max": max(kv),
-        "kv_min": min(kv),
+        "kind": spec.kind,
+        "model": spec.model or "",
+        "tp": spec.tp,
+        "num_layers": spec.num_layers,
+        "num_qo_heads": spec.num_qo_heads,
+        "num_kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "batch_size": spec.batch_size,
+        "total_kv": spec.total_kv,
+        "total_q": spec.total_q,
+        "kv_max": max(spec.kv_lens),
+        "kv_min": min(spec.kv_lens),
         "kv_mean": kv_mean,
-        "kv_cv": float(np.std(kv) / kv_mean) if kv_mean > 0 else 0.0,
-        "skew": max(kv) / kv_mean if kv_mean > 0 else 1.0,
-        "uniform": min(kv) == max(kv),
-        "qo_max": max(qo),
-        "dtype": spec.get("dtype", ""),
-        "kv_dtype": spec.get("kv_dtype", ""),
-        "fp8": str(spec.get("kv_dtype", "")).startswith("fp8"),
-        "page_size": int(spec.get("page_size", 16)),
-        "kv_layout": spec.get("kv_layout", "NHD"),
-        "lengths": spec.get("lengths", ""),
-        "label": spec.get("label", ""),
-        "padded": is_padded(spec.get("label", ""), spec.get("lengths", "")),
-        "unpadded_lengths": unpadded(spec.get("lengths", "")),
-        "tree": tree.get("name", ""),
-        "tree_nodes": len(tree.get("parents", ())),
-        "shared_prefix_len": int(spec.get("shared_prefix_len", 0)),
+        "kv_cv": float(kv.std() / kv_mean),
+        "skew": max(spec.kv_lens) / kv_mean,
+        "uniform": min(spec.kv_lens) == max(spec.kv_lens),
+        "qo_max": max(spec.qo_lens),
+        "dtype": spec.dtype,
+        "kv_dtype": spec.kv_dtype,
+        "fp8": spec.is_fp8,
+        "page_size": spec.page_size,
+        "kv_layout": spec.kv_layout,
+        "lengths": spec.lengths,
+        "label": spec.label,
+        "padded": is_padded(spec.label, spec.lengths),
+        "unpadded_lengths": unpadded(spec.lengths),
+        "tree": spec.tree.name if spec.tree else "",
+        "tree_nodes": spec.tree.num_nodes if spec.tree else 0,
+        "shared_prefix_len": spec.shared_prefix_len,
         "latency_us": row.latency_us,
-        "ci_low_us": lat.get("ci_low_us"),
-        "ci_high_us": lat.get("ci_high_us"),
-        "rel_ci": lat.get("rel_ci"),
+        "ci_low_us": lat.ci_low_us if lat else None,
+        "ci_high_us": lat.ci_high_us if lat else None,
+        "rel_ci": lat.rel_ci if lat else None,
         "plan_us": row.plan_us,
         "per_token_ms": row.per_token_ms,
         "bytes_total": nbytes,
@@ -189,11 +186,11 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "tflops_frac_measured": row.tflops_frac_measured,
         "bandwidth_frac_spec": row.bandwidth_frac_spec,
         "tflops_frac_spec": row.tflops_frac_spec,
-        "rel_l2_err": acc.get("rel_l2_err"),
-        "budget": acc.get("budget"),
-        "acc_passed": acc.get("passed"),
-        "precision": acc.get("precision", ""),
-        "timer": meas.get("timer", ""),
+        "rel_l2_err": acc.rel_l2_err if acc else None,
+        "budget": acc.budget if acc else None,
+        "acc_passed": acc.passed if acc else None,
+        "precision": acc.precision if acc else "",
+        "timer": meas.timer if meas else "",
         "samples_us": row.samples_us,
         "spec": spec,
         "details": row.details,
@@ -236,10 +233,11 @@ def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return ok[(ok["status"] == "ok") & ok["latency_us"].notna()]
 
 
-def spec_key(spec: dict[str, Any], drop: Iterable[str] = ()) -> str:
+def spec_key(spec: WorkloadSpec, drop: Iterable[str] = ()) -> str:
     """A stable key for "the same case except `drop`" (e.g. kv_dtype for fp8 pairs)."""
     dropped = set(drop)
-    return json.dumps({k: v for k, v in spec.items() if k not in dropped}, sort_keys=True)
+    fields = spec.model_dump(mode="json")
+    return json.dumps({k: v for k, v in fields.items() if k not in dropped}, sort_keys=True)
 
 
 def add_key(frame: pd.DataFrame, name: str, drop: Iterable[str]) -> pd.DataFrame:

@@ -116,7 +116,7 @@ def build_plan(
         )[0]
     dec_rows = ok[(ok["backend"] == plan.decode_backend) & (ok["kind"] == "decode")]
     if not dec_rows.empty:
-        plan.decode_details = dict(dec_rows.iloc[-1]["details"] or {})
+        plan.decode_details = dec_rows.iloc[-1]["details"].as_dict()
         plan.decode_details["resolved"] = dec_rows.iloc[-1]["resolved"]
     return plan
 

@@ -366,7 +366,7 @@ def padding_cost(padded: pd.DataFrame, ragged: pd.DataFrame) -> list[PaddingCost
     spec."""
     unpad = padded.assign(
         spec=[
-            {**s, "lengths": u}
+            s.model_copy(update={"lengths": u})
             for s, u in zip(padded["spec"], padded["unpadded_lengths"], strict=True)
         ]
     )

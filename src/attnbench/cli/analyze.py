@@ -223,7 +223,9 @@ def recommend(
         for block in model_blocks(rec) + recommendation_blocks(rec):
             _print_block(block)
     if json_out:
-        write_output(json_out, json.dumps([_as_json(r) for r in recs], indent=2) + "\n", "--json")
+        from attnbench.results import dumps
+
+        write_output(json_out, dumps([_as_json(r) for r in recs], indent=2) + "\n", "--json")
         console.print(f"decision written to {escape(str(json_out))}", highlight=False)
 
 

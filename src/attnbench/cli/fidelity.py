@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,7 +35,7 @@ def fidelity(
     if out is not None:
         check_output_file(out, "--out")
     from attnbench.measure.config import MeasureConfig
-    from attnbench.results import provenance
+    from attnbench.results import dumps, provenance
     from attnbench.run.fidelity import check_case, default_cases, ncu_case, sm_activity_cases
 
     cfg = MeasureConfig(max_time_ms=400, min_runs=20)
@@ -90,4 +89,4 @@ def fidelity(
     console.print(table)
     if out is not None:
         doc = {"provenance": provenance(), "cases": records}
-        write_output(out, json.dumps(doc, indent=1), "--out")
+        write_output(out, dumps(doc, indent=1), "--out")

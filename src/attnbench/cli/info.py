@@ -3,7 +3,6 @@ suites."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -92,8 +91,10 @@ def hw(
         table.add_row(f"method: {k}", v)
     console.print(table)
     if out is not None:
+        from attnbench.results import dumps
+
         facts = {"device": info.as_dict(), "ceilings": ceilings.as_dict()}
-        write_output(out, json.dumps(facts, indent=2), "--out")
+        write_output(out, dumps(facts, indent=2), "--out")
 
 
 @app.command()

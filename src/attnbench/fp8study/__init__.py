@@ -15,7 +15,6 @@ Three parts, each kept apart so an error is attributed to its cause:
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -131,21 +130,12 @@ def run_study(cfg: StudyConfig) -> dict[str, Any]:
     }
 
 
-def _finite(obj: Any) -> Any:
-    """NaN/Inf -> None so the file is strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def write_study(doc: dict[str, Any], path: Path) -> Path:
     """Write the document as one compact JSON file (strict: NaN becomes null)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_finite(doc), separators=(",", ":"), allow_nan=False)
+    from attnbench.results import dumps
+
+    text = dumps(doc, separators=(",", ":"))
     path.write_text(text + "\n", encoding="utf-8")
     return path
 

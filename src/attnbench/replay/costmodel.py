@@ -61,14 +61,26 @@ class ShapeKey:
     def flops_per_pair(self) -> int:
         return 4 * self.head_dim * self.num_qo_heads
 
-    def matches(self, spec: dict[str, object], *, any_page: bool = False) -> bool:
+    def matches(self, spec: WorkloadSpec, *, any_page: bool = False) -> bool:
         return (
-            spec.get("num_qo_heads") == self.num_qo_heads
-            and spec.get("num_kv_heads") == self.num_kv_heads
-            and spec.get("head_dim") == self.head_dim
-            and spec.get("dtype") == self.dtype
-            and spec.get("kv_dtype") == self.kv_dtype
-            and (any_page or spec.get("page_size") == self.page_size)
+            spec.num_qo_heads == self.num_qo_heads
+            and spec.num_kv_heads == self.num_kv_heads
+            and spec.head_dim == self.head_dim
+            and spec.dtype == self.dtype
+            and spec.kv_dtype == self.kv_dtype
+            and (any_page or spec.page_size == self.page_size)
+        )
+
+    @classmethod
+    def of(cls, spec: WorkloadSpec) -> ShapeKey:
+        """The shape `spec` has."""
+        return cls(
+            spec.num_qo_heads,
+            spec.num_kv_heads,
+            spec.head_dim,
+            spec.dtype,
+            spec.kv_dtype,
+            spec.page_size,
         )
 
     def describe(self) -> str:
@@ -193,11 +205,11 @@ def _inverse(fit: LinearFit | None, feature: str) -> float | None:
     return 1e3 / c if c > 0 else None
 
 
-def padded_label(spec: dict[str, object]) -> bool:
+def padded_label(spec: WorkloadSpec) -> bool:
     """Rows of the workload `padded:` transform (lengths `padded(X)`, or a `padded` label)."""
     from attnbench.analysis.frame import is_padded
 
-    return is_padded(str(spec.get("label", "")), str(spec.get("lengths", "")))
+    return is_padded(spec.label, spec.lengths)
 
 
 def _fit(features: tuple[str, ...], x: FloatArray, y: FloatArray) -> LinearFit:
@@ -209,7 +221,7 @@ def _fit(features: tuple[str, ...], x: FloatArray, y: FloatArray) -> LinearFit:
 
 
 def _plan_fit(rows: list[ResultRow]) -> LinearFit | None:
-    pts = [(len(r.spec["kv_lens"]), r.plan_us) for r in rows if r.plan_us and r.plan_us > 0]
+    pts = [(r.spec.batch_size, r.plan_us) for r in rows if r.plan_us and r.plan_us > 0]
     if len(pts) < 2:
         return None
     n = np.array([p[0] for p in pts], dtype=np.float64)
@@ -227,20 +239,14 @@ def fit_backend(
     """The cost model of one variant from its rows (already filtered to `key`'s shape, any page
     size); None when it has neither decode nor prefill rows."""
     notes: list[str] = []
-    same_page = [r for r in rows if r.spec.get("page_size") == key.page_size]
+    same_page = [r for r in rows if r.spec.page_size == key.page_size]
     if same_page:
         rows = same_page
     elif rows:
-        sizes = sorted({int(str(r.spec.get("page_size"))) for r in rows})
+        sizes = sorted({r.spec.page_size for r in rows})
         notes.append(f"no rows at page_size={key.page_size}; used page sizes {sizes}")
-    dec = [
-        r for r in rows if r.spec.get("kind") == "decode" and (padded_label(r.spec) or not padded)
-    ]
-    pre = [
-        r
-        for r in rows
-        if r.spec.get("kind") in PREFILL_KINDS and r.spec.get("causal", True) and not padded
-    ]
+    dec = [r for r in rows if r.spec.kind == "decode" and (padded_label(r.spec) or not padded)]
+    pre = [r for r in rows if r.spec.kind in PREFILL_KINDS and r.spec.causal and not padded]
     if not dec and not pre:
         return None
     proto = AttentionCostModel(backend, key, None, None, padded=padded)
@@ -271,12 +277,12 @@ def fit_backend(
 
 
 def _decode_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
-    kv = np.asarray(row.spec["kv_lens"], dtype=np.int64)
+    kv = np.asarray(row.spec.kv_lens, dtype=np.int64)
     return model.decode_x(np.array([kv.size]), np.array([kv.sum()]), np.array([kv.max()]))
 
 
 def _prefill_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
-    spec = WorkloadSpec.model_validate(row.spec)
+    spec = row.spec
     pairs = metrics.attended_pairs(spec)
     return model.prefill_x(np.array([spec.batch_size]), np.array([spec.total_q]), np.array([pairs]))
 
@@ -313,17 +319,6 @@ def shapes_in(rows: Iterable[ResultRow]) -> list[str]:
     """Shapes (as ShapeKey.describe) present among `ok` rows, for error messages."""
     seen = set()
     for r in usable_rows(rows):
-        s = r.spec
-        try:
-            key = ShapeKey(
-                int(s["num_qo_heads"]),
-                int(s["num_kv_heads"]),
-                int(s["head_dim"]),
-                str(s["dtype"]),
-                str(s["kv_dtype"]),
-                int(s["page_size"]),
-            )
-        except (KeyError, TypeError, ValueError):
-            continue
+        key = ShapeKey.of(r.spec)
         seen.add(key.describe())
     return sorted(seen)

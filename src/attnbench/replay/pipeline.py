@@ -29,7 +29,7 @@ from attnbench.replay.gemm import GemmRoofline
 from attnbench.replay.simresult import SchedulerConfig
 from attnbench.replay.study import StudyOptions, StudyOutcome, run_study
 from attnbench.replay.traffic import ReplayRequest, arrival_rate, load_requests, spread_ties
-from attnbench.results import Header, ResultRow, read_results
+from attnbench.results import Header, ResultRow, is_results_path, read_results
 
 __all__ = ["ReplayConfig", "ReplayError", "ReplayOutcome", "load_rows", "run_replay"]
 
@@ -56,26 +56,19 @@ class LoadedRows:
     notes: list[str]
 
 
-def _gpu_of(header: Header | None) -> str:
-    if header is None:
-        return "unknown"
-    return str(header.device.get("name") or header.provenance.get("gpu") or "unknown")
-
-
 def load_rows(paths: Sequence[Path], gpu: str | None = None) -> LoadedRows:
     """Rows of one GPU (the named one, else the one with the most `ok` rows), the last row per
     (case, backend) kept (a resumed or repeated run supersedes)."""
     by_gpu: dict[str, dict[tuple[str, str], ResultRow]] = {}
     headers: dict[str, list[Header]] = {}
     for p in paths:
-        if p.suffix != ".jsonl":
+        if not is_results_path(p):
             continue
         rf = read_results(p)
-        runs = {h.run_id: h for h in rf.headers}
         for h in rf.headers:
-            headers.setdefault(_gpu_of(h), []).append(h)
+            headers.setdefault(h.gpu, []).append(h)
         for r in rf.rows:
-            g = _gpu_of(runs.get(r.run_id) or rf.header)
+            g = rf.gpu_of(r)
             by_gpu.setdefault(g, {})[r.key] = r
     if not by_gpu:
         raise ReplayError("no result rows in the given files")
@@ -158,7 +151,7 @@ def recommended_hybrid(paths: Sequence[Path], gpu: str) -> tuple[str, str] | Non
     except ImportError:
         return None
     try:
-        recs = recommend(load([p for p in paths if p.suffix == ".jsonl"]).frame)
+        recs = recommend(load([p for p in paths if is_results_path(p)]).frame)
     except Exception:  # a recommendation that cannot be made is not the replay's failure
         return None
     for rec in recs:

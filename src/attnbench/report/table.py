@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
 from attnbench.results import ResultRow
+from attnbench.workload.spec import WorkloadSpec
+
+DEFAULT_PAGE_SIZE = WorkloadSpec.model_fields["page_size"].default
+DEFAULT_KV_LAYOUT = WorkloadSpec.model_fields["kv_layout"].default
 
 STATUS_STYLE = {
     "ok": "green",
@@ -31,32 +34,32 @@ def pct(value: float | None) -> str:
 DTYPE_SHORT = {"float16": "fp16", "bfloat16": "bf16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
 
 
-def short_case(spec: dict[str, Any]) -> str:
+def short_case(spec: WorkloadSpec) -> str:
     """`decode mixed(256..65536) bs32 bf16/e4m3`: what differs between cases of one suite."""
-    lens = spec.get("lengths") or f"ctx{max(spec['kv_lens'])}"
-    parts = [spec["kind"], lens, f"bs{len(spec['kv_lens'])}"]
-    if spec.get("model"):
-        parts.insert(1, spec["model"] + (f"/tp{spec['tp']}" if spec.get("tp", 1) > 1 else ""))
-    if spec["kind"] == "append":
-        parts.append(f"q{max(spec['qo_lens'])}")
-    if spec.get("tree"):
-        parts.append(spec["tree"]["name"])
-    if spec.get("shared_prefix_len"):
-        parts.append(f"prefix{spec['shared_prefix_len']}")
-    if spec.get("layer_type"):  # a model's sliding or full layers (gpt-oss, Gemma-3)
-        parts.append(str(spec["layer_type"]).removesuffix("_attention"))
-    if spec.get("window_left", -1) >= 0:
-        parts.append(f"win{spec['window_left']}")
-    if spec.get("sinks"):
+    lens = spec.lengths or f"ctx{max(spec.kv_lens)}"
+    parts = [spec.kind, lens, f"bs{spec.batch_size}"]
+    if spec.model:
+        parts.insert(1, spec.model + (f"/tp{spec.tp}" if spec.tp > 1 else ""))
+    if spec.kind == "append":
+        parts.append(f"q{max(spec.qo_lens)}")
+    if spec.tree is not None:
+        parts.append(spec.tree.name)
+    if spec.shared_prefix_len:
+        parts.append(f"prefix{spec.shared_prefix_len}")
+    if spec.layer_type:  # a model's sliding or full layers (gpt-oss, Gemma-3)
+        parts.append(spec.layer_type.removesuffix("_attention"))
+    if spec.window_left >= 0:
+        parts.append(f"win{spec.window_left}")
+    if spec.sinks:
         parts.append("sinks")
-    kv = DTYPE_SHORT.get(spec["kv_dtype"], spec["kv_dtype"])
-    parts.append(f"{DTYPE_SHORT.get(spec['dtype'], spec['dtype'])}/{kv}")
-    if spec.get("page_size", 16) != 16:
-        parts.append(f"p{spec['page_size']}")
-    if spec.get("kv_layout", "NHD") != "NHD":
-        parts.append(spec["kv_layout"])
-    if spec.get("label"):
-        parts.append(spec["label"])
+    kv = DTYPE_SHORT.get(spec.kv_dtype, spec.kv_dtype)
+    parts.append(f"{DTYPE_SHORT.get(spec.dtype, spec.dtype)}/{kv}")
+    if spec.page_size != DEFAULT_PAGE_SIZE:
+        parts.append(f"p{spec.page_size}")
+    if spec.kv_layout != DEFAULT_KV_LAYOUT:
+        parts.append(spec.kv_layout)
+    if spec.label:
+        parts.append(spec.label)
     return " ".join(parts)
 
 
@@ -77,8 +80,8 @@ def results_table(rows: Iterable[ResultRow], title: str = "") -> Table:
     table.add_column("rel err", justify="right", style="dim")
     for r in rows:
         style = STATUS_STYLE.get(r.status, "")
-        rel_ci = r.latency.get("rel_ci") if r.latency else None
-        err = r.accuracy.get("rel_l2_err") if r.accuracy else None
+        rel_ci = r.latency.rel_ci if r.latency else None
+        err = r.accuracy.rel_l2_err if r.accuracy else None
         status = f"[{style}]{r.status}[/]" if style else r.status
         if r.status != "ok" and r.reason:
             status += f" [dim]{escape(r.reason[:70])}[/]"

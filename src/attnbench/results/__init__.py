@@ -1,28 +1,44 @@
-"""Result rows and their JSONL store (`results.store`): the one format every layer above the
-sweep reads and writes. The public names are re-exported here."""
+"""Result rows and their JSONL store: the one format every layer above the sweep reads and
+writes. `rows` (Header, ResultRow) and `records` (their typed parts), `loader` (the one reader,
+with `legacy`'s migration), `writer`, `provenance`, and `jsonsafe` (strict JSON for every
+writer). The public names are re-exported here."""
 
-from attnbench.results.store import (
-    FINAL_STATUSES,
+from attnbench.results.jsonsafe import dumps, finite
+from attnbench.results.loader import (
+    SUFFIXES,
+    ResultFile,
+    ResultsFileError,
+    finished_keys,
+    interrupted_first_write,
+    is_results_path,
+    iter_rows,
+    read_results,
+)
+from attnbench.results.provenance import (
     LIBRARIES,
+    git_sha,
+    library_versions,
+    now_iso,
+    provenance,
+)
+from attnbench.results.records import (
+    AccuracyRecord,
+    BytesMoved,
+    ClockSummary,
+    Details,
+    LatencyStats,
+    MeasurementRecord,
+)
+from attnbench.results.rows import (
+    FINAL_STATUSES,
     MAX_SAMPLES,
     SCHEMA_VERSION,
     STATUSES,
     Header,
-    ResultFile,
     ResultRow,
-    ResultsFileError,
-    ResultWriter,
-    drop_torn_tail,
-    finished_keys,
-    git_sha,
-    interrupted_first_write,
-    iter_rows,
-    library_versions,
-    now_iso,
-    provenance,
-    read_results,
     thin_samples,
 )
+from attnbench.results.writer import ResultWriter, drop_torn_tail
 
 __all__ = [
     "FINAL_STATUSES",
@@ -30,15 +46,25 @@ __all__ = [
     "MAX_SAMPLES",
     "SCHEMA_VERSION",
     "STATUSES",
+    "SUFFIXES",
+    "AccuracyRecord",
+    "BytesMoved",
+    "ClockSummary",
+    "Details",
     "Header",
+    "LatencyStats",
+    "MeasurementRecord",
     "ResultFile",
     "ResultRow",
     "ResultWriter",
     "ResultsFileError",
     "drop_torn_tail",
+    "dumps",
     "finished_keys",
+    "finite",
     "git_sha",
     "interrupted_first_write",
+    "is_results_path",
     "iter_rows",
     "library_versions",
     "now_iso",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attnbench.measure.config import MeasureConfig
-from attnbench.results import Header, ResultRow
+from attnbench.results import Details, Header, ResultRow
 
 _CEILINGS: dict[str, Any] = {}
 CONNECT_TIMEOUT_S = 5.0
@@ -65,7 +65,8 @@ def _run_job(
     host = socket.gethostname()
 
     def on_row(row: ResultRow) -> None:
-        row.details = {**row.details, "host": host, "ceilings": ceilings.as_dict()}
+        tags = {"host": host, "ceilings": ceilings.as_dict()}
+        row.details = Details.model_validate({**row.details, **tags})
         rows.append(row.model_dump(mode="json"))
 
     ctx = SweepContext(
