@@ -46,6 +46,8 @@ OTHER_ENV_VARS = ("ATTNBENCH_RESULTS", "ATTNBENCH_GIT_SHA")
 `compare` and `replay` look for results, and the commit a copy without .git names in
 provenance. Any other `ATTNBENCH_*` name that is not a setting is an error (a typo would
 otherwise be ignored); names without the prefix are other tools' and are left alone."""
+_MEASURE = MeasureConfig()
+"""The measurement defaults; the settings below take theirs from it."""
 
 
 def _split(value: Any) -> Any:
@@ -162,17 +164,18 @@ class Settings(BaseSettings):
     """Run cases as Ray tasks on this cluster address (`local` starts one here)."""
 
     # -- measurement --------------------------------------------------------------------------
-    timer: TimerName = "auto"
+    # (defaults declared once, in `MeasureConfig`)
+    timer: TimerName = _MEASURE.timer
     """auto (CUDA graph where capturable, else CUDA events; perf_counter on CPU), cpu,
     cuda-event, cuda-graph, fake."""
-    cold_l2: bool = True
+    cold_l2: bool = _MEASURE.cold_l2
     """Flush L2 before each timed call."""
-    warmup_ms: float = 20.0
-    min_runs: int = 10
-    max_runs: int = 2000
-    max_time_ms: float = 400.0
+    warmup_ms: float = _MEASURE.warmup_ms
+    min_runs: int = _MEASURE.min_runs
+    max_runs: int = _MEASURE.max_runs
+    max_time_ms: float = _MEASURE.max_time_ms
     """Timed work per case before giving up on the noise target."""
-    target_rel_ci: float = 0.01
+    target_rel_ci: float = _MEASURE.target_rel_ci
     """Stop when the median's 95% CI half-width is within this fraction of it."""
 
     # -- validation ---------------------------------------------------------------------------
