@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+import typer
 from rich.markup import escape
 
 from attnbench.cli.app import app
@@ -28,20 +29,23 @@ __all__ = ["WORKLOAD_FIELDS", "check_timer", "execute", "run"]
     f"a table. {FLAGS_WIN}"
 )
 @with_run_options
-def run(opts: RunOptions) -> None:
-    execute(opts.overrides(), opts.config)
+def run(
+    opts: RunOptions,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Every row before the summary (`show --all`).")
+    ] = False,
+) -> None:
+    execute(opts.overrides(), opts.config, verbose)
 
 
-def execute(cli: dict[str, Any], config_file: Path | None = None) -> Path:
+def execute(cli: dict[str, Any], config_file: Path | None = None, verbose: bool = False) -> Path:
     """The whole `run` pipeline; returns the results path. Exits with one line on bad input,
     with EXIT_NOTHING_RAN when no (case, variant) could be measured."""
-    from attnbench.report.table import results_table
+    from attnbench.cli.show import print_summary
 
     outcome = execute_session(cli, config_file)
     rows = outcome.rows
-    shown = [r for r in rows if r.status != "unsupported"] or rows
-    title = f"{outcome.suite_name} on {outcome.device_name}"
-    console.print(results_table(shown, title=escape(title)))
+    print_summary(rows, outcome.out_path, verbose=verbose)
     counts = {s: sum(r.status == s for r in rows) for s in {r.status for r in rows}}
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     console.print(f"rows: {summary} -> {escape(str(outcome.out_path))}", highlight=False)

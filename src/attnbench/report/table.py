@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from rich.markup import escape
 from rich.table import Table
 
+from attnbench.report.units import fmt_bandwidth, fmt_compute
 from attnbench.results import ResultRow
 from attnbench.workload.spec import WorkloadSpec
 
@@ -64,8 +65,9 @@ def short_case(spec: WorkloadSpec) -> str:
 
 
 def results_table(rows: Iterable[ResultRow], title: str = "") -> Table:
-    """Case, variant, status, median latency, GB/s and TFLOP/s with their fractions of the
-    measured ceilings, and the accuracy gate's error."""
+    """Case, variant, status, median latency, bandwidth and compute (units scaled to the value:
+    GB/s or MB/s, TFLOP/s or GFLOP/s) with their fractions of the measured ceilings, and the
+    accuracy gate's error."""
     table = Table(title=title, show_lines=False, header_style="bold")
     table.add_column("case", overflow="fold")
     table.add_column("backend", overflow="fold")
@@ -73,9 +75,9 @@ def results_table(rows: Iterable[ResultRow], title: str = "") -> Table:
     table.add_column("status")
     table.add_column("latency µs", justify="right")
     table.add_column("±CI", justify="right", style="dim")
-    table.add_column("GB/s", justify="right")
+    table.add_column("bandwidth", justify="right")
     table.add_column("%copy", justify="right")
-    table.add_column("TFLOP/s", justify="right")
+    table.add_column("compute", justify="right")
     table.add_column("%mm", justify="right")
     table.add_column("rel err", justify="right", style="dim")
     for r in rows:
@@ -92,9 +94,9 @@ def results_table(rows: Iterable[ResultRow], title: str = "") -> Table:
             status,
             fmt(r.latency_us, ".1f"),
             pct(rel_ci) if rel_ci is not None else "-",
-            fmt(r.bandwidth_gbps, ".0f"),
+            fmt_bandwidth(r.bandwidth_gbps),
             pct(r.bandwidth_frac_measured),
-            fmt(r.tflops, ".1f"),
+            fmt_compute(r.tflops),
             pct(r.tflops_frac_measured),
             fmt(err, ".1e"),
         )
