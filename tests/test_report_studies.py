@@ -28,11 +28,11 @@ from attnbench.analysis.fidelity import (
     sm_activity,
 )
 from attnbench.analysis.frame import load, ok_rows
-from attnbench.analysis.tuning import is_trials_name, trials_candidates
+from attnbench.analysis.tuning import trials_candidates
 from attnbench.report import blocks as report_blocks
 from attnbench.report.blocks import ReportData, Section, Table, Text, register_section
 from attnbench.report.build import no_machine_paths, write_report
-from attnbench.results import ResultRow
+from attnbench.results import ResultRow, is_trials_name
 from fixtures_results import CostModel, header, make_rows, row, spec, write_results
 from report_documents import SM, fidelity_doc, sm_doc, write_doc, write_tune
 

@@ -17,11 +17,15 @@ from attnbench.cli.paths import RUNS_DIR, runs_dir
 from attnbench.report.listing import listing_lines
 from attnbench.report.summary import render_summary, summarize_rows
 from attnbench.report.units import fmt_bandwidth, fmt_compute
-from attnbench.results import ResultRow, read_results
+from attnbench.results import ResultRow, is_results_path, is_trials_name, read_results
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
-COMMITTED = sorted((ROOT / "results").rglob("*.jsonl"))
+COMMITTED = sorted(
+    p
+    for p in (ROOT / "results").rglob("*.jsonl*")
+    if is_results_path(p) and not is_trials_name(p.name)
+)
 
 
 def _render(lines: list[object], width: int) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.results import Header, ResultRow, is_results_path, read_results
+from attnbench.results import Header, ResultRow, is_results_path, is_trials_name, read_results
 from attnbench.workload.spec import WorkloadSpec
 
 RESULTS_ENV = "ATTNBENCH_RESULTS"
@@ -58,6 +58,10 @@ def _expand(entry: str | Path) -> list[Path]:
 
 
 def _known_file(path: Path) -> bool:
+    """A results file a folder expands to; tuning trials (`*.trials.jsonl[.gz]`) are not rows,
+    and the report finds them beside their tuned file."""
+    if is_trials_name(path.name):
+        return False
     return is_results_path(path) or path.suffix in EXTRA_SUFFIXES
 
 

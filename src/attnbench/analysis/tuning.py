@@ -19,16 +19,11 @@ import numpy as np
 import pandas as pd
 
 from attnbench.analysis.compare import SEED, RatioEstimate, Timing, estimate_ratio
+from attnbench.results import TRIALS_SUFFIXES
 
 TUNED_SUFFIX = "+tuned"
 """The suffix `attnbench tune` gives the variants it tuned (run.tune.TUNED_SUFFIX)."""
-TRIALS_SUFFIXES = (".trials.jsonl", ".trials.jsonl.gz")
 RESULTS_SUFFIXES = (".jsonl.gz", ".jsonl")
-
-
-def is_trials_name(name: str) -> bool:
-    """`x.trials.jsonl` or `x.trials.jsonl.gz`: every trial of a tune run, not result rows."""
-    return name.endswith(TRIALS_SUFFIXES)
 
 
 def _stem(path: Path) -> str:

@@ -115,10 +115,16 @@ def _import_error() -> str | None:
     return None
 
 
+@functools.cache
 def _has_cudnn_frontend() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("cudnn") is not None
+    """FlashInfer's own answer (`flashinfer.cudnn.decode.CUDNN_AVAILABLE`, i.e. whether
+    `import cudnn` works), not whether some `cudnn` module can be found: on the H200 a findable
+    but unimportable `cudnn` sent FlashInfer down its cubin fallback all the same."""
+    try:
+        from flashinfer.cudnn import decode
+    except Exception:  # no flashinfer, or a build without the cuDNN module
+        return False
+    return bool(getattr(decode, "CUDNN_AVAILABLE", False))
 
 
 def backends() -> list[FlashInferBackend]:

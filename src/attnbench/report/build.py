@@ -20,7 +20,6 @@ from typing import Any
 
 from attnbench.analysis.frame import Loaded, ceilings_for, latest, ok_rows, provenance_label
 from attnbench.analysis.recommend import NON_SERVING
-from attnbench.analysis.tuning import is_trials_name
 from attnbench.report.blocks import (
     Block,
     Code,
@@ -32,6 +31,7 @@ from attnbench.report.blocks import (
     Text,
     registered_sections,
 )
+from attnbench.results import is_trials_name
 
 
 def _load_sections() -> None:

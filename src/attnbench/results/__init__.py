@@ -6,11 +6,13 @@ writer). The public names are re-exported here."""
 from attnbench.results.jsonsafe import dumps, finite
 from attnbench.results.loader import (
     SUFFIXES,
+    TRIALS_SUFFIXES,
     ResultFile,
     ResultsFileError,
     finished_keys,
     interrupted_first_write,
     is_results_path,
+    is_trials_name,
     iter_rows,
     read_results,
 )
@@ -47,6 +49,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STATUSES",
     "SUFFIXES",
+    "TRIALS_SUFFIXES",
     "AccuracyRecord",
     "BytesMoved",
     "ClockSummary",
@@ -65,6 +68,7 @@ __all__ = [
     "git_sha",
     "interrupted_first_write",
     "is_results_path",
+    "is_trials_name",
     "iter_rows",
     "library_versions",
     "now_iso",

@@ -30,6 +30,14 @@ class ResultsFileError(ValueError):
     """A results file that cannot be read: names the file, the line and what is wrong."""
 
 
+TRIALS_SUFFIXES = (".trials.jsonl", ".trials.jsonl.gz")
+
+
+def is_trials_name(name: str) -> bool:
+    """`x.trials.jsonl` or `x.trials.jsonl.gz`: every trial of a tune run, not result rows."""
+    return name.endswith(TRIALS_SUFFIXES)
+
+
 def is_results_path(path: Path | str) -> bool:
     """True for a name ending in `.jsonl` or `.jsonl.gz`."""
     return str(path).endswith(SUFFIXES)
