@@ -23,33 +23,41 @@ def fidelity(
             "ragged batches of the same total KV (use with --ncu for SM activity and occupancy).",
         ),
     ] = "default",
-    out: Annotated[Path | None, typer.Option(help="Write the comparison as JSON.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write the comparison as JSON (rewritten after every case)."),
+    ] = None,
+    backend: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backend", "-b", help="Only these variants' cases (repeatable).", metavar="NAME"
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(help="Keep the cases already in --out and run only the missing ones."),
+    ] = False,
 ) -> None:
     """Check timing fidelity on a few cases: repeat agreement, profiler and ncu agreement."""
     import torch
 
-    if not torch.cuda.is_available():
-        fail("fidelity needs a CUDA GPU (it compares GPU timers and profilers)", EXIT_NOTHING_RAN)
     if cases not in ("default", "sm-activity"):
         fail(f"--cases must be one of: default, sm-activity (got {cases!r})")
+    from attnbench.run.fidelity import default_cases, select_cases, sm_activity_cases
+
+    try:
+        chosen = select_cases(
+            default_cases() if cases == "default" else sm_activity_cases(), backend or []
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    if resume and out is None:
+        fail("--resume needs --out (the file whose finished cases are kept)")
+    if not torch.cuda.is_available():
+        fail("fidelity needs a CUDA GPU (it compares GPU timers and profilers)", EXIT_NOTHING_RAN)
     if out is not None:
         check_output_file(out, "--out")
-    from attnbench.measure.config import MeasureConfig
-    from attnbench.results import dumps, provenance
-    from attnbench.run.fidelity import check_case, default_cases, ncu_case, sm_activity_cases
-
-    cfg = MeasureConfig(max_time_ms=400, min_runs=20)
-    records: list[dict[str, Any]] = []
-    chosen = default_cases() if cases == "default" else sm_activity_cases()
-    for case in chosen:
-        with console.status(f"{case.name} {case.backend}"):
-            rec = check_case(case, cfg)
-            if ncu and rec["status"] == "ok":
-                n = ncu_case(case)
-                rec["ncu"] = n
-                if n.get("status") == "ok" and n["gpu_time_us"] > 0:
-                    rec["ncu_diff"] = (rec["engine_us"] - n["gpu_time_us"]) / n["gpu_time_us"]
-        records.append(rec)
+    records = _run_cases(chosen, ncu, out, resume)
     table = Table(title="timing fidelity (engine median vs repeat, torch profiler, ncu)")
     for col in (
         "case",
@@ -87,6 +95,50 @@ def fidelity(
             f"{n['sm_active_pct']:.0f}" if ok and "sm_active_pct" in n else "-",
         )
     console.print(table)
-    if out is not None:
-        doc = {"provenance": provenance(), "cases": records}
-        write_output(out, dumps(doc, indent=1), "--out")
+
+
+def _run_cases(
+    chosen: list[Any], ncu: bool, out: Path | None, resume: bool
+) -> list[dict[str, Any]]:
+    """Each case in turn, the file rewritten after each one, so a run cut short (time limit,
+    Ctrl-C) keeps every finished case; `--resume` starts from those."""
+    import time
+
+    from attnbench.measure.config import MeasureConfig
+    from attnbench.results import dumps, provenance
+    from attnbench.run.fidelity import check_case, finished_records, ncu_case
+
+    cfg = MeasureConfig(max_time_ms=400, min_runs=20)
+    records = finished_records(out) if resume and out is not None else []
+    done = {(r["case"], r["backend"]) for r in records}
+    todo = [c for c in chosen if (c.name, c.backend) not in done]
+    if done:
+        console.print(f"resume: {len(done)} cases kept, {len(todo)} to run", highlight=False)
+
+    def save(complete: bool) -> None:
+        if out is not None:
+            doc = {"provenance": provenance(), "complete": complete, "cases": records}
+            write_output(out, dumps(doc, indent=1), "--out")
+
+    try:
+        for i, case in enumerate(todo, 1):
+            t0 = time.monotonic()
+            with console.status(f"{case.name} {case.backend} ({i}/{len(todo)})"):
+                rec = check_case(case, cfg)
+                if ncu and rec["status"] == "ok":
+                    n = ncu_case(case)
+                    rec["ncu"] = n
+                    if n.get("status") == "ok" and n["gpu_time_us"] > 0:
+                        rec["ncu_diff"] = (rec["engine_us"] - n["gpu_time_us"]) / n["gpu_time_us"]
+            rec["wall_s"] = round(time.monotonic() - t0, 1)
+            records.append(rec)
+            save(complete=False)
+            took = f"{rec['wall_s']:.0f} s, {i}/{len(todo)}"
+            line = f"{case.name} {case.backend}: {rec['status']} ({took})"
+            console.print(escape(line), highlight=False)
+    except KeyboardInterrupt:
+        where = f" kept in {out}; finish with --resume" if out is not None else ""
+        console.print(f"note: interrupted: {len(records)} cases{escape(where)}", highlight=False)
+        raise typer.Exit(130) from None
+    save(complete=True)
+    return records

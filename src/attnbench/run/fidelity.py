@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -115,6 +116,30 @@ def sm_activity_cases() -> list[FidelityCase]:
         for backend in SM_ACTIVITY_BACKENDS
         for name, spec in batches.items()
     ]
+
+
+def select_cases(cases: list[FidelityCase], backends: list[str]) -> list[FidelityCase]:
+    """The cases of the named variants (all when none is named); an unknown name is an error
+    listing the allowed ones."""
+    if not backends:
+        return cases
+    allowed = sorted({c.backend for c in cases})
+    unknown = [b for b in backends if b not in allowed]
+    if unknown:
+        raise ValueError(
+            f"--backend: {', '.join(unknown)} not among these cases' variants "
+            f"({', '.join(allowed)})"
+        )
+    return [c for c in cases if c.backend in backends]
+
+
+def finished_records(path: Path) -> list[dict[str, Any]]:
+    """The case records already in a fidelity JSON (none if the file is missing or empty)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return []
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    cases = doc.get("cases") if isinstance(doc, dict) else None
+    return [c for c in cases if isinstance(c, dict)] if isinstance(cases, list) else []
 
 
 def _prepare(case: FidelityCase, device: torch.device) -> tuple[Any, Any]:
