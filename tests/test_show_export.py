@@ -149,6 +149,22 @@ def test_summary_calls_a_tie_when_not_significant() -> None:
     assert "tie with runner-up" in versus.describe()
 
 
+def test_summary_never_crowns_the_oracle() -> None:
+    """The reference is timed on the CPU as a baseline but is no serving kernel: the fastest
+    kernel wins even when the oracle is faster, and a case where only it ran says so."""
+    s = spec("decode", [1024] * 8, dtype="bfloat16", kv_dtype="bfloat16")
+    oracle = row(s, "flash-attn:fa3").model_copy(update={"backend": "reference"})
+    slow = row(s, "flash-attn:fa3", scale=3.0)
+    (case,) = summarize_rows([oracle, slow]).cases
+    assert case.winner == "flash-attn:fa3"
+    assert case.passed == 1
+    summary = summarize_rows([oracle])
+    assert summary.cases == []
+    text = "\n".join(render_summary(summary))
+    assert "no serving kernel ran here (only the reference" in text
+    assert "Summary of 1 cases" in text
+
+
 def test_cpu_rates_are_readable() -> None:
     assert fmt_bandwidth(0.812) == "812 MB/s"
     assert fmt_bandwidth(4593.2) == "4593 GB/s"

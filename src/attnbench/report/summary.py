@@ -27,6 +27,9 @@ DEFAULT_FALLBACKS = {"decode": ("flashinfer:fa2",)}
 the CUDA-core decode kernel for single-token decode, the fa3 paged prefill kernel otherwise
 (fa2 where fa3 did not run)."""
 OTHER_FALLBACKS = ("flashinfer:fa3", "flashinfer:fa2")
+ORACLE = "reference"
+"""The fp32/fp64 oracle every kernel is checked against: timed on the CPU as a baseline, but
+not a serving kernel, so never "the fastest variant"."""
 REASON_CHARS = 240
 """A failure's reason is cut after this many characters (the full text is in the file)."""
 
@@ -79,6 +82,8 @@ class RunSummary:
     cases: list[CaseSummary] = field(default_factory=list)
     nothing_passed: list[str] = field(default_factory=list)
     """Labels of cases where no variant passed the gate."""
+    oracle_only: list[tuple[str, float]] = field(default_factory=list)
+    """(label, the oracle's median) of cases where only the reference ran."""
     failures: list[Failure] = field(default_factory=list)
     not_applicable: int = 0
     """(case, variant) pairs that did not apply (status `unsupported`)."""
@@ -105,10 +110,14 @@ def summarize_rows(rows: Iterable[ResultRow]) -> RunSummary:
             (r for r in case_rows if r.status == "ok" and _finite(r.latency_us)),
             key=lambda r: float(r.latency_us or 0.0),
         )
+        kernels = [r for r in ok if r.backend != ORACLE]
+        if ok and not kernels:
+            out.oracle_only.append((label, float(ok[0].latency_us or 0.0)))
+            continue
         if not ok:
             out.nothing_passed.append(label)
             continue
-        out.cases.append(_case(case_id, label, ok, {r.backend: r for r in case_rows}))
+        out.cases.append(_case(case_id, label, kernels, {r.backend: r for r in case_rows}))
     return out
 
 
@@ -208,7 +217,7 @@ def render_summary(
     that counts the variants that did not apply (where to see them)."""
     width = max(width, 40)
     lines: list[str] = []
-    n_cases = len(summary.cases) + len(summary.nothing_passed)
+    n_cases = len(summary.cases) + len(summary.nothing_passed) + len(summary.oracle_only)
     lines += _wrap(
         f"Summary of {n_cases} cases: the fastest variant that passed the accuracy gate, its "
         "median and % of the ceiling measured in this run (copy bandwidth or matmul, whichever "
@@ -229,6 +238,10 @@ def render_summary(
             lines += _join(notes, width, "    ", "; ")
     for label in summary.nothing_passed:
         lines += _wrap(f"{label}: no variant passed the accuracy gate", width)
+    for label, us in summary.oracle_only:
+        lines += _wrap(
+            f"{label}: no serving kernel ran here (only the reference, {fmt_latency(us)})", width
+        )
     if summary.not_applicable:
         lines += _wrap(
             f"{summary.not_applicable} (case, variant) pairs did not apply here (unsupported)"
