@@ -1,7 +1,8 @@
 """Result rows built in the test for the replay (never committed as results): each backend's
 latency follows the replay cost model with known coefficients, so a fit must recover them.
 
-    decode  us = c0 + c1 * seqs + c2 * kv_mb + c3 * max_kv_mb
+    decode  us = c0 + c1 * seqs + c2 * kv_mb + c3 * crit_mb + c4 * splits
+            (the split-KV features of the backend's plan, `replay.kernelplan`)
     prefill us = c0 + c1 * seqs + c2 * q_ktokens + c3 * gflop
     plan    us = p0 + p1 * seqs
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from attnbench.measure import metrics
+from attnbench.replay.kernelplan import KernelPlan, family_of
 from attnbench.results import Header, ResultRow, ResultWriter
 from attnbench.workload.spec import WorkloadSpec
 
@@ -25,9 +27,17 @@ SHAPE = dict(num_qo_heads=8, num_kv_heads=1, head_dim=128, page_size=16, dtype="
 # backend -> (decode coefs, prefill coefs, plan coefs)
 COEFS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {
     # ragged-aware: ~3 TB/s, small skew term
-    "flashinfer:fa2": ((6.0, 0.05, 1e3 / 3000.0, 0.02), (10.0, 0.5, 0.3, 1e3 / 350.0), (15.0, 0.2)),
-    # faster per byte but a large critical-path (max length) term
-    "flash-attn:fa3": ((4.0, 0.02, 1e3 / 3300.0, 2.0), (12.0, 0.5, 0.2, 1e3 / 600.0), (0.0, 0.0)),
+    "flashinfer:fa2": (
+        (6.0, 0.05, 1e3 / 3000.0, 0.5, 0.01),
+        (10.0, 0.5, 0.3, 1e3 / 350.0),
+        (15.0, 0.2),
+    ),
+    # faster per byte but a large per-CTA (longest work unit) term
+    "flash-attn:fa3": (
+        (4.0, 0.02, 1e3 / 3300.0, 30.0, 0.02),
+        (12.0, 0.5, 0.2, 1e3 / 600.0),
+        (0.0, 0.0),
+    ),
 }
 
 
@@ -45,8 +55,10 @@ def header(run_id: str = "replay-fake") -> Header:
 
 def decode_us(backend: str, kv: list[int]) -> float:
     c = COEFS[backend][0]
-    per_mb = SHAPE["num_kv_heads"] * SHAPE["head_dim"] * 2 * 2 / 1e6
-    return c[0] + c[1] * len(kv) + c[2] * sum(kv) * per_mb + c[3] * max(kv) * per_mb
+    h, d, page = SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["page_size"]
+    plan = KernelPlan(family_of(backend), h, page, d, h * d * 2 * 2)
+    f = plan.features(len(kv), sum(kv), max(kv))
+    return c[0] + c[1] * len(kv) + sum(ci * fi for ci, fi in zip(c[2:], f, strict=True))
 
 
 def prefill_us(backend: str, spec: WorkloadSpec) -> float:

@@ -7,7 +7,6 @@ import pytest
 
 import replay_rows as rr
 from attnbench.replay.costmodel import (
-    DECODE_FEATURES,
     ShapeKey,
     fit_models,
     padded_from_ragged,
@@ -17,6 +16,7 @@ from attnbench.replay.fit import fit_linear, nnls
 from attnbench.workload.spec import WorkloadSpec
 
 KEY = ShapeKey(8, 1, 128, "bfloat16", "bfloat16", 16)
+FOUR = ("const", "seqs", "kv_mb", "unit_mb")
 
 
 def test_nnls_matches_least_squares_when_unconstrained() -> None:
@@ -92,7 +92,7 @@ def test_padded_batch_costs_more_than_ragged() -> None:
 def test_constant_feature_is_dropped_and_named() -> None:
     x = np.array([[1.0, 32.0, v, v / 10] for v in (1.0, 2.0, 4.0, 8.0, 16.0)])
     y = 5.0 + 2.0 * x[:, 2] + 0.5 * x[:, 3]
-    fit = fit_linear(DECODE_FEATURES, x, y)
+    fit = fit_linear(FOUR, x, y)
     assert fit.dropped == ("seqs",)
     assert fit.coef[1] == 0.0
     assert fit.predict(x) == pytest.approx(y)
@@ -100,7 +100,7 @@ def test_constant_feature_is_dropped_and_named() -> None:
 
 def test_extrapolation_is_measured_above_the_fitted_range() -> None:
     x = np.array([[1.0, n, n * 2.0, 1.0 + n] for n in (1.0, 2.0, 4.0, 8.0)])
-    fit = fit_linear(DECODE_FEATURES, x, 1.0 + x[:, 2])
+    fit = fit_linear(FOUR, x, 1.0 + x[:, 2])
     inside = fit.extrapolation(np.array([[1.0, 4.0, 8.0, 5.0]]))
     beyond = fit.extrapolation(np.array([[1.0, 16.0, 96.0, 9.0]]))
     below = fit.extrapolation(np.array([[1.0, 0.5, 1.0, 1.5]]))

@@ -2,16 +2,18 @@
 
 Per layer, one call each (microseconds, non-negative least squares, relative error):
 
-    decode  latency = c0 + c1 * seqs + c2 * kv_mb + c3 * max_kv_mb
+    decode  latency = c0 + c1 * seqs + c2 * kv_mb + c3 * crit_mb + c4 * splits
     prefill latency = c0 + c1 * seqs + c2 * q_ktokens + c3 * gflop
     plan    plan_us = p0 + p1 * seqs          (host planning, once per step and call)
 
-kv_mb = KV bytes the decode batch reads (total KV tokens x K and V x KV heads x head_dim x
-itemsize / 1e6): 1e3 / c2 is the kernel's effective bandwidth in GB/s. max_kv_mb is the same
-for the longest request: the critical path of a kernel that cannot split it (load imbalance,
-the skew term). gflop = 4 x head_dim x q_heads x causal (query, key) pairs / 1e9: 1e3 / c3 is
-TFLOP/s. seqs = requests in the call (per-request work: page-table walks, q/o, partial
-merges); c0 = launch and fixed cost.
+kv_mb = KV bytes the decode kernel reads (total KV tokens x K and V x KV heads x head_dim x
+itemsize / 1e6; n x longest for a kernel that pads): 1e3 / c2 is the kernel's bandwidth in
+GB/s, bounded below by 1e3 / the measured ceiling so no fit implies more bandwidth than the GPU
+was measured to deliver. crit_mb and splits follow the variant's split-KV plan
+(`replay.kernelplan`: one CTA slot's critical path, the skew tail of a batch the plan does not
+split included; the partial outputs a merge combines). gflop = 4 x head_dim x q_heads x causal
+(query, key) pairs / 1e9: 1e3 / c3 is TFLOP/s. seqs = requests in the call (per-request work:
+page-table walks, q/o, partial merges); c0 = launch and fixed cost.
 
 Rows are those of the deployment's shape (per-GPU q heads, KV heads, head_dim, dtype, kv dtype;
 page size preferred, else any, with a note). Decode rows fit the decode model; prefill and
@@ -23,6 +25,7 @@ decode model. A padded model is evaluated at the padded batch (seqs, seqs x max,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -30,14 +33,18 @@ import numpy as np
 
 from attnbench.measure import metrics
 from attnbench.replay.fit import LinearFit, fit_linear
+from attnbench.replay.kernelplan import DEFAULT_NUM_SMS, KernelPlan, family_of
 from attnbench.replay.steps import FloatArray, IntArray
 from attnbench.results import ResultRow
 from attnbench.workload.spec import ITEMSIZE, WorkloadSpec
 
-DECODE_FEATURES = ("const", "seqs", "kv_mb", "max_kv_mb")
+DECODE_FEATURES = ("const", "seqs", "kv_mb", "crit_mb", "splits")
 PREFILL_FEATURES = ("const", "seqs", "q_ktokens", "gflop")
 PLAN_FEATURES = ("const", "seqs")
-_REDUCED = {DECODE_FEATURES: ("const", "kv_mb"), PREFILL_FEATURES: ("const", "gflop")}
+_REDUCED = {
+    DECODE_FEATURES: ("const", "seqs", "kv_mb", "crit_mb"),
+    PREFILL_FEATURES: ("const", "gflop"),
+}
 PREFILL_KINDS = ("prefill", "append")
 
 
@@ -102,14 +109,44 @@ class AttentionCostModel:
     """Decode is costed at the padded batch (every request as long as the longest)."""
     source: str = "ragged rows"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    num_sms: int = DEFAULT_NUM_SMS
+    ceiling_gbps: float | None = None
+    """The bandwidth the decode fit was bounded by (None: not bounded)."""
+
+    @property
+    def kernel_plan(self) -> KernelPlan:
+        """The variant's split-KV plan at this shape (`replay.kernelplan`)."""
+        return KernelPlan(
+            family_of(self.backend),
+            self.key.num_kv_heads,
+            self.key.page_size,
+            self.key.head_dim,
+            self.key.kv_bytes_per_token,
+            self.num_sms,
+        )
 
     # -- features ---------------------------------------------------------------------------
     def decode_x(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
-        n = np.asarray(n, dtype=np.float64)
-        kv_max_f = np.asarray(kv_max, dtype=np.float64)
-        total = n * kv_max_f if self.padded else np.asarray(kv_total, dtype=np.float64)
-        per_mb = self.key.kv_bytes_per_token / 1e6
-        return np.stack([np.ones_like(n), n, total * per_mb, kv_max_f * per_mb], axis=1)
+        n_i = np.asarray(n, dtype=np.int64).ravel()
+        mx = np.asarray(kv_max, dtype=np.int64).ravel()
+        total = n_i * mx if self.padded else np.asarray(kv_total, dtype=np.int64).ravel()
+        plan = self.kernel_plan.feature_matrix(n_i, total, mx)
+        return np.column_stack([np.ones(n_i.size), n_i.astype(np.float64), plan])
+
+    def decode_call_us(self, n: int, kv_total: int, kv_max: int) -> float:
+        """`decode_us` of one call, in plain floats (the simulator's hot path)."""
+        if n <= 0:
+            return 0.0
+        c = self._decode_coef
+        total = n * kv_max if self.padded else kv_total
+        f = self.kernel_plan.features(n, total, kv_max)
+        return c[0] + c[1] * n + sum(ci * fi for ci, fi in zip(c[2:], f, strict=True))
+
+    @property
+    def _decode_coef(self) -> tuple[float, ...]:
+        if self.decode is None:
+            raise ValueError(f"{self.backend}: no decode model (no decode rows)")
+        return _full_coef(self.decode, DECODE_FEATURES)
 
     def prefill_x(self, n: IntArray, q: IntArray, pairs: IntArray) -> FloatArray:
         n = np.asarray(n, dtype=np.float64)
@@ -118,15 +155,6 @@ class AttentionCostModel:
         return np.stack([np.ones_like(n), n, q_k, gflop], axis=1)
 
     # -- costs per layer, microseconds; 0 where the part is empty ---------------------------
-    def decode_terms(self) -> tuple[float, float, float, float]:
-        """Per layer: (us, us per request, us per KV token of the batch, us per KV token of
-        the longest request)."""
-        if self.decode is None:
-            raise ValueError(f"{self.backend}: no decode model (no decode rows)")
-        c = _full_coef(self.decode, DECODE_FEATURES)
-        per_mb = self.key.kv_bytes_per_token / 1e6
-        return c[0], c[1], c[2] * per_mb, c[3] * per_mb
-
     def prefill_terms(self) -> tuple[float, float, float, float]:
         """Per layer: (us, us per request, us per query token, us per causal pair)."""
         if self.prefill is None:
@@ -142,11 +170,11 @@ class AttentionCostModel:
         return (d[0], d[1]), (p[0], p[1])
 
     def decode_us(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
-        c0, c1, c_tok, c_max = self.decode_terms()
-        n_f = np.asarray(n, dtype=np.float64)
-        mx = np.asarray(kv_max, dtype=np.float64)
-        total = n_f * mx if self.padded else np.asarray(kv_total, dtype=np.float64)
-        return np.where(n_f > 0, c0 + c1 * n_f + c_tok * total + c_max * mx, 0.0)
+        coef = np.array(self._decode_coef)
+        n_f = np.asarray(n, dtype=np.float64).ravel()
+        if not n_f.size:
+            return np.zeros(0)
+        return np.where(n_f > 0, self.decode_x(n, kv_total, kv_max) @ coef, 0.0)
 
     def prefill_us(self, n: IntArray, q: IntArray, pairs: IntArray) -> FloatArray:
         c0, c1, c_q, c_pair = self.prefill_terms()
@@ -187,6 +215,8 @@ class AttentionCostModel:
             "plan_decode": self.plan_decode.as_dict() if self.plan_decode else None,
             "plan_prefill": self.plan_prefill.as_dict() if self.plan_prefill else None,
             "decode_bandwidth_gbps": _inverse(self.decode, "kv_mb"),
+            "kernel_plan": self.kernel_plan.describe(),
+            "ceiling_gbps": self.ceiling_gbps,
             "prefill_tflops": _inverse(self.prefill, "gflop"),
             "notes": list(self.notes),
         }
@@ -212,12 +242,14 @@ def padded_label(spec: WorkloadSpec) -> bool:
     return is_padded(spec.label, spec.lengths)
 
 
-def _fit(features: tuple[str, ...], x: FloatArray, y: FloatArray) -> LinearFit:
+def _fit(
+    features: tuple[str, ...], x: FloatArray, y: FloatArray, lower: dict[str, float] | None = None
+) -> LinearFit:
     if x.shape[0] < len(features) + 1 and features in _REDUCED:
         reduced = _REDUCED[features]
         x = x[:, [features.index(f) for f in reduced]]
         features = reduced
-    return fit_linear(features, x, y)
+    return fit_linear(features, x, y, lower=lower)
 
 
 def _plan_fit(rows: list[ResultRow]) -> LinearFit | None:
@@ -234,10 +266,17 @@ def usable_rows(rows: Iterable[ResultRow]) -> list[ResultRow]:
 
 
 def fit_backend(
-    backend: str, rows: list[ResultRow], key: ShapeKey, *, padded: bool = False
+    backend: str,
+    rows: list[ResultRow],
+    key: ShapeKey,
+    *,
+    padded: bool = False,
+    ceiling_gbps: float | None = None,
+    num_sms: int = DEFAULT_NUM_SMS,
 ) -> AttentionCostModel | None:
     """The cost model of one variant from its rows (already filtered to `key`'s shape, any page
-    size); None when it has neither decode nor prefill rows."""
+    size); None when it has neither decode nor prefill rows. With `ceiling_gbps` the decode
+    fit's bandwidth (1e3 / the kv_mb coefficient) cannot exceed it."""
     notes: list[str] = []
     same_page = [r for r in rows if r.spec.page_size == key.page_size]
     if same_page:
@@ -249,11 +288,12 @@ def fit_backend(
     pre = [r for r in rows if r.spec.kind in PREFILL_KINDS and r.spec.causal and not padded]
     if not dec and not pre:
         return None
-    proto = AttentionCostModel(backend, key, None, None, padded=padded)
+    proto = AttentionCostModel(backend, key, None, None, padded=padded, num_sms=num_sms)
     decode = prefill = None
+    lower = {"kv_mb": 1e3 / ceiling_gbps} if ceiling_gbps else None
     if len(dec) >= 2:
         x = np.concatenate([_decode_row_x(proto, r) for r in dec])
-        decode = _fit(DECODE_FEATURES, x, np.array([r.latency_us for r in dec]))
+        decode = _fit(DECODE_FEATURES, x, np.array([r.latency_us for r in dec]), lower)
     elif dec:
         notes.append("one decode row: too few to fit")
     if len(pre) >= 2:
@@ -273,6 +313,8 @@ def fit_backend(
         padded=padded,
         source="padded rows" if padded else "ragged rows",
         notes=tuple(notes),
+        num_sms=num_sms,
+        ceiling_gbps=ceiling_gbps,
     )
 
 
@@ -288,9 +330,14 @@ def _prefill_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
 
 
 def fit_models(
-    rows: Iterable[ResultRow], key: ShapeKey
+    rows: Iterable[ResultRow],
+    key: ShapeKey,
+    *,
+    ceiling_gbps: float | None = None,
+    num_sms: int = DEFAULT_NUM_SMS,
 ) -> tuple[dict[str, AttentionCostModel], dict[str, AttentionCostModel]]:
-    """(ragged models, padded models) per backend variant, from `ok` rows of `key`'s shape."""
+    """(ragged models, padded models) per backend variant, from `ok` rows of `key`'s shape;
+    `ceiling_gbps` bounds every decode fit's bandwidth (`bandwidth_ceiling` gives one)."""
     by_backend: dict[str, list[ResultRow]] = {}
     for r in usable_rows(rows):
         if key.matches(r.spec, any_page=True):
@@ -298,10 +345,11 @@ def fit_models(
     ragged: dict[str, AttentionCostModel] = {}
     padded: dict[str, AttentionCostModel] = {}
     for name in sorted(by_backend):
-        m = fit_backend(name, by_backend[name], key)
+        opts = {"ceiling_gbps": ceiling_gbps, "num_sms": num_sms}
+        m = fit_backend(name, by_backend[name], key, **opts)  # type: ignore[arg-type]
         if m is not None:
             ragged[name] = m
-        p = fit_backend(name, by_backend[name], key, padded=True)
+        p = fit_backend(name, by_backend[name], key, padded=True, **opts)  # type: ignore[arg-type]
         if p is not None and p.decode is not None:
             padded[name] = p
     return ragged, padded
@@ -322,3 +370,19 @@ def shapes_in(rows: Iterable[ResultRow]) -> list[str]:
         key = ShapeKey.of(r.spec)
         seen.add(key.describe())
     return sorted(seen)
+
+
+def bandwidth_ceiling(
+    rows: Iterable[ResultRow], key: ShapeKey, measured_gbps: float | None
+) -> float:
+    """The bandwidth no decode fit may exceed, GB/s: the larger of the GPU's measured ceiling
+    (streaming read or copy, from the results headers) and the highest KV read rate any `ok`
+    decode row of this shape attains (a kernel's measured rate is a measurement of what the
+    memory delivers; a fit above both would be a bandwidth nothing measured)."""
+    best = 0.0
+    for r in usable_rows(rows):
+        if r.spec.kind == "decode" and key.matches(r.spec, any_page=True) and r.latency_us:
+            kv = np.asarray(r.spec.kv_lens, dtype=np.float64)
+            total = kv.size * kv.max() if padded_label(r.spec) else kv.sum()
+            best = max(best, total * key.kv_bytes_per_token / (r.latency_us * 1e3))
+    return max(best, measured_gbps or 0.0) or math.inf

@@ -15,7 +15,6 @@ parts the study and the live check produce are in `replay.records`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from attnbench.replay.records import (
     Real,
 )
 from attnbench.replay.simresult import SchedulerConfig
+from attnbench.results import read_json
 
 SCHEMA = "attnbench.replay/1"
 
@@ -208,6 +208,11 @@ class CostModelInfo(DocModel):
     """KV bytes per microsecond the decode fit implies (NaN: no KV-bytes term)."""
     prefill_tflops: Real
     notes: list[str]
+    kernel_plan: dict[str, Any] | None = Field(None, exclude_if=lambda v: v is None)
+    """The split-KV plan the decode features follow (`replay.kernelplan`); None in documents
+    written before it was modelled."""
+    ceiling_gbps: Real | None = Field(None, exclude_if=lambda v: v is None)
+    """The bandwidth the decode fit was bounded by (absent: not bounded)."""
 
     @classmethod
     def table(cls, models: dict[str, AttentionCostModel]) -> list[CostModelInfo]:
@@ -281,7 +286,7 @@ def parse_document(data: object, where: str) -> ReplayDocument:
 def load_document(path: Path) -> ReplayDocument:
     """Read a replay document; ReplayDocumentError (one line) when it is not one."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
     except (OSError, ValueError) as exc:
         raise ReplayDocumentError(f"{path}: not a JSON document ({type(exc).__name__})") from None
     if not is_replay_document(data):

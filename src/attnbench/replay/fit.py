@@ -87,12 +87,22 @@ class LinearFit:
         }
 
 
-def _solve(x: FloatArray, y: FloatArray, cols: list[int]) -> FloatArray:
-    """Relative-error NNLS on the chosen columns (scaled for conditioning)."""
+def _solve(
+    x: FloatArray, y: FloatArray, cols: list[int], lower: FloatArray | None = None
+) -> FloatArray:
+    """Relative-error NNLS on the chosen columns (scaled for conditioning); with `lower`
+    (per column of x), bounded least squares (scipy's lsq_linear) with coef >= lower."""
     a = x[:, cols] / y[:, None]
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
-    coef = nnls(a / scale, np.ones(len(y))) / scale
+    lb = np.zeros(len(cols)) if lower is None else np.asarray(lower)[cols] * scale
+    if (lb > 0).any():
+        from scipy.optimize import lsq_linear
+
+        res = lsq_linear(a / scale, np.ones(len(y)), bounds=(lb, np.inf), method="bvls")
+        coef = np.maximum(np.asarray(res.x), lb) / scale
+    else:
+        coef = nnls(a / scale, np.ones(len(y))) / scale
     full = np.zeros(x.shape[1])
     full[cols] = coef
     return full
@@ -102,8 +112,15 @@ def _rel_errors(x: FloatArray, y: FloatArray, coef: FloatArray) -> FloatArray:
     return (x @ coef) / y - 1.0
 
 
-def fit_linear(features: tuple[str, ...], x: FloatArray, y: FloatArray) -> LinearFit:
-    """Fit `y` (latency_us, > 0) on feature rows `x` `[rows, len(features)]`.
+def fit_linear(
+    features: tuple[str, ...],
+    x: FloatArray,
+    y: FloatArray,
+    *,
+    lower: dict[str, float] | None = None,
+) -> LinearFit:
+    """Fit `y` (latency_us, > 0) on feature rows `x` `[rows, len(features)]`; `lower` gives
+    features a coefficient floor above 0 (a physical bound: us per MB at the bandwidth ceiling).
 
     A feature that is constant across the rows cannot be told apart from `const` and is dropped
     (reported in `dropped`). Raises ValueError with fewer than two rows or a non-positive target.
@@ -122,9 +139,10 @@ def fit_linear(features: tuple[str, ...], x: FloatArray, y: FloatArray) -> Linea
             cols.append(i)
         else:
             dropped.append(name)
-    coef = _solve(x, y, cols)
+    floor = np.array([(lower or {}).get(f, 0.0) for f in features])
+    coef = _solve(x, y, cols, floor)
     train = _rel_errors(x, y, coef)
-    held = _held_out_errors(x, y, cols)
+    held = _held_out_errors(x, y, cols, floor)
     return LinearFit(
         features=features,
         coef=tuple(float(c) for c in coef),
@@ -138,7 +156,9 @@ def fit_linear(features: tuple[str, ...], x: FloatArray, y: FloatArray) -> Linea
     )
 
 
-def _held_out_errors(x: FloatArray, y: FloatArray, cols: list[int]) -> FloatArray:
+def _held_out_errors(
+    x: FloatArray, y: FloatArray, cols: list[int], lower: FloatArray | None = None
+) -> FloatArray:
     m = x.shape[0]
     if m < 3:
         return np.zeros(0)
@@ -147,6 +167,6 @@ def _held_out_errors(x: FloatArray, y: FloatArray, cols: list[int]) -> FloatArra
     idx = np.arange(m)
     for f in range(folds):
         test = idx % folds == f
-        coef = _solve(x[~test], y[~test], cols)
+        coef = _solve(x[~test], y[~test], cols, lower)
         errs[test] = _rel_errors(x[test], y[test], coef)
     return errs

@@ -9,12 +9,19 @@ Reads files only; nothing here touches a GPU (`replay.live` does, on request).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnbench.replay.costmodel import AttentionCostModel, ShapeKey, fit_models, shapes_in
+from attnbench.replay.costmodel import (
+    AttentionCostModel,
+    ShapeKey,
+    bandwidth_ceiling,
+    fit_models,
+    shapes_in,
+)
 from attnbench.replay.deployment import GIB
 from attnbench.replay.document import (
     SCHEMA,
@@ -26,6 +33,7 @@ from attnbench.replay.document import (
     TraceInfo,
 )
 from attnbench.replay.gemm import GemmRoofline
+from attnbench.replay.kernelplan import DEFAULT_NUM_SMS
 from attnbench.replay.simresult import SchedulerConfig
 from attnbench.replay.study import StudyOptions, StudyOutcome, run_study
 from attnbench.replay.traffic import ReplayRequest, arrival_rate, load_requests, spread_ties
@@ -186,7 +194,20 @@ def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> ReplayOutcome:
         dep.kv_dtype,
         dep.page_size,
     )
-    models, padded = fit_models(loaded.rows, key)
+    measured = [
+        float(h.ceilings.get(k) or 0.0)
+        for h in loaded.headers
+        if h.ceilings
+        for k in ("read_bandwidth_gbps", "copy_bandwidth_gbps")
+    ]
+    ceiling = bandwidth_ceiling(loaded.rows, key, max(measured, default=0.0) or None)
+    sms = [int(h.device.get("num_sms") or 0) for h in loaded.headers if h.device]
+    models, padded = fit_models(
+        loaded.rows,
+        key,
+        ceiling_gbps=ceiling if math.isfinite(ceiling) else None,
+        num_sms=max(sms, default=0) or DEFAULT_NUM_SMS,
+    )
     at = f"{key.describe()} ({dep.model} at tp {dep.tp})"
     suite = f"`attnbench run --suite replay --model {dep.model} --tp {dep.tp}`"
     if not models:

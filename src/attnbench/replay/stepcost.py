@@ -52,12 +52,11 @@ class ReplayCost:
 
     def step_s(self, s: StepShape) -> float:
         """`durations_s` of one step, in plain floats (the simulator's hot path)."""
-        d0, d1, d_tok, d_max, dp0, dp1, p0, p1, p_q, p_pair, pp0, pp1 = self._terms
+        dp0, dp1, p0, p1, p_q, p_pair, pp0, pp1 = self._terms
         us = 0.0
-        n_decode, kv_max, n_prefill = s.n_decode, s.kv_max, s.n_prefill
+        n_decode, n_prefill = s.n_decode, s.n_prefill
         if n_decode > 0:
-            total = n_decode * kv_max if self.decode.padded else s.kv_total
-            attn = d0 + d1 * n_decode + d_tok * total + d_max * kv_max
+            attn = self.decode.decode_call_us(n_decode, s.kv_total, s.kv_max)
             us += self.num_layers * attn + dp0 + dp1 * n_decode
         if n_prefill > 0:
             attn = p0 + p1 * n_prefill + p_q * s.q_prefill + p_pair * s.pairs_prefill
@@ -70,7 +69,6 @@ class ReplayCost:
         (dp0, dp1), _ = self.decode.plan_terms()
         _, (pp0, pp1) = self.prefill.plan_terms()
         return (
-            *self.decode.decode_terms(),
             dp0,
             dp1,
             *self.prefill.prefill_terms(),

@@ -1,0 +1,192 @@
+"""How each decode kernel splits a batch over the GPU: the features its cost follows.
+
+A decode call reads every request's KV once; how long it takes depends on how the library's plan
+cuts the batch into work units (CTAs) and how those units fill the SMs. From a step's summary
+(requests `n`, total KV tokens, longest request) each variant's plan is modelled as its library
+documents it:
+
+    flashinfer-decode   FlashInfer BatchDecodeWithPagedKVCache (flashinfer:fa2): grid of
+                        blocks_per_sm x SMs CTAs; when n x kv_heads fills it, no split (one CTA per
+                        request and KV head); else the smallest KV chunk (>= 128 / page_size pages)
+                        with sum ceil(pages_i / chunk) x kv_heads <= grid
+                        (scheduler.cuh, PartitionPagedKVCacheBinarySearchMinNumPagePerBatch).
+    flashinfer-prefill  FlashInfer's prefill kernel used for decode (flashinfer:tc): 2 CTAs per
+                        SM, the same chunk search against grid / kv_heads (PrefillSplitQOKVIndptr,
+                        PrefillBinarySearchKVChunkSize); a batch of >= grid / kv_heads requests is
+                        not split, so its longest request is one CTA's work (the skew tail).
+    fa3                 FlashAttention-3 (hopper/heuristics.h num_splits_heuristic, with
+                        flash_prepare_scheduler.cu's dynamic per-request splits): no split once
+                        n x kv_heads >= 0.8 x SMs, else the fewest splits within 85% of the best
+                        wave efficiency; one persistent CTA per SM, longest work first.
+    padded              kernels that compute every request to the longest length (SDPA over a
+                        padded batch, cuDNN): the KV bytes are n x longest; the work is split to
+                        fill the SMs.
+    ideal               a kernel splitting to fill the SMs (XQA's multi-block mode, unknown ones).
+
+Features per call (one layer), all non-negative, that `costmodel` fits:
+
+    kv_mb      KV bytes the kernel reads, MB (the padded shape for padded kernels): 1e3 / its
+               coefficient is the bandwidth, bounded by the measured ceiling.
+    crit_mb    the critical path of one CTA slot: the larger of the longest work unit's bytes
+               and a balanced machine's share per slot. A skewed batch the plan does not split
+               has its longest request here (the skew tail); a small batch split into short
+               units has the per-CTA streaming time of one unit (low parallelism).
+    splits     work units beyond one per request and KV head (the partial outputs a merge
+               kernel combines); 0 without a split.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from attnbench.replay.steps import FloatArray, IntArray
+
+FAMILIES = ("flashinfer-decode", "flashinfer-prefill", "fa3", "padded", "ideal")
+DEFAULT_NUM_SMS = 132
+"""H200 / H100 SXM; a result header's device.num_sms overrides it."""
+PLAN_FEATURES_OF_DECODE = ("kv_mb", "crit_mb", "splits")
+
+_BLOCKS_PER_SM = {
+    "flashinfer-decode": 4,
+    "flashinfer-prefill": 2,
+    "fa3": 1,
+    "padded": 1,
+    "ideal": 1,
+}
+"""CTA slots per SM. FlashInfer's prefill plan hard-codes 2; its decode plan asks the occupancy
+API (4 for the group-8, d128 decode kernel's 128 threads and ~64 registers each is an estimate);
+FA3 is persistent, one CTA per SM."""
+
+
+def family_of(backend: str) -> str:
+    """The split plan a backend variant follows (`ideal` for variants not modelled here)."""
+    if backend.startswith("flash-attn:"):
+        return "fa3"
+    if backend in ("flashinfer:fa2", "flashinfer:auto", "flashinfer:decode"):
+        return "flashinfer-decode"
+    if backend.startswith("flashinfer:tc") or backend == "flashinfer:prefill":
+        return "flashinfer-prefill"
+    if backend.startswith("sdpa:") or backend.startswith("flex"):
+        return "padded"
+    return "ideal"
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """One variant's split plan at one shape (see the module docstring)."""
+
+    family: str
+    num_kv_heads: int
+    page_size: int
+    head_dim: int
+    kv_bytes_per_token: int
+    """K and V of one token, all KV heads of the call."""
+    num_sms: int = DEFAULT_NUM_SMS
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"family={self.family!r}; allowed: {', '.join(FAMILIES)}")
+
+    @property
+    def padded(self) -> bool:
+        return self.family == "padded"
+
+    @property
+    def slots(self) -> int:
+        return _BLOCKS_PER_SM[self.family] * self.num_sms
+
+    def work(self, n: int, kv_total: int, kv_max: int) -> tuple[float, float, float]:
+        """(KV tokens read, longest work unit in tokens, work units) of one call."""
+        if n <= 0:
+            return 0.0, 0.0, 0.0
+        h, mx = self.num_kv_heads, float(kv_max)
+        total = float(n) * mx if self.padded else float(kv_total)
+        if self.family in ("flashinfer-decode", "flashinfer-prefill"):
+            return (total, *_flashinfer_split(self.family, n, total, mx, h, self.page_size,
+                                              self.slots))  # fmt: skip
+        if self.family == "fa3":
+            return (total, *_fa3_split(n, total, mx, h, self.head_dim, self.num_sms))
+        units = max(float(n * h), min(float(self.slots), total * h / 128.0))
+        return total, min(mx, max(total * h / units, 1.0)), units
+
+    def features(self, n: int, kv_total: int, kv_max: int) -> tuple[float, float, float]:
+        """(kv_mb, crit_mb, splits) of one call."""
+        total, unit, units = self.work(n, kv_total, kv_max)
+        if n <= 0:
+            return 0.0, 0.0, 0.0
+        per_mb = self.kv_bytes_per_token / self.num_kv_heads / 1e6
+        share = total * self.num_kv_heads / self.slots
+        return (
+            total * self.kv_bytes_per_token / 1e6,
+            max(unit, share) * per_mb,
+            max(0.0, units - n * self.num_kv_heads),
+        )
+
+    def feature_matrix(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
+        """`features` of many calls `[calls, 3]`."""
+        n_a, t_a, m_a = (np.asarray(v, dtype=np.int64).ravel() for v in (n, kv_total, kv_max))
+        out = np.zeros((n_a.size, len(PLAN_FEATURES_OF_DECODE)))
+        for i, (a, b, c) in enumerate(zip(n_a.tolist(), t_a.tolist(), m_a.tolist(), strict=True)):
+            out[i] = self.features(a, b, c)
+        return out
+
+    def describe(self) -> dict[str, object]:
+        return {"family": self.family, "slots": self.slots, "num_sms": self.num_sms}
+
+
+def _flashinfer_split(
+    family: str, n: int, total: float, mx: float, h: int, page: int, grid: int
+) -> tuple[float, float]:
+    """(longest unit tokens, units) of FlashInfer's chunk search, from the batch summary: the
+    sum of ceil(pages_i / chunk) is taken as total_pages / chunk + n / 2 (half a page of rounding
+    per request)."""
+    max_pages = max(1, math.ceil(mx / page))
+    per_head = grid // h
+    if family == "flashinfer-decode" and n * h >= grid:
+        return mx, float(n * h)
+    lo = max(128 // page, 1)
+    pages = total / page + n / 2.0
+    room = per_head - n / 2.0
+    chunk = max_pages if room <= 0 else max(lo, math.ceil(pages / room))
+    chunk = min(chunk, max_pages)
+    units = max(float(n), min(pages / chunk + n / 2.0, float(n) * max_pages))
+    return min(mx, float(chunk * page)), units * h
+
+
+def _fa3_block_n(head_dim: int) -> int:
+    """FA3's KV tile on sm90 (hopper/tile_size.h: 176 up to d128 when not causal, else 128)."""
+    return 176 if head_dim <= 128 else 128
+
+
+@lru_cache(maxsize=65536)
+def fa3_num_splits(total_mblocks: int, num_sms: int, num_n_blocks: int) -> int:
+    """hopper/heuristics.h num_splits_heuristic for decode (one m-block, not causal)."""
+    if total_mblocks >= 0.8 * num_sms or num_n_blocks <= 4:
+        return 1
+    max_splits = min(128, num_sms, num_n_blocks)
+    eff = []
+    for s in range(1, max_splits + 1):
+        waves = total_mblocks * s / num_sms
+        eff.append(waves / math.ceil(waves))
+    best = max(eff)
+    return next(s for s, e in enumerate(eff, start=1) if e >= 0.85 * best)
+
+
+def _fa3_split(
+    n: int, total: float, mx: float, h: int, head_dim: int, num_sms: int
+) -> tuple[float, float]:
+    bn = _fa3_block_n(head_dim)
+    nb_max = max(1, math.ceil(mx / bn))
+    splits = fa3_num_splits(n * h, num_sms, nb_max)
+    if splits == 1:
+        return mx, float(n * h)
+    blocks = total / bn + n / 2.0
+    per_sm = max(1, math.ceil(blocks * 1.1 * h / num_sms))
+    longest = max(1, min(math.ceil(nb_max / per_sm), splits))
+    unit = min(mx, float(math.ceil(nb_max / longest) * bn))
+    units = max(float(n), min(float(n * splits), blocks / per_sm + n / 2.0))
+    return unit, units * h
