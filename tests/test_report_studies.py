@@ -277,7 +277,8 @@ def test_recommendation_first_decision_before_evidence(tmp_path: Path) -> None:
     md = md_path.read_text()
     assert md.index("## Recommendation") < md.index("## Overview")
     rec = md.split("## Recommendation\n", 1)[1].split("\n## ", 1)[0]
-    assert rec.index("**Decision**") < rec.index("vllm serve") < rec.index("decision matrix")
+    # the deployable engine choice leads (issue 21), then the library-level plan
+    assert rec.index("**vLLM**") < rec.index("**Decision**") < rec.index("decision matrix")
     nav = re.search(r"<nav>(.*?)</nav>", html_path.read_text(), re.S)
     assert nav is not None
     assert nav.group(1).index("Recommendation") < nav.group(1).index("Overview")

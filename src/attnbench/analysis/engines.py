@@ -110,8 +110,10 @@ def export_vllm(plan: Plan) -> EngineExport:
             out.args += ["--attention-backend", name]
         if name == "FLASHINFER" and _variant(dec):
             out.notes.append(
-                f"measured FlashInfer variant `{_variant(dec)}`; vLLM's FLASHINFER backend picks "
-                "FlashInfer's kernels itself (not selectable by a flag)"
+                f"measured FlashInfer variant `{_variant(dec)}`, but on Hopper vLLM's FLASHINFER "
+                "backend runs the tensor-core decode wrapper (flashinfer:tc) and the paged "
+                "prefill wrapper (flashinfer:auto) whatever was measured: "
+                "`attnbench recommend --engine vllm` ranks what it runs"
             )
     if pre and dec and pre != dec:
         pen = plan.prefill_penalty
@@ -158,8 +160,10 @@ def export_sglang(plan: Plan) -> EngineExport:
     for role, backend in (("prefill", pre), ("decode", dec)):
         if _lib(backend) == "flashinfer" and _variant(backend):
             out.notes.append(
-                f"{role}: measured FlashInfer variant `{_variant(backend)}`; SGLang's flashinfer "
-                "backend chooses FlashInfer's kernels itself"
+                f"{role}: measured FlashInfer variant `{_variant(backend)}`, but SGLang's "
+                "flashinfer backend runs its own paths (decode: fa2 wrapper, tensor cores for "
+                "fp8 KV or group >= 4, page size 1): `attnbench recommend --engine sglang` "
+                "ranks what it runs"
             )
         if _lib(backend) == "sdpa":
             out.notes.append(f"{role}: torch_native is SGLang's SDPA path (no native paging)")

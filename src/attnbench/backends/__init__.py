@@ -23,10 +23,13 @@ _MODULES: dict[str, str] = {
     "sdpa-mla": "attnbench.backends.sdpa_mla",
     "flashinfer-mla": "attnbench.backends.flashinfer_mla",
     "flash-attn-mla": "attnbench.backends.fa3_mla",
+    "vllm": "attnbench.backends.engine_vllm",
+    "sglang": "attnbench.backends.engine_sglang",
 }
 """Modules whose variants set `hidden = True` (fault injection) are left out of `all`. The MLA
 modules' variants carry their library's name (`sdpa:mla`, `flashinfer:mla-fa2`,
-`flash-attn:mla`), so `--backend flashinfer` selects them with the others."""
+`flash-attn:mla`), so `--backend flashinfer` selects them with the others. `vllm` and `sglang`
+are the engines' own paths (`engine_paths`): `vllm:flashinfer`, `sglang:fa3`..."""
 
 __all__ = [
     "Backend",

@@ -204,9 +204,19 @@ def recommend(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the decision as JSON.")
     ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="vllm or sglang: rank only what that engine deploys (its backends' own kernel "
+            "paths), with the command line, per CUDA-graph bucket."
+        ),
+    ] = None,
 ) -> None:
     """Decision matrix per workload class, crossovers, hybrid plan and vLLM/SGLang flags,
     all derived from rows that passed the accuracy gate."""
+    if engine is not None:
+        _recommend_engine(results, json_out, engine)
+        return
     from attnbench.analysis.hybrid import recommend as decide
     from attnbench.report.per_model_section import model_blocks
     from attnbench.report.sections import recommendation_blocks
@@ -226,6 +236,31 @@ def recommend(
         from attnbench.results import dumps
 
         write_output(json_out, dumps([_as_json(r) for r in recs], indent=2) + "\n", "--json")
+        console.print(f"decision written to {escape(str(json_out))}", highlight=False)
+
+
+def _recommend_engine(results: list[Path] | None, json_out: Path | None, engine: str) -> None:
+    from attnbench.analysis.engine_rank import rank_engine
+    from attnbench.backends.engine_paths import ENGINES
+    from attnbench.report.engine_section import engine_blocks, engine_json
+
+    name = engine.strip().lower()
+    if name not in ENGINES:
+        fail(f"--engine={engine!r} is not known; allowed: {', '.join(ENGINES)}")
+    if json_out is not None:
+        check_output_file(json_out, "--json")
+    loaded = _load(results)
+    recs = rank_engine(loaded.frame, "vllm" if name == "vllm" else "sglang")
+    if not recs:
+        fail("no row passed the accuracy gate: nothing to recommend from")
+    for rec in recs:
+        console.rule(f"[bold]{escape(rec.gpu)}")
+        for block in engine_blocks(rec):
+            _print_block(block)
+    if json_out:
+        from attnbench.results import dumps
+
+        write_output(json_out, dumps([engine_json(r) for r in recs], indent=2) + "\n", "--json")
         console.print(f"decision written to {escape(str(json_out))}", highlight=False)
 
 

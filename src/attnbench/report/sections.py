@@ -31,6 +31,7 @@ from attnbench.report.blocks import (
     Text,
     register_section,
 )
+from attnbench.report.engine_section import deployable_blocks
 from attnbench.report.table import short_case
 
 MAX_TABLE_ROWS = 60
@@ -188,7 +189,11 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
 @register_section("Recommendation", order=5)
 def recommendation(data: ReportData) -> Section | None:
     rec = cached_recommendation(data)
-    return Section("Recommendation", recommendation_blocks(rec)) if rec else None
+    if rec is None:
+        return None
+    # What vLLM and SGLang can deploy leads; the library-level plan follows (issue 21).
+    blocks = deployable_blocks(data.ok, data.gpu) + recommendation_blocks(rec)
+    return Section("Recommendation", blocks)
 
 
 def _case_order(r: pd.Series) -> tuple[Any, ...]:

@@ -1,0 +1,340 @@
+"""What vLLM and SGLang run on Hopper for each engine setting, as attnbench variants and knobs.
+
+Each engine setting (attention backend, KV dtype, block/page size, CUDA-graph capture, draft
+verification) maps to the FlashInfer wrapper or FA3 call the engine makes, read from the
+engines' source at the commits in `SOURCES` (the file and what was read are cited per rule).
+The mapping is data plus a few pure rules (no torch): `kernel_path` answers, for an engine
+variant and a case, which raw attnbench variant with which knobs reproduces the engine's call,
+or why the engine would not run that case that way. The engine variants
+(`backends.engine_variant`) run exactly that; `analysis.engine_rank` maps raw rows onto engine
+paths only where a row's variant and knobs are the path.
+
+Hopper facts read from the source (SM90; trtllm-gen kernels are SM100-only, so vLLM's
+`use_trtllm_attention` is False and neither engine's TRT-LLM paths apply):
+
+- vLLM FLASHINFER: decode through `BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)`
+  for every group size (flashinfer.py `_get_decode_wrapper`: "Tensor cores are enabled by
+  default"), one wrapper per captured batch size with `use_cuda_graph=True` when the decode
+  CUDA-graph mode is FULL (the default FULL_AND_PIECEWISE), planned with `fixed_split_size=-1`
+  and `disable_split_kv=False` (unless batch-invariant mode); prefill/append and draft
+  verification (no spec-as-decode without TRT-LLM) through `BatchPrefillWithPagedKVCacheWrapper`
+  with its default backend (`auto`); cascade disabled (`use_cascade_attention` returns False).
+  Kernel block sizes 16, 32, 64; head sizes 64, 128, 256; no attention sinks.
+- vLLM FLASH_ATTN (FA3 on SM90): `flash_attn_varlen_func` on the paged cache (`block_table`,
+  `seqused_k`) with scheduler metadata from `get_scheduler_metadata` in the metadata builder
+  (`aot_schedule` when FA3), and `num_splits = 16` (`_DEFAULT_MAX_NUM_SPLITS_FOR_CUDA_GRAPH`)
+  whenever full CUDA graphs are on and the step has at most `max_cudagraph_capture_size`
+  tokens, else 0 (FA3's heuristic). Block size a multiple of 16.
+- SGLang flashinfer: decode wrapper `backend="fa2"`, `use_tensor_cores` by
+  `should_use_tensor_core`: fp8 KV -> True, 16-bit KV -> GQA group size >= 4; token-granular
+  KV indices (page size 1 in every plan call); captured batches plan with
+  `fixed_split_size=None`, `disable_split_kv=False` (unless deterministic inference). Prefill
+  without a cached prefix: `BatchPrefillWithRaggedKVCacheWrapper(backend="auto")` on the new
+  tokens' K/V (fa3 on SM90 for 16-bit q and K/V); draft verification: the paged prefill
+  wrapper `backend="fa2"` with the draft tree's custom mask.
+- SGLang fa3: `flash_attn_with_kvcache` on `page_table` at the server's `--page-size`
+  (default 1), `num_splits=0` (1 only with deterministic inference), no scheduler metadata
+  (FA3 computes it in each call), pack_gqa left to FA3; fp8 KV casts q to fp8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from attnbench.workload.spec import WorkloadSpec
+
+Engine = Literal["vllm", "sglang"]
+ENGINES: tuple[Engine, ...] = ("vllm", "sglang")
+
+
+@dataclass(frozen=True)
+class Source:
+    repo: str
+    commit: str
+    path: str
+
+    def cite(self) -> str:
+        return f"{self.repo} {self.path} @ {self.commit[:8]}"
+
+
+VLLM_FI = Source(
+    "vllm-project/vllm",
+    "00a817ada81626793c9e2432903ee4c5b33ab33a",
+    "vllm/v1/attention/backends/flashinfer.py",
+)
+VLLM_FA = Source(
+    "vllm-project/vllm",
+    "0084b783bcda6d7ee15c337b1062cbee9985c954",
+    "vllm/v1/attention/backends/flash_attn.py",
+)
+VLLM_GRAPHS = Source(
+    "vllm-project/vllm", "002f10e0cfa1373a19a0d2756598a34b700d20e5", "vllm/config/compilation.py"
+)
+SGLANG_FI = Source(
+    "sgl-project/sglang",
+    "0005834cdb2a5b7472789ccbf0d3361b5cf853b8",
+    "python/sglang/srt/layers/attention/flashinfer_backend.py",
+)
+SGLANG_FA = Source(
+    "sgl-project/sglang",
+    "003e7b77aeee2fba80ff241c7f45dcb0e613164d",
+    "python/sglang/srt/layers/attention/flashattention_backend.py",
+)
+SGLANG_ARGS = Source("sgl-project/sglang", "001067ff", "python/sglang/srt/server_args.py")
+SOURCES: tuple[Source, ...] = (VLLM_FI, VLLM_FA, VLLM_GRAPHS, SGLANG_FI, SGLANG_FA, SGLANG_ARGS)
+
+VLLM_MAX_CAPTURE = 512
+"""`max_cudagraph_capture_size` default: min(max_num_seqs * 2, 512) (compilation.py)."""
+VLLM_CUDA_GRAPH_SPLITS = 16
+"""`_DEFAULT_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` (flash_attn.py)."""
+SGLANG_MAX_CAPTURE = {"tp<4": 256, "tp>=4": 512}
+"""`cuda_graph_max_bs` on an H200 (server_args.py, 90-160 GiB class)."""
+
+
+def vllm_capture_sizes(max_size: int = VLLM_MAX_CAPTURE) -> list[int]:
+    """vLLM's default CUDA-graph batch sizes (compilation.py / vllm.py `_set_cudagraph_sizes`)."""
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
+    return [s for s in sizes if s <= max_size]
+
+
+def sglang_capture_sizes(max_bs: int = SGLANG_MAX_CAPTURE["tp<4"]) -> list[int]:
+    """SGLang's default CUDA-graph batch sizes without speculative decoding
+    (server_args.py `_generate_cuda_graph_batch_sizes`)."""
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+    return [s for s in sizes if s <= max_bs]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One engine attention backend, as a user selects it."""
+
+    engine: Engine
+    name: str
+    """The engine's backend name (`FLASHINFER`, `FLASH_ATTN`, `flashinfer`, `fa3`)."""
+    variant: str
+    """The attnbench engine variant that reproduces it (`vllm:flashinfer`, ...)."""
+    page_sizes: tuple[int, ...] | None
+    """Block/page sizes this backend runs (None: any size the kernel takes)."""
+    default_page_size: int
+    sources: tuple[Source, ...]
+    summary: str
+    default: bool = False
+    """The engine's own choice on Hopper for a GQA model when no backend is named."""
+    kv_dtypes: tuple[str, ...] = ("auto", "fp8_e4m3", "fp8_e5m2")
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "vllm",
+        "FLASH_ATTN",
+        "vllm:flash-attn",
+        tuple(range(16, 1025, 16)),
+        16,
+        (VLLM_FA, VLLM_GRAPHS),
+        "FA3 varlen on the paged cache, scheduler metadata per step, num_splits=16 under full "
+        "CUDA graphs (steps of <= 512 tokens), else 0",
+        default=True,
+        kv_dtypes=("auto", "fp8_e4m3"),
+    ),
+    Setting(
+        "vllm",
+        "FLASHINFER",
+        "vllm:flashinfer",
+        (16, 32, 64),
+        16,
+        (VLLM_FI, VLLM_GRAPHS),
+        "decode: FlashInfer decode wrapper on tensor cores, CUDA-graph wrapper per captured "
+        "batch, default split; prefill and verification: paged prefill wrapper, backend auto",
+    ),
+    Setting(
+        "sglang",
+        "fa3",
+        "sglang:fa3",
+        None,
+        1,
+        (SGLANG_FA, SGLANG_ARGS),
+        "FA3 flash_attn_with_kvcache on page_table, num_splits=0, no scheduler metadata",
+        default=True,
+        kv_dtypes=("auto", "fp8_e4m3"),
+    ),
+    Setting(
+        "sglang",
+        "flashinfer",
+        "sglang:flashinfer",
+        (1,),
+        1,
+        (SGLANG_FI, SGLANG_ARGS),
+        "decode: fa2 decode wrapper, tensor cores for fp8 KV or group >= 4, page size 1, "
+        "CUDA-graph wrapper per captured batch; prefill: ragged wrapper (fa3 on SM90); "
+        "verification: paged fa2 prefill with the tree mask",
+    ),
+)
+
+
+def setting(variant: str) -> Setting:
+    for s in SETTINGS:
+        if s.variant == variant:
+            return s
+    allowed = ", ".join(s.variant for s in SETTINGS)
+    raise ValueError(f"engine variant {variant!r} is not known; allowed: {allowed}")
+
+
+def default_setting(engine: Engine) -> Setting:
+    return next(s for s in SETTINGS if s.engine == engine and s.default)
+
+
+@dataclass(frozen=True)
+class KernelPath:
+    """The raw attnbench variant and knobs that are the engine's call for one case."""
+
+    variant: str
+    knobs: Mapping[str, object]
+    why: str
+    """The engine rule that chose it (one line, with the source file)."""
+
+
+_FI_GRAPH: dict[str, object] = {
+    "use_cuda_graph": True,
+    "disable_split_kv": False,
+    "fixed_split_size": None,
+}
+_FI_SPLIT: dict[str, object] = {"disable_split_kv": False, "fixed_split_size": None}
+
+
+def _is_chain(spec: WorkloadSpec) -> bool:
+    tree = spec.tree
+    return tree is not None and all(p == i - 1 for i, p in enumerate(tree.parents))
+
+
+def _single_token(spec: WorkloadSpec) -> bool:
+    return spec.kind in ("decode", "shared_prefix") and all(q == 1 for q in spec.qo_lens)
+
+
+def sglang_tensor_cores(spec: WorkloadSpec) -> bool:
+    """SGLang's `should_use_tensor_core`: fp8 KV, or 16-bit KV with GQA group size >= 4."""
+    return spec.is_fp8 or spec.group_size >= 4
+
+
+def _common(s: Setting, spec: WorkloadSpec) -> str | None:
+    who = f"{s.variant} ({s.engine} --attention-backend {s.name})"
+    if spec.mla is not None:
+        return f"{who}: MLA models run on the engine's MLA backends, not this one"
+    if spec.sinks:
+        return f"{who}: attention sinks are not served by this backend on Hopper"
+    reads_cache = not (s.variant == "sglang:flashinfer" and spec.kind == "prefill")
+    if reads_cache and s.page_sizes is not None and spec.page_size not in s.page_sizes:
+        shown = ", ".join(str(p) for p in s.page_sizes[:4]) + (
+            ", ..." if len(s.page_sizes) > 4 else ""
+        )
+        return f"{who}: page_size={spec.page_size}; the engine runs this backend at {shown}"
+    kv = "auto" if not spec.is_fp8 else spec.kv_dtype
+    if kv not in s.kv_dtypes:
+        return f"{who}: kv_dtype={spec.kv_dtype}; allowed: {', '.join(s.kv_dtypes)}"
+    if spec.kind == "tree" and not _is_chain(spec) and s.engine == "vllm":
+        return f"{who}: vLLM verifies draft chains causally; tree-shaped drafts are not run"
+    return None
+
+
+def engine_page_size(variant: str, spec: WorkloadSpec) -> int:
+    """The page size the engine runs a case at: SGLang's flashinfer backend indexes tokens
+    (page size 1) whatever `--page-size` says, and its ragged prefill reads no pages."""
+    return 1 if variant == "sglang:flashinfer" else spec.page_size
+
+
+def kernel_path(variant: str, spec: WorkloadSpec) -> KernelPath | str:
+    """The raw variant + knobs that reproduce engine variant `variant` on `spec`, or why the
+    engine would not run this case through that backend."""
+    s = setting(variant)
+    why = _common(s, spec)
+    if why:
+        return why
+    return _RULES[variant](spec)
+
+
+def _vllm_flashinfer(spec: WorkloadSpec) -> KernelPath | str:
+    cite = VLLM_FI.cite()
+    if _single_token(spec):
+        return KernelPath(
+            "flashinfer:tc",
+            _FI_GRAPH,
+            f"decode wrapper, use_tensor_cores=True, CUDA graph ({cite})",
+        )
+    return KernelPath(
+        "flashinfer:auto",
+        {},
+        f"paged prefill wrapper, backend auto; no spec-as-decode on SM90 ({cite})",
+    )
+
+
+def _vllm_flash_attn(spec: WorkloadSpec) -> KernelPath | str:
+    graphs = spec.total_q <= VLLM_MAX_CAPTURE
+    splits = VLLM_CUDA_GRAPH_SPLITS if graphs else 0
+    rule = "<=" if graphs else ">"
+    return KernelPath(
+        "flash-attn:fa3",
+        {"num_splits": splits, "pack_gqa": None, "scheduler_metadata": True},
+        f"{spec.total_q} tokens {rule} {VLLM_MAX_CAPTURE}: num_splits={splits}, scheduler "
+        f"metadata per step ({VLLM_FA.cite()})",
+    )
+
+
+def _sglang_flashinfer(spec: WorkloadSpec) -> KernelPath | str:
+    cite = SGLANG_FI.cite()
+    if _single_token(spec):
+        tc = sglang_tensor_cores(spec)
+        knobs = _FI_GRAPH if tc else {"use_cuda_graph": True}
+        rule = "fp8 KV" if spec.is_fp8 else f"group size {spec.group_size} {'>=' if tc else '<'} 4"
+        variant = "flashinfer:tc" if tc else "flashinfer:fa2"
+        return KernelPath(
+            variant, knobs, f"decode wrapper fa2, tensor cores={tc} ({rule}) ({cite})"
+        )
+    if spec.kind == "prefill":
+        if spec.is_fp8:
+            return (
+                "sglang:flashinfer: SGLang's ragged prefill reads the new tokens' K/V in the "
+                "model dtype, not the fp8 cache; measure prefill with a 16-bit KV cache"
+            )
+        return KernelPath(
+            "flashinfer:ragged-fa3", {}, f"ragged prefill wrapper, auto -> fa3 on SM90 ({cite})"
+        )
+    if spec.kind == "tree":
+        return KernelPath(
+            "flashinfer:fa2", _FI_SPLIT, f"verify: paged fa2 prefill, custom mask ({cite})"
+        )
+    return (
+        f"sglang:flashinfer: kind={spec.kind} runs as ragged (new tokens) + paged fa2 (cached "
+        "prefix) merged by LSE in SGLang; no attnbench variant is that composition"
+    )
+
+
+def _sglang_fa3(spec: WorkloadSpec) -> KernelPath | str:
+    return KernelPath(
+        "flash-attn:fa3",
+        {"num_splits": 0, "pack_gqa": None, "scheduler_metadata": False},
+        f"flash_attn_with_kvcache, num_splits=0, no scheduler metadata ({SGLANG_FA.cite()})",
+    )
+
+
+_RULES = {
+    "vllm:flashinfer": _vllm_flashinfer,
+    "vllm:flash-attn": _vllm_flash_attn,
+    "sglang:flashinfer": _sglang_flashinfer,
+    "sglang:fa3": _sglang_fa3,
+}
+
+
+def command(s: Setting, kv_dtype: str, page_size: int) -> str:
+    """The launch command for setting `s` with this KV dtype and page size."""
+    kv = kv_dtype if kv_dtype.startswith("fp8") else "auto"
+    if s.engine == "vllm":
+        return (
+            f"vllm serve MODEL --attention-backend {s.name} --kv-cache-dtype {kv} "
+            f"--block-size {page_size}"
+        )
+    return (
+        f"python -m sglang.launch_server --model-path MODEL --attention-backend {s.name} "
+        f"--kv-cache-dtype {kv} --page-size {page_size}"
+    )

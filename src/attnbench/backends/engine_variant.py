@@ -1,0 +1,106 @@
+"""Engine variants: `vllm:flashinfer`, `vllm:flash-attn`, `sglang:flashinfer`, `sglang:fa3`.
+
+Each runs, for a case, the raw attnbench variant and knobs that are the engine's own call on
+Hopper (`engine_paths.kernel_path`: the FlashInfer wrapper with the engine's tensor-core rule,
+CUDA-graph mode and split settings, or FA3 with the engine's num_splits and scheduler
+metadata), and refuses, with the reason, a case the engine would not run through that backend
+(a page size it does not use, fp8 e5m2 on FA3, a draft tree vLLM does not verify). The row
+records the engine path in its details (`engine_path`, `engine_rule`). The variants take no
+knobs: the engine fixes them. The raw variants are unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import cast
+
+from attnbench.backends.base import Backend, PlannedRun, Unsupported
+from attnbench.backends.engine_paths import KernelPath, Setting, kernel_path, setting
+from attnbench.measure.hardware import DeviceInfo
+from attnbench.workload.inputs import AttentionInputs
+from attnbench.workload.spec import WorkloadSpec
+
+__all__ = ["EngineVariant", "engine_backends"]
+
+
+def raw_backend(name: str) -> Backend:
+    """The raw variant `name` (`flashinfer:tc`, `flash-attn:fa3`...)."""
+    from attnbench.backends import flash_attn, flashinfer
+
+    found: list[object] = [*flashinfer.backends(), *flash_attn.backends()]
+    for b in found:
+        if getattr(b, "name", None) == name:
+            return cast(Backend, b)
+    raise ValueError(f"no raw variant {name!r}")
+
+
+class EngineVariant:
+    """One engine attention backend as the engine runs it on Hopper."""
+
+    devices: tuple[str, ...] = ("cuda",)
+
+    def __init__(self, variant: str) -> None:
+        self.setting: Setting = setting(variant)
+        self.name = variant
+        self.summary = self.setting.summary
+        self.knobs: Mapping[str, tuple[object, ...]] = {}
+
+    def __repr__(self) -> str:
+        return f"EngineVariant({self.name!r})"
+
+    def _raw_names(self) -> list[str]:
+        return {
+            "vllm:flashinfer": ["flashinfer:tc", "flashinfer:auto"],
+            "vllm:flash-attn": ["flash-attn:fa3"],
+            "sglang:flashinfer": ["flashinfer:tc", "flashinfer:ragged-fa3"],
+            "sglang:fa3": ["flash-attn:fa3"],
+        }[self.name]
+
+    def available(self) -> str | None:
+        """None when the library behind the engine's kernels runs here, else why not."""
+        for raw in self._raw_names():
+            why = raw_backend(raw).available()
+            if why is not None:
+                return why
+        return None
+
+    def describe(self) -> str:
+        cites = "; ".join(s.cite() for s in self.setting.sources)
+        return f"{self.setting.summary} (from {cites})"
+
+    def path(self, spec: WorkloadSpec) -> KernelPath | str:
+        return kernel_path(self.name, spec)
+
+    def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
+        found = self.path(spec)
+        if isinstance(found, str):
+            return Unsupported(found)
+        refused = raw_backend(found.variant).check(spec, device)
+        if refused is not None:
+            return Unsupported(f"{self.name} runs {found.variant}: {refused.reason}")
+        return None
+
+    def plan(
+        self,
+        spec: WorkloadSpec,
+        inputs: AttentionInputs,
+        knobs: Mapping[str, object] | None = None,
+    ) -> PlannedRun:
+        if knobs:
+            raise ValueError(
+                f"{self.name} takes no knobs (the engine fixes them: {sorted(knobs)} given); "
+                "tune the raw variants instead"
+            )
+        found = self.path(spec)
+        if isinstance(found, str):
+            raise ValueError(f"{self.name} cannot run this case: {found}")
+        planned = raw_backend(found.variant).plan(spec, inputs, dict(found.knobs))
+        planned.details["engine_path"] = found.variant
+        planned.details["engine_rule"] = found.why
+        return planned
+
+
+def engine_backends(engine: str) -> list[EngineVariant]:
+    from attnbench.backends.engine_paths import SETTINGS
+
+    return [EngineVariant(s.variant) for s in SETTINGS if s.engine == engine]
