@@ -256,3 +256,80 @@ def _live(
         fail(str(exc))
     console.print(live_table(res))
     return res
+
+
+@app.command("replay-validate")
+def replay_validate(
+    results: Annotated[
+        list[Path] | None, Arg(help="Results files or folders with calibration rows.")
+    ] = None,
+    trace: Annotated[
+        list[str] | None, Opt("--trace", help="Traces to draw from; repeatable (default: four).")
+    ] = None,
+    steps: Annotated[int, Opt(min=1, help="Steps to draw per variant (over all traces).")] = 60,
+    limit: Annotated[int | None, Opt(min=1, help="Replay the first N requests of each.")] = 2000,
+    backend: Annotated[list[str] | None, Opt("--backend", "-b", help="Variants.")] = None,
+    model: Annotated[str, Opt(help="Model shape.")] = "llama-3.1-70b",
+    tp: Annotated[int, Opt(min=1, help="Tensor-parallel degree.")] = 8,
+    kv_dtype: Annotated[str, Opt(help="KV-cache dtype.")] = "bfloat16",
+    out: Annotated[Path, Opt(help="The validation document (JSON).")] = Path(
+        "results/replay/validation.json"
+    ),
+    device: Annotated[str, Opt(help="auto, cuda, cuda:N.")] = "auto",
+) -> None:
+    """Draw replayed decode steps from several traces, time each on the GPU with every variant
+    and report each cost model's per-step error (median, p90) against the target."""
+    import json
+
+    from attnbench.analysis.frame import NoResultsError, resolve_paths
+    from attnbench.cli.replay_tables import escape
+    from attnbench.replay.deployment import Deployment
+    from attnbench.replay.document import ReplayConfig
+    from attnbench.replay.pipeline import ReplayError, run_replay
+    from attnbench.replay.validate import (
+        TRACES,
+        draw_steps,
+        error_stats,
+        gpu_timer,
+        measure,
+        validation_document,
+    )
+    from attnbench.results import provenance
+
+    _check_live_device(device)
+    check_output_file(out, "--out")
+    traces = list(trace or TRACES)
+    try:
+        paths = resolve_paths([str(p) for p in results] if results else None)
+        dep = Deployment(model=model, tp=tp, kv_dtype=kv_dtype)
+    except (NoResultsError, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    sims, models = {}, {}
+    for t in traces:
+        cfg = ReplayConfig(trace=t, limit=limit, deployment=dep, backends=tuple(backend or ()))
+        try:
+            with console.status(f"replaying {t}"):
+                outcome = run_replay(cfg, paths)
+        except (ReplayError, ValueError) as exc:
+            fail(str(exc))
+        sims[t] = outcome.study.sims[outcome.study.main]
+        models = outcome.study.models
+    drawn = draw_steps(sims, dep, -(-steps // len(traces)))
+    try:
+        timer, close, _ = gpu_timer(device, str(out.with_suffix(".jsonl")))
+    except (RuntimeError, ValueError) as exc:
+        fail(str(exc))
+    try:
+        errs = measure(drawn, models, timer, lambda msg: console.print(f"[dim]{escape(msg)}[/]"))
+    finally:
+        close()
+    doc = validation_document(errs, traces, models, provenance(), [str(p) for p in paths])
+    write_output(out, json.dumps(doc, indent=1, default=str) + "\n", "--out")
+    for name, s in error_stats(errs).items():
+        console.print(
+            f"{escape(name)}: {s['measured']} steps, median |err| {s['median_abs_err']:.1%}, "
+            f"p90 {s['p90_abs_err']:.1%}, outside range {s['outside_share']:.0%}"
+            f"{'' if s['meets_target'] else '  (misses the target)'}",
+            highlight=False,
+        )
+    console.print(f"validation -> {escape(str(out))}", highlight=False)

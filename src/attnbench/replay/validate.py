@@ -1,0 +1,211 @@
+"""`attnbench replay-validate`: the cost models' per-step error at scale, measured on the GPU.
+
+Steps are drawn from replays of several traces (Azure code, Azure conv, Mooncake and the
+450-agent stream by default): from each, `per_trace` decode steps at evenly spaced quantiles
+of their total KV (`live.sample_steps`), so the draw spans small and large, short and skewed
+batches. Every drawn step's exact decode batch is timed with every variant (a `Timer`: on the
+GPU, `sweep.run_case`, the same engine as `attnbench run`; in tests a fake) and compared with
+the variant's model: error = predicted / measured - 1, per call (one layer). Per variant the
+document gives the median and p90 absolute error, the share of steps outside the calibration
+rows' range, and whether it meets the target (median <= 5%, p90 <= 10%).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnbench.replay.costmodel import AttentionCostModel
+from attnbench.replay.deployment import Deployment
+from attnbench.replay.live import predict, sample_steps, step_spec
+from attnbench.replay.simresult import SimResult
+from attnbench.workload.spec import WorkloadSpec
+
+SCHEMA = "attnbench.replay-validation/1"
+TRACES = ("azure-code", "azure-conv", "mooncake-conv", "agents:450")
+TARGET_MEDIAN = 0.05
+TARGET_P90 = 0.10
+MIN_STEPS = 50
+
+Timer = Callable[[WorkloadSpec, list[str]], Mapping[str, float | None]]
+"""Measured per-call latency (us) of each named variant on one batch; None where it failed."""
+
+
+@dataclass(frozen=True)
+class DrawnStep:
+    trace: str
+    step: int
+    spec: WorkloadSpec
+
+
+@dataclass(frozen=True)
+class StepError:
+    trace: str
+    step: int
+    backend: str
+    requests: int
+    kv_total: int
+    kv_max: int
+    predicted_us: float
+    measured_us: float | None
+    outside: bool
+    """The step lies beyond the calibration rows' range (the model extrapolates)."""
+
+    @property
+    def rel_err(self) -> float | None:
+        if not self.measured_us:
+            return None
+        return self.predicted_us / self.measured_us - 1.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "trace": self.trace,
+            "step": self.step,
+            "backend": self.backend,
+            "requests": self.requests,
+            "kv_total": self.kv_total,
+            "kv_max": self.kv_max,
+            "predicted_us": self.predicted_us,
+            "measured_us": self.measured_us,
+            "rel_err": self.rel_err,
+            "outside": self.outside,
+        }
+
+
+def draw_steps(sims: Mapping[str, SimResult], dep: Deployment, per_trace: int) -> list[DrawnStep]:
+    """`per_trace` decode steps of each trace's replay, distinct batches, in trace order."""
+    out: list[DrawnStep] = []
+    for trace, sim in sims.items():
+        seen: set[str] = set()
+        for step in sample_steps(sim, per_trace):
+            spec = step_spec(sim, step, dep)
+            if spec.case_id not in seen:
+                seen.add(spec.case_id)
+                out.append(DrawnStep(trace, step, spec))
+    return out
+
+
+def measure(
+    drawn: list[DrawnStep],
+    models: Mapping[str, AttentionCostModel],
+    timer: Timer,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> list[StepError]:
+    """Time every drawn step with every variant that has a decode model."""
+    names = sorted(n for n, m in models.items() if m.decode is not None)
+    out: list[StepError] = []
+    for i, d in enumerate(drawn):
+        s = d.spec
+        progress(f"step {i + 1}/{len(drawn)} ({d.trace}): {s.batch_size} requests, {s.total_kv} KV")
+        measured = timer(s, names)
+        n, kv = np.array([s.batch_size]), np.array(s.kv_lens)
+        for name in names:
+            m = models[name]
+            far = m.decode_extrapolation(n, np.array([kv.sum()]), np.array([kv.max()]))[0]
+            out.append(
+                StepError(
+                    trace=d.trace,
+                    step=d.step,
+                    backend=name,
+                    requests=s.batch_size,
+                    kv_total=s.total_kv,
+                    kv_max=int(kv.max()),
+                    predicted_us=predict(m, s)[0],
+                    measured_us=measured.get(name),
+                    outside=bool(far > 1.0),
+                )
+            )
+    return out
+
+
+def error_stats(steps: list[StepError]) -> dict[str, dict[str, float | int | bool]]:
+    """Per variant: steps drawn and measured, median / p90 / max absolute error, mean error,
+    the share outside the calibration range, and whether it meets the target."""
+    out: dict[str, dict[str, float | int | bool]] = {}
+    for name in sorted({s.backend for s in steps}):
+        mine = [s for s in steps if s.backend == name]
+        errs = np.array([e for s in mine if (e := s.rel_err) is not None])
+        some = errs.size > 0
+        med = float(np.median(np.abs(errs))) if some else math.nan
+        p90 = float(np.quantile(np.abs(errs), 0.9)) if some else math.nan
+        out[name] = {
+            "steps": len(mine),
+            "measured": int(errs.size),
+            "median_abs_err": med,
+            "p90_abs_err": p90,
+            "max_abs_err": float(np.abs(errs).max()) if some else math.nan,
+            "mean_err": float(errs.mean()) if some else math.nan,
+            "outside_share": sum(s.outside for s in mine) / len(mine),
+            "meets_target": bool(
+                errs.size >= MIN_STEPS and med <= TARGET_MEDIAN and p90 <= TARGET_P90
+            ),
+        }
+    return out
+
+
+def validation_document(
+    steps: list[StepError],
+    traces: list[str],
+    models: Mapping[str, AttentionCostModel],
+    provenance: dict[str, object],
+    sources: list[str],
+) -> dict[str, object]:
+    """The committed validation file: provenance, the models, every step, the statistics."""
+    return {
+        "schema": SCHEMA,
+        "provenance": provenance,
+        "traces": traces,
+        "sources": sources,
+        "target": {"median_abs_err": TARGET_MEDIAN, "p90_abs_err": TARGET_P90, "steps": MIN_STEPS},
+        "models": [m.as_dict() for _, m in sorted(models.items())],
+        "summary": error_stats(steps),
+        "steps": [s.as_dict() for s in steps],
+    }
+
+
+def gpu_timer(device: str, rows_path: str) -> tuple[Timer, Callable[[], None], str]:
+    """A Timer that runs each batch through `sweep.run_case` on the GPU, writing every row to
+    `rows_path` (a results file); (timer, close, GPU name). RuntimeError without CUDA."""
+    from pathlib import Path
+
+    from attnbench.backends import select_backends
+    from attnbench.measure.config import MeasureConfig
+    from attnbench.measure.hardware import detect, resolve_device
+    from attnbench.results import Header, ResultWriter, provenance
+    from attnbench.run.sweep import SweepContext, run_case
+
+    dev, _ = resolve_device(device)
+    info = detect(dev)
+    if info.kind != "cuda":
+        raise RuntimeError("replay-validate needs a CUDA GPU (it measures the drawn steps on it)")
+    path = Path(rows_path)
+    writer = ResultWriter(path)
+    writer.__enter__()
+    writer.write(
+        Header(
+            run_id=path.stem,
+            provenance=provenance(),
+            settings={"replay_validate": True},
+            device=info.as_dict(),
+        )
+    )
+    ctx = SweepContext(
+        run_id=path.stem, info=info, measure_cfg=MeasureConfig(), on_row=writer.write
+    )
+    cache: dict[str, object] = {}
+
+    def timer(spec: WorkloadSpec, names: list[str]) -> dict[str, float | None]:
+        missing = [n for n in names if n not in cache]
+        for b in select_backends(missing) if missing else []:
+            cache[b.name] = b
+        backends = [cache[n] for n in names if n in cache]
+        rows = run_case(spec, backends, ctx)  # type: ignore[arg-type]
+        return {r.backend: (r.latency_us if r.status == "ok" else None) for r in rows}
+
+    def close() -> None:
+        writer.__exit__(None, None, None)
+
+    return timer, close, info.name

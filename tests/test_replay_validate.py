@@ -1,0 +1,94 @@
+"""`replay-validate` on CPU: steps drawn from four traces' replays, timed by a fake timer that
+follows a known model, and the per-variant error statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import replay_rows as rr
+from attnbench.cli.app import app
+from attnbench.replay.deployment import Deployment
+from attnbench.replay.document import ReplayConfig
+from attnbench.replay.pipeline import run_replay
+from attnbench.replay.validate import (
+    TRACES,
+    StepError,
+    draw_steps,
+    error_stats,
+    measure,
+    validation_document,
+)
+from attnbench.workload.spec import WorkloadSpec
+
+
+@pytest.fixture(scope="module")
+def replays(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, Deployment]:
+    path = tmp_path_factory.mktemp("rows") / "rows.jsonl"
+    rr.write(path)
+    dep = Deployment()
+    sims, models = {}, {}
+    for t in TRACES:
+        outcome = run_replay(ReplayConfig(trace=t, limit=120, deployment=dep), [path])
+        sims[t] = outcome.study.sims[outcome.study.main]
+        models = outcome.study.models
+    return sims, models, dep
+
+
+def test_steps_come_from_every_trace_and_span_the_batches(replays: tuple) -> None:
+    sims, _, dep = replays
+    drawn = draw_steps(sims, dep, 15)
+    assert {d.trace for d in drawn} == set(TRACES)
+    assert len(drawn) >= 50
+    sizes = [d.spec.batch_size for d in drawn]
+    assert min(sizes) == 1
+    assert max(sizes) > 8
+    assert all(d.spec.kind == "decode" for d in drawn)
+
+
+def test_fake_timer_following_the_rows_model_gives_zero_error(replays: tuple) -> None:
+    sims, models, dep = replays
+    drawn = draw_steps(sims, dep, 15)
+
+    def timer(spec: WorkloadSpec, names: list[str]) -> dict[str, float | None]:
+        return {n: rr.decode_us(n, list(spec.kv_lens)) for n in names}
+
+    errs = measure(drawn, models, timer)
+    stats = error_stats(errs)
+    assert set(stats) == set(rr.COEFS)
+    for s in stats.values():
+        assert s["measured"] == len(drawn)
+        assert s["median_abs_err"] < 1e-6
+        assert s["p90_abs_err"] < 1e-6
+        assert s["meets_target"] is True
+    doc = validation_document(errs, list(TRACES), models, {"gpu": "fake"}, ["rows"])
+    assert len(doc["steps"]) == len(drawn) * len(rr.COEFS)  # type: ignore[arg-type]
+
+
+def test_error_statistics_are_median_and_p90_of_absolute_errors() -> None:
+    errs = [
+        StepError("t", i, "b", 1, 10, 10, 100.0 * (1 + e), 100.0, outside=i == 0)
+        for i, e in enumerate(np.linspace(-0.2, 0.2, 41))
+    ]
+    errs.append(StepError("t", 99, "b", 1, 10, 10, 5.0, None, outside=False))  # failed
+    s = error_stats(errs)["b"]
+    abs_errs = np.abs(np.linspace(-0.2, 0.2, 41))
+    assert s["steps"] == 42
+    assert s["measured"] == 41
+    assert s["median_abs_err"] == pytest.approx(np.median(abs_errs))
+    assert s["p90_abs_err"] == pytest.approx(np.quantile(abs_errs, 0.9))
+    assert s["outside_share"] == pytest.approx(1 / 42)
+    assert s["meets_target"] is False  # 41 < 50 steps, and p90 18% > 10%
+
+
+def test_validate_on_cpu_fails_at_once_with_one_line(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        app,
+        ["replay-validate", str(tmp_path), "--device", "cpu", "--out", str(tmp_path / "v.json")],
+    )
+    assert res.exit_code != 0
+    assert "needs a CUDA GPU" in res.output
+    assert "Traceback" not in res.output
