@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli import app
-from attnbench.results import read_results
+from attnbench.results import is_document_path, is_results_path, read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -20,12 +20,14 @@ runner = CliRunner()
 
 
 def committed() -> list[Path]:
-    """results/ files under version control (a run made in this checkout may add others, as
-    the README's first command does in CI)."""
+    """results/ files under version control, plain or gzipped (a run made in this checkout may
+    add others, as the README's first command does in CI)."""
     out = subprocess.run(
         ["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
-    return [ROOT / p for p in out if p.count("/") == 1 and p.endswith((".jsonl", ".json"))]
+    return [
+        ROOT / p for p in out if p.count("/") == 1 and (is_results_path(p) or is_document_path(p))
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +38,7 @@ def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_committed_results_are_real_h200_measurements() -> None:
-    files = [p for p in committed() if p.suffix == ".jsonl"]
+    files = [p for p in committed() if is_results_path(p)]
     assert files
     for f in files:
         rf = read_results(f)

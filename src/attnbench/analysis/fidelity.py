@@ -10,12 +10,13 @@ profiler_kernel_us, ncu: {gpu_time_us, sm_active_pct, achieved_occupancy_pct, ..
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from attnbench.results import read_json
 
 FIDELITY_MIN_US = 50.0
 """Kernels at least this long must agree between engine and profilers ..."""
@@ -49,7 +50,7 @@ def load_documents(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
     out = []
     for p in paths:
         try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
+            doc = read_json(p)
         except (OSError, ValueError):
             continue
         if is_fidelity_document(doc):

@@ -22,13 +22,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.results import Header, ResultRow, is_results_path, is_trials_name, read_results
+from attnbench.results import (
+    DOCUMENT_SUFFIXES,
+    Header,
+    ResultRow,
+    is_document_path,
+    is_results_path,
+    is_trials_name,
+    read_results,
+)
 from attnbench.workload.spec import WorkloadSpec
 
 RESULTS_ENV = "ATTNBENCH_RESULTS"
 DEFAULT_DIR = Path("results")
-EXTRA_SUFFIXES = (".json",)
-"""Other JSON documents next to results (fp8 numerics, replay): handed to report hooks."""
+EXTRA_SUFFIXES = DOCUMENT_SUFFIXES
+"""Other JSON documents next to results (fp8 numerics, replay; `.json` or `.json.gz`): handed
+to report hooks."""
 
 SIXTEEN_BIT = ("float16", "bfloat16")
 
@@ -62,7 +71,7 @@ def _known_file(path: Path) -> bool:
     and the report finds them beside their tuned file."""
     if is_trials_name(path.name):
         return False
-    return is_results_path(path) or path.suffix in EXTRA_SUFFIXES
+    return is_results_path(path) or is_document_path(path)
 
 
 def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
@@ -111,7 +120,7 @@ def load(paths: Iterable[Path]) -> Loaded:
     loaded = Loaded(frame=pd.DataFrame())
     for path in paths:
         loaded.paths.append(path)
-        if not is_results_path(path) and path.suffix in EXTRA_SUFFIXES:
+        if not is_results_path(path) and is_document_path(path):
             loaded.extras.append(path)
             continue
         rf = read_results(path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -59,7 +58,9 @@ def report(
 
     check_output_dir(out, "--out")
     loaded = _load(results)
-    named = {p for p in results or [] if p.suffix == ".json"}
+    from attnbench.results import is_document_path
+
+    named = {p for p in results or [] if is_document_path(p)}
     documents = _documents(loaded.extras, named)
     if loaded.frame.empty and not documents:
         what = "no result rows (only headers)" if loaded.headers else "no result rows"
@@ -83,11 +84,12 @@ def _documents(paths: list[Path], named: set[Path]) -> list[Path]:
     such as `attnbench hw --out` facts, are skipped quietly)."""
     from attnbench.fp8study import DOCUMENT_TYPE
     from attnbench.replay.study import SCHEMA
+    from attnbench.results import read_json
 
     found: list[Path] = []
     for p in paths:
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = read_json(p)
         except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             why = f"not a JSON document ({type(exc).__name__})"
         else:

@@ -14,7 +14,6 @@ Three parts, each kept apart so an error is attributed to its cause:
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -142,7 +141,9 @@ def write_study(doc: dict[str, Any], path: Path) -> Path:
 
 def load_study(path: Path) -> dict[str, Any]:
     """Read a study document back; raises ValueError when it is not one."""
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    from attnbench.results import read_json
+
+    doc = read_json(path)
     if not isinstance(doc, dict) or doc.get("type") != DOCUMENT_TYPE:
         raise ValueError(f"{path}: not an attnbench fp8 study (type != {DOCUMENT_TYPE!r})")
     return doc

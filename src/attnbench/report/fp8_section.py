@@ -3,11 +3,11 @@ error and needle recall within bounds, beside the fp8 kernel speed measured by t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from attnbench.report.blocks import ReportData, Section, Table, Text, register_section
+from attnbench.results import is_document_path, read_json
 
 STUDY_TYPE = "fp8-study"
 
@@ -15,10 +15,10 @@ STUDY_TYPE = "fp8-study"
 def study_docs(paths: list[Path]) -> list[dict[str, Any]]:
     docs = []
     for p in paths:
-        if p.suffix != ".json":
+        if not is_document_path(p):
             continue
         try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
+            doc = read_json(p)
         except (OSError, ValueError):
             continue
         if isinstance(doc, dict) and doc.get("type") == STUDY_TYPE:

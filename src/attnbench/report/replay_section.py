@@ -9,7 +9,6 @@ whose `schema` is the replay's but does not read as one becomes one line naming 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from attnbench.report.blocks import (
     Text,
     register_section,
 )
+from attnbench.results import is_document_path, read_json
 
 
 def load_documents(paths: list[Path]) -> tuple[list[ReplayDocument], list[str]]:
@@ -35,10 +35,10 @@ def load_documents(paths: list[Path]) -> tuple[list[ReplayDocument], list[str]]:
     each file that claims to be one but does not read as one."""
     docs, problems = [], []
     for p in paths:
-        if p.suffix != ".json":
+        if not is_document_path(p):
             continue
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = read_json(p)
         except (OSError, ValueError):
             continue
         if not is_replay_document(data):

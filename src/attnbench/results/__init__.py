@@ -1,7 +1,8 @@
 """Result rows and their JSONL store: the one format every layer above the sweep reads and
 writes. `rows` (Header, ResultRow) and `records` (their typed parts), `loader` (the one reader,
-with `legacy`'s migration), `writer`, `provenance`, and `jsonsafe` (strict JSON for every
-writer). The public names are re-exported here."""
+with `legacy`'s migration), `writer`, `provenance`, `jsonsafe` (strict JSON for every writer)
+and `textfile` (plain or gzipped: every JSON document is read through `read_json`). The public
+names are re-exported here."""
 
 from attnbench.results.jsonsafe import dumps, finite
 from attnbench.results.loader import (
@@ -40,9 +41,17 @@ from attnbench.results.rows import (
     ResultRow,
     thin_samples,
 )
+from attnbench.results.textfile import (
+    DOCUMENT_SUFFIXES,
+    CompressedFileError,
+    is_document_path,
+    read_json,
+    read_text,
+)
 from attnbench.results.writer import ResultWriter, drop_torn_tail
 
 __all__ = [
+    "DOCUMENT_SUFFIXES",
     "FINAL_STATUSES",
     "LIBRARIES",
     "MAX_SAMPLES",
@@ -53,6 +62,7 @@ __all__ = [
     "AccuracyRecord",
     "BytesMoved",
     "ClockSummary",
+    "CompressedFileError",
     "Details",
     "Header",
     "LatencyStats",
@@ -67,12 +77,15 @@ __all__ = [
     "finite",
     "git_sha",
     "interrupted_first_write",
+    "is_document_path",
     "is_results_path",
     "is_trials_name",
     "iter_rows",
     "library_versions",
     "now_iso",
     "provenance",
+    "read_json",
     "read_results",
+    "read_text",
     "thin_samples",
 ]

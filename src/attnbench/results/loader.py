@@ -12,7 +12,6 @@ cut short loses only its torn last line). Rows from older versions are migrated 
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from pydantic import ValidationError
 
 from attnbench.results.legacy import migrate_rows
 from attnbench.results.rows import FINAL_STATUSES, SCHEMA_VERSION, Header, ResultRow
+from attnbench.results.textfile import CompressedFileError, gunzip, is_gzip_name
 
 SUFFIXES = (".jsonl", ".jsonl.gz")
 """Names results files end with."""
@@ -73,19 +73,13 @@ def _text(path: Path) -> tuple[str, list[str]]:
     """The file's text (decompressed for .gz) and warnings about how it ends."""
     data = path.read_bytes()
     warnings: list[str] = []
-    if path.name.endswith(".gz"):
-        chunks = []
+    if is_gzip_name(path):
         try:
-            while data:
-                d = zlib.decompressobj(zlib.MAX_WBITS | 16)  # one gzip member
-                chunks.append(d.decompress(data))
-                if not d.eof:
-                    warnings.append(f"{path}: gzip stream cut short (interrupted write)")
-                    break
-                data = d.unused_data
-        except zlib.error:
-            raise ResultsFileError(f"{path}: not a gzip file (the name ends in .gz)") from None
-        data = b"".join(chunks)
+            data, complete = gunzip(data, path)
+        except CompressedFileError as exc:
+            raise ResultsFileError(str(exc)) from None
+        if not complete:
+            warnings.append(f"{path}: gzip stream cut short (interrupted write)")
     try:
         return data.decode("utf-8"), warnings
     except UnicodeDecodeError:

@@ -1,0 +1,76 @@
+"""Reading files that may be gzipped: the one place that decompresses what attnbench reads.
+
+Committed results are stored compressed (`.jsonl.gz`, `.json.gz`) so the tree stays small. The
+results loader reads rows through `gunzip`; every reader of a JSON document (fp8 study, replay,
+fidelity) reads it through `read_json`, so `x.json` and `x.json.gz` read alike everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+DOCUMENT_SUFFIXES = (".json", ".json.gz")
+"""Names JSON documents (fp8 studies, replay and fidelity documents) end with."""
+
+
+class CompressedFileError(ValueError):
+    """A file whose name ends in .gz but that is not (all) a gzip stream; names the file."""
+
+
+def is_document_path(path: Path | str) -> bool:
+    """True for a name ending in `.json` or `.json.gz` (not `.jsonl`: those are results)."""
+    return str(path).endswith(DOCUMENT_SUFFIXES)
+
+
+def is_gzip_name(path: Path | str) -> bool:
+    return str(path).endswith(".gz")
+
+
+def gunzip(data: bytes, path: Path | str) -> tuple[bytes, bool]:
+    """Every gzip member of `data` (a file `gzip` wrote, or appended to) decompressed, and
+    whether the last member is complete (False: a write was cut short).
+
+    Raises CompressedFileError when `data` is not gzip."""
+    chunks: list[bytes] = []
+    try:
+        while data:
+            d = zlib.decompressobj(zlib.MAX_WBITS | 16)  # one gzip member
+            chunks.append(d.decompress(data))
+            if not d.eof:
+                return b"".join(chunks), False
+            data = d.unused_data
+    except zlib.error:
+        raise CompressedFileError(f"{path}: not a gzip file (the name ends in .gz)") from None
+    return b"".join(chunks), True
+
+
+def read_bytes(path: Path | str) -> bytes:
+    """The file's bytes, decompressed when its name ends in .gz.
+
+    Raises OSError when it cannot be read, CompressedFileError (a ValueError) when a `.gz` name
+    holds no gzip stream or one cut short."""
+    data = Path(path).read_bytes()
+    if not is_gzip_name(path):
+        return data
+    data, complete = gunzip(data, path)
+    if not complete:
+        raise CompressedFileError(f"{path}: gzip stream cut short (interrupted write)")
+    return data
+
+
+def read_text(path: Path | str) -> str:
+    """The file's UTF-8 text, decompressed when its name ends in .gz.
+
+    Raises OSError when it cannot be read, ValueError (CompressedFileError or
+    UnicodeDecodeError) when its content is not gzip or not UTF-8 text."""
+    return read_bytes(path).decode("utf-8")
+
+
+def read_json(path: Path | str) -> Any:
+    """A JSON document (`.json` or `.json.gz`), parsed as JSON (never evaluated).
+
+    Raises OSError when it cannot be read, ValueError when it is not gzip, UTF-8 or JSON."""
+    return json.loads(read_text(path))
