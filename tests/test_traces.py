@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gzip
 import hashlib
 import itertools
 import math
@@ -19,6 +20,7 @@ from attnbench.workload.traces import (
     parse_trace,
     sample_decode_lengths,
     sample_prompt_lengths,
+    trace_label,
 )
 
 # From /work/shared/data/traces/README.md (nearest-rank percentiles).
@@ -50,7 +52,11 @@ def test_builtin_traces_match_the_readme(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_packaged_files_are_byte_for_byte_upstream(name: str) -> None:
-    data = (resources.files("attnbench") / "data" / "traces" / TRACES[name]).read_bytes()
+    """Stored gzipped (`gzip -9 -n`): the decompressed bytes are the upstream blob."""
+    assert TRACES[name].endswith(".gz")
+    data = gzip.decompress(
+        (resources.files("attnbench") / "data" / "traces" / TRACES[name]).read_bytes()
+    )
     blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
     assert blob == EXPECTED[name][5]
 
@@ -96,6 +102,9 @@ def test_seven_digit_fractions_and_crlf_or_lf_parse_alike() -> None:
          "'hash_ids'"),
         (b"[1, 2]\n", "k.jsonl", "expected a JSON object"),
         (b'{"timestamp": NaN, "input_length": 5, "output_length": 1}', "k.jsonl", "'timestamp'"),
+        (b"TIMESTAMP,ContextTokens,GeneratedTokens", "p.csv.gz", "not a complete gzip file"),
+        (gzip.compress(HEADER.encode() + b"\r\n1,2,3")[:-9], "c.csv.gz", "not a complete gzip"),
+        (gzip.compress(b'{"timestamp": 0, "input_length": 5}'), "z.jsonl.gz", "'output_length'"),
     ],
 )  # fmt: skip
 def test_bad_traces_give_one_line_errors_naming_file_and_line(
@@ -121,6 +130,24 @@ def test_trace_paths_load_by_format(tmp_path: Path) -> None:
     assert all(101 <= n <= 110 for n in case.kv_lens)
     with pytest.raises(TraceError, match="neither a built-in trace nor a file"):
         load_trace(str(tmp_path / "nope.csv"))
+
+
+@pytest.mark.parametrize("name", ["mine.csv", "mine.jsonl"])
+def test_gzipped_trace_paths_load_like_plain_ones(tmp_path: Path, name: str) -> None:
+    plain = tmp_path / name
+    if name.endswith(".csv"):
+        plain.write_bytes(
+            f"{HEADER}\r\n2023-11-16 18:17:03.1,100,10\r\n2023-11-16 18:17:04,9,2".encode()
+        )
+    else:
+        plain.write_text(
+            '{"timestamp": 0, "input_length": 7, "output_length": 2, "hash_ids": [0]}\n'
+        )
+    packed = tmp_path / (name + ".gz")
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert load_trace(str(packed)) == load_trace(str(plain))
+    assert len(load_trace(str(packed))) == (2 if name.endswith(".csv") else 1)
+    assert trace_label(str(packed)) == trace_label(str(plain)) == "mine"
 
 
 def test_decode_sampling_is_seeded_and_within_each_output() -> None:

@@ -1,6 +1,6 @@
 """Real request traces: loaders, and decode-length and prompt-length sampling.
 
-Built-in traces (files in `attnbench/data/traces`, licenses in its README):
+Built-in traces (gzipped files in `attnbench/data/traces`, licenses in its README):
 
     azure-code     Azure LLM inference 2023, code completion (8,819 requests, CSV, CC-BY 4.0)
     azure-conv     Azure LLM inference 2023, conversation (19,366 requests, CSV, CC-BY 4.0)
@@ -8,9 +8,9 @@ Built-in traces (files in `attnbench/data/traces`, licenses in its README):
                    hashes, Apache-2.0)
 
 A path works too: a CSV with the Azure columns (TIMESTAMP, ContextTokens, GeneratedTokens) or a
-JSONL file with the Mooncake keys (timestamp in ms, input_length, output_length, hash_ids). Files
-are parsed with `csv` and `json` only; a malformed file raises one ValueError line naming the
-file, the line and the column.
+JSONL file with the Mooncake keys (timestamp in ms, input_length, output_length, hash_ids), plain
+or gzipped (a name ending in .gz). Files are parsed with `csv` and `json` only; a malformed file
+raises one ValueError line naming the file, the line and the column.
 
 Decode lengths (`trace:NAME[@N]`) are what a serving engine's running batch holds at one decode
 step. In steady state a request stays in the batch for one step per output token, so a snapshot
@@ -24,9 +24,11 @@ long generations, which dominate a real batch (Azure code: output p50 13, mean 2
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -39,10 +41,11 @@ import numpy as np
 from attnbench.workload.cases import MAX_LEN, LengthCase
 
 TRACES: dict[str, str] = {
-    "azure-code": "AzureLLMInferenceTrace_code.csv",
-    "azure-conv": "AzureLLMInferenceTrace_conv.csv",
-    "mooncake-conv": "mooncake_conversation_trace.jsonl",
+    "azure-code": "AzureLLMInferenceTrace_code.csv.gz",
+    "azure-conv": "AzureLLMInferenceTrace_conv.csv.gz",
+    "mooncake-conv": "mooncake_conversation_trace.jsonl.gz",
 }
+"""Built-in trace files, stored gzipped (the upstream bytes, `gzip -9`)."""
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 
@@ -83,9 +86,10 @@ def load_trace(name: str) -> tuple[Request, ...]:
 
 
 def trace_label(name: str) -> str:
-    """Short name for labels and case ids: the built-in name or the file's stem."""
+    """Short name for labels and case ids: the built-in name or the file's stem (`x.csv.gz`:
+    `x`, as for `x.csv`)."""
     key = name.strip()
-    return key.lower() if key.lower() in TRACES else Path(key).stem
+    return key.lower() if key.lower() in TRACES else Path(key.removesuffix(".gz")).stem
 
 
 @lru_cache(maxsize=8)
@@ -103,14 +107,19 @@ def _load_path(path: str, mtime_ns: int, size: int) -> tuple[Request, ...]:
 
 def parse_trace(data: bytes, source: str) -> tuple[Request, ...]:
     """Parse trace bytes: JSONL when `source` ends in .jsonl/.json or the text starts with `{`,
-    else an Azure-style CSV."""
+    else an Azure-style CSV; a `source` ending in .gz is gunzipped first."""
+    if source.lower().endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error):
+            raise TraceError(f"trace {source}: not a complete gzip file") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise TraceError(f"trace {source}: not UTF-8 text (byte {exc.start})") from None
     if not text.strip():
         raise TraceError(f"trace {source}: file is empty")
-    suffix = Path(source).suffix.lower()
+    suffix = Path(source.lower().removesuffix(".gz")).suffix
     is_jsonl = suffix in (".jsonl", ".json") or (suffix != ".csv" and text.lstrip().startswith("{"))
     return parse_jsonl(text, source) if is_jsonl else parse_csv(text, source)
 
