@@ -83,7 +83,7 @@ def test_recommend_on_the_embedded_default(tmp_path: Path) -> None:
 
 
 def test_compare_a_run_with_itself_is_all_ties() -> None:
-    f = str(RESULTS / "h200-ragged.jsonl")
+    f = str(RESULTS / "h200-ragged.jsonl.gz")
     res = runner.invoke(app, ["compare", f, f])
     assert res.exit_code == 0, res.output
     summary = res.output.split("summary:", 1)[1].splitlines()[0]
@@ -98,7 +98,7 @@ def test_replay_on_committed_results_over_a_trace_slice(tmp_path: Path) -> None:
         app,
         [
             "replay",
-            str(RESULTS / "h200-brief70b.jsonl"),
+            str(RESULTS / "h200-brief70b.jsonl.gz"),
             "--trace",
             "azure-code",
             "--limit",

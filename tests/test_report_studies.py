@@ -138,7 +138,7 @@ def test_crossover_needs_wins_at_every_larger_batch() -> None:
 def test_committed_h200_crossover() -> None:
     """The committed H200 rows: cascade beats the best plain decode at prefix 1k from batch 64
     (51 vs 54 us) and at prefix 4k from batch 16."""
-    path = ROOT / "results" / "h200-shared-prefix.jsonl"
+    path = ROOT / "results" / "h200-shared-prefix.jsonl.gz"
     if not path.exists():
         pytest.skip("no committed shared-prefix rows")
     grids = crossovers(prefix_points(ok_rows(load([path]).frame)))

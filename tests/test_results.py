@@ -18,7 +18,10 @@ from attnbench.results import (
     dumps,
     finished_keys,
     finite,
+    is_results_path,
+    is_trials_name,
     read_results,
+    read_text,
     thin_samples,
 )
 from attnbench.workload.spec import WorkloadSpec
@@ -132,7 +135,7 @@ def test_bad_spec_names_the_field(tmp_path: Path) -> None:
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in read_text(path).splitlines() if line.strip()]
 
 
 def test_a_row_built_from_dicts_is_typed_and_writes_the_same_keys(tmp_path: Path) -> None:
@@ -201,8 +204,13 @@ def test_assigning_or_copying_with_a_dict_gives_the_typed_record() -> None:
 def test_every_committed_results_file_round_trips_unchanged() -> None:
     """Old and new files are interchangeable: each committed row, read and written again, is
     the JSON it was (apart from the legacy FA3 rename and top-level fields added since)."""
-    paths = sorted((ROOT / "results").rglob("*.jsonl"))
+    paths = sorted(
+        p
+        for p in (ROOT / "results").rglob("*.jsonl*")
+        if is_results_path(p) and not is_trials_name(p.name)
+    )
     assert len(paths) >= 10
+    assert any(p.name.endswith(".gz") for p in paths)
     for path in paths:
         stored = [d for d in _lines(path) if d["type"] == "result"]
         rows = read_results(path).rows
@@ -253,7 +261,7 @@ def test_a_resumed_file_has_a_header_per_run_and_rows_find_theirs(tmp_path: Path
 
 def test_old_fa3_rows_ran_on_a_contiguous_cache_and_load_under_that_name() -> None:
     """Before FA3 ran on the paged cache, `flash-attn:fa3` was the contiguous-copy variant."""
-    old = read_results(ROOT / "results" / "h200-brief70b.jsonl")
+    old = read_results(ROOT / "results" / "h200-brief70b.jsonl.gz")
     fa3 = [r for r in old.rows if r.library == "flash-attn"]
     assert fa3
     assert {r.backend for r in fa3} == {"flash-attn:fa3-contiguous"}
