@@ -185,3 +185,19 @@ def test_first_plan_of_a_shape_family_is_marked_in_process() -> None:
     ]
     assert [r.details.get("first_use") for r in rows] == [True, None]
     assert all(r.details.get("first_plan_s") >= 0 for r in rows)
+
+
+def test_all_on_a_gpu_leaves_out_the_oracle_math_and_engine_variants() -> None:
+    """On a GPU `all` times each kernel once: the engine variants (vllm:*, sglang:*), which run
+    the raw variants' kernels with the engines' arguments, are asked for by name."""
+    from attnbench.backends import all_backends
+    from attnbench.run.policy import backends_for, runnable_here
+
+    kept, notes = runnable_here(all_backends(), "cuda")
+    names = {b.name for b in kept}
+    assert "flash-attn:fa3" in names
+    assert not {n for n in names if n.split(":")[0] in ("vllm", "sglang")}
+    assert "reference" not in names
+    assert "vllm" in notes[-1]
+    named, _ = backends_for(["vllm"], "cuda")
+    assert {b.name for b in named} >= {"vllm:flashinfer", "vllm:flash-attn"}

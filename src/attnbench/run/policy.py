@@ -10,6 +10,9 @@ from attnbench.backends.base import Backend
 # runs on every case anyway, and SDPA's math kernel materialises the whole score matrix (it ran
 # out of memory on 16k+ prefill on the H200 and took 10-100x the fused kernels' time).
 GPU_OPT_IN = frozenset({"reference", "sdpa:math"})
+# The engine variants (vllm:*, sglang:*) run the same kernels as the raw library variants with
+# the engines' arguments: `all` leaves them out so a default run does not time each kernel twice.
+ENGINE_OPT_IN = frozenset({"vllm", "sglang"})
 
 
 def runnable_here(backends: Sequence[Backend], device_kind: str) -> tuple[list[Backend], list[str]]:
@@ -21,10 +24,13 @@ def runnable_here(backends: Sequence[Backend], device_kind: str) -> tuple[list[B
     if dropped:
         notes.append(f"skipping GPU-only backends on {device_kind}: {', '.join(dropped)}")
     if device_kind == "cuda":
-        kept = [b for b in kept if b.name not in GPU_OPT_IN]
-        notes.append(
-            f"on a GPU, `all` leaves out {', '.join(sorted(GPU_OPT_IN))}: name them to run them"
-        )
+        kept = [
+            b
+            for b in kept
+            if b.name not in GPU_OPT_IN and b.name.split(":")[0] not in ENGINE_OPT_IN
+        ]
+        left_out = sorted(GPU_OPT_IN) + sorted(ENGINE_OPT_IN)
+        notes.append(f"on a GPU, `all` leaves out {', '.join(left_out)}: name them to run them")
     return kept, notes
 
 
