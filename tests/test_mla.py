@@ -163,9 +163,13 @@ def test_deepseek_preset_becomes_an_absorbed_case_sharded_by_tp() -> None:
     assert (one.num_qo_heads, one.num_kv_heads, one.head_dim, one.num_layers) == (16, 1, 576, 61)
     mla = one.spec_fields["mla"]
     assert (mla.kv_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim) == (512, 64, 128)
-    assert mla.sm_scale == pytest.approx(1 / math.sqrt(192))
+    # YaRN's mscale on the softmax scale (DeepSeek-V3 inference/model.py): rope_factor 40,
+    # mscale 1.0 -> (0.1 ln 40 + 1)^2 = 1.874 times 192 ** -0.5
+    assert mla.sm_scale == pytest.approx((0.1 * math.log(40) + 1) ** 2 / math.sqrt(192))
+    assert mla.sm_scale == pytest.approx(0.13523, abs=1e-5)
     (kimi,) = layer_shapes(get_model("kimi-k2"))
     assert kimi.num_qo_heads == 64
+    assert kimi.spec_fields["mla"].sm_scale == pytest.approx(1 / math.sqrt(192))  # not read
     with pytest.raises(ValueError, match="tp=3 must divide deepseek-v3's 128 query heads"):
         layer_shapes(get_model("deepseek-v3"), tp=3)
 
@@ -402,3 +406,22 @@ def test_gpu_flashinfer_mla_replan_and_resolved_backend() -> None:
         torch.cuda.synchronize()
         assert out.shape == (2, 128, 512)
         assert check_accuracy(planned.unpack(out), oracle, spec.dtype).passed
+
+
+# -- the memory check counts the latent once ---------------------------------------------------
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "fp8_e4m3"])
+def test_memory_estimate_counts_the_latent_cache_once(kv_dtype: str) -> None:
+    """The pre-run memory check sizes an MLA cache as the tensor `make_inputs` builds (one
+    576-wide latent per token, not a K and a V), and its output as kv_lora_rank wide."""
+    from attnbench.workload.memory import estimate, output_bytes
+
+    spec = mla_spec(kv_dtype=kv_dtype)
+    inputs = make_inputs(spec)
+    est = estimate(spec, "flashinfer:mla-fa3")
+    assert inputs.kv_cache.shape == (spec.num_pages, spec.page_size, 576)
+    assert est.kv_cache == inputs.kv_cache.numel() * inputs.kv_cache.element_size()
+    assert est.q == inputs.q.numel() * inputs.q.element_size()
+    oracle = reference_attention(inputs)
+    assert output_bytes(spec, 8) == oracle.numel() * oracle.element_size()

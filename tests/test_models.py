@@ -95,11 +95,14 @@ def test_gemma3_has_five_local_layers_per_global_one() -> None:
 def test_mla_presets_cache_one_latent_shared_by_every_query_head() -> None:
     v3 = get_model("deepseek-v3")
     assert v3.mla == MLAShape(
-        kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128
-    )
+        kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+        yarn_factor=40.0, yarn_mscale=1.0,
+    )  # fmt: skip
     assert (v3.mla.latent_dim, v3.mla.qk_head_dim) == (576, 192)
     assert get_model("deepseek-r1").mla == v3.mla
-    assert get_model("kimi-k2").mla == v3.mla
+    kimi = get_model("kimi-k2").mla
+    assert kimi is not None
+    assert (kimi.latent_dim, kimi.qk_head_dim, kimi.yarn_factor) == (576, 192, 0.0)
     assert get_model("kimi-k2").num_qo_heads == 64
 
 

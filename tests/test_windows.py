@@ -198,14 +198,48 @@ def test_sdpa_math_and_flex_windows_pass_the_gate(kind: str, ctx: SweepContext) 
     assert not torch.allclose(plain_out, oracle)
 
 
-def test_sdpa_and_flex_refuse_sinks_with_the_reason() -> None:
+@pytest.mark.parametrize("kind", ["decode", "append", "prefill"])
+@pytest.mark.parametrize("window", [-1, WINDOW])
+def test_sdpa_math_and_flex_sinks_pass_the_gate(kind: str, window: int, ctx: SweepContext) -> None:
+    """SDPA takes the sink as an extra key column of an additive mask, Flex as an extra key whose
+    score a score_mod replaces: both match the fp64 reference, which a sink-less kernel does not."""
+    spec = make_spec(kind, sinks=True, window_left=window)
+    inputs = make_inputs(spec)
+    oracle = reference_attention(inputs)
+    row = run_backend(spec, sdpa.SdpaBackend("math"), inputs, oracle, ctx)
+    assert row.status == "ok", row.reason
+    assert row.details["sinks"] == "mask-column"
+    assert row.accuracy is not None
+    assert row.accuracy.rel_l2_err < 0.01
+    row = run_backend(spec, FlexBackend(), inputs, oracle, ctx, knobs={"compiled": False})
+    assert row.status == "ok", row.reason
+    assert row.details["sinks"] == "score_mod-key"
+    assert row.accuracy is not None
+    assert row.accuracy.rel_l2_err < 0.01
+    sinkless = make_inputs(spec)
+    sinkless.sinks = None
+    dropped = reference_attention(sinkless)
+    assert float((dropped - oracle).norm() / oracle.norm()) > 0.3  # the gate would see it
+
+
+def test_sink_mask_holds_each_heads_sink_in_its_last_column() -> None:
+    allowed = torch.tensor([[[[True, False, True]]]])  # [B=1, 1, Lq=1, Lk=3]
+    sinks = torch.tensor([0.5, -2.0], dtype=torch.bfloat16)
+    mask = sdpa.sink_mask(allowed, sinks, 2, torch.float32)
+    assert mask.shape == (1, 2, 1, 4)
+    inf = float("-inf")
+    assert mask[0, :, 0].tolist() == [[0.0, inf, 0.0, 0.5], [0.0, inf, 0.0, -2.0]]
+
+
+def test_sinks_refusals_name_the_kernels_that_take_them() -> None:
     spec = make_spec("decode", sinks=True)
-    why = sdpa.SdpaBackend("math").check(spec, detect("cpu"))
-    assert why is not None
-    assert "no attention sinks" in why.reason
-    why = FlexBackend().check(spec, detect("cpu"))
-    assert why is not None
-    assert "softmax denominator" in why.reason
+    with pytest.raises(ValueError, match="sdpa:flash takes no attn_mask: attention sinks"):
+        sdpa.choose_ragged("flash", spec)
+    with pytest.raises(ValueError, match="ragged=nested: attention sinks need the padded path"):
+        sdpa.choose_ragged("efficient", spec, "nested")
+    assert sdpa.choose_ragged("efficient", spec) == "padded"
+    assert sdpa.SdpaBackend("math").check(spec, detect("cpu")) is None
+    assert FlexBackend().check(spec, detect("cpu")) is None
 
 
 # -- FA3's window_size and sinks, on a build that follows FA3's documented semantics ------------
@@ -359,8 +393,8 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.usefixtures("in_tmp")
 def test_run_gemma3_and_gpt_oss_on_the_cpu(tmp_path: Path) -> None:
-    """Gemma-3's windowed and full layers pass the gate on sdpa:math (flex: above, eager); gpt-oss's
-    sinks run on the reference and are refused by SDPA with the reason."""
+    """Gemma-3's windowed and full layers, and gpt-oss's windowed and full layers with sinks, pass
+    the gate on sdpa:math (flex: above, eager) through `attnbench run --model`."""
     out = tmp_path / "w.jsonl"
     base = ["run", "--device", "cpu", "--batch-size", "2", "--kind", "decode", "--timer", "fake"]
     base += ["--kv-dtype", "bfloat16", "--out", str(out), "--backend", "sdpa:math"]
@@ -378,9 +412,10 @@ def test_run_gemma3_and_gpt_oss_on_the_cpu(tmp_path: Path) -> None:
         for backend in ("sdpa:math", "reference"):
             assert got[("gemma-3-27b", layer, backend)]["status"] == "ok"
         assert got[("gpt-oss-120b", layer, "reference")]["status"] == "ok"
-        refused = got[("gpt-oss-120b", layer, "sdpa:math")]
-        assert refused["status"] == "unsupported"
-        assert "sinks" in refused["reason"]
+        oss = got[("gpt-oss-120b", layer, "sdpa:math")]
+        assert oss["status"] == "ok", oss["reason"]
+        assert oss["spec"]["sinks"]
+        assert oss["details"]["sinks"] == "mask-column"
     sliding = got[("gemma-3-27b", "sliding_attention", "reference")]
     assert sliding["spec"]["window_left"] == 1023
     assert sliding["spec"]["num_layers"] == 52

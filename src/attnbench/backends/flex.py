@@ -4,8 +4,10 @@ The whole batch is one sequence: q `[1, Hq, total_q, D]` and K/V `[1, Hkv, total
 gathered from the pages in plan, with a document-style `mask_mod` built from per-token request
 ids and positions (`masks.token_ids`): a query sees keys of its own request, bottom-right
 causal (within spec.window_left keys before it, under a sliding window), or for kind=tree the
-whole context plus its tree ancestors. Attention sinks are refused: FlexAttention's score_mod
-cannot add a term to the softmax denominator. The block mask is built in
+whole context plus its tree ancestors. Attention sinks (spec.sinks) are one more key, after the
+packed batch, with a zero value: every query may see it (`mask_mod`), and a `score_mod` replaces
+its score with the head's sink logit, so the softmax denominator gains exp(sink) and the output
+nothing, as the reference's `cat([QK, S])` softmax. The block mask is built in
 plan (`create_block_mask`, compiled on GPU so the full Q x KV mask is never materialised) and
 rebuilding it is the per-step plan (`replan`). `flex_attention` is compiled once per process
 (`torch.compile`), with a recompile limit high enough for a sweep's shapes: a fall-back to the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import cache
 from typing import Any, cast
 
@@ -67,8 +70,45 @@ def compiled_flex() -> Callable[..., torch.Tensor]:
     return fn
 
 
-def make_mask_mod(spec: WorkloadSpec, ids: TokenIds) -> Callable[..., torch.Tensor]:
-    """mask_mod(b, h, q_idx, kv_idx) -> bool tensor, over the packed batch (see module doc)."""
+def make_mask_mod(
+    spec: WorkloadSpec, ids: TokenIds, sink_key: int | None = None
+) -> Callable[..., torch.Tensor]:
+    """mask_mod(b, h, q_idx, kv_idx) -> bool tensor, over the packed batch (see module doc);
+    with `sink_key`, every query also sees that key (ids must then cover it: `with_sink_key`)."""
+    base = _base_mask_mod(spec, ids)
+    if sink_key is None:
+        return base
+    sink = sink_key
+
+    def with_sink(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
+        seen: torch.Tensor = (kv_idx == sink) | base(b, h, q_idx, kv_idx)
+        return seen
+
+    return with_sink
+
+
+def with_sink_key(ids: TokenIds) -> TokenIds:
+    """`ids` with one more key that belongs to no request (request -1, node -1, position 0)."""
+    one = torch.ones(1, dtype=ids.kv_req.dtype, device=ids.kv_req.device)
+    return replace(
+        ids,
+        kv_req=torch.cat([ids.kv_req, -one]),
+        kv_pos=torch.cat([ids.kv_pos, 0 * one]),
+        kv_node=torch.cat([ids.kv_node, -one]),
+    )
+
+
+def sink_score_mod(sink_key: int, sinks: torch.Tensor) -> Callable[..., torch.Tensor]:
+    """score_mod: the sink key's score becomes the head's sink logit (`sinks` [Hq], fp32)."""
+
+    def sink_score(score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
+        out: torch.Tensor = torch.where(kv_idx == sink_key, sinks[h].to(score.dtype), score)
+        return out
+
+    return sink_score
+
+
+def _base_mask_mod(spec: WorkloadSpec, ids: TokenIds) -> Callable[..., torch.Tensor]:
     q_req, q_pos, q_node = ids.q_req, ids.q_pos, ids.q_node
     kv_req, kv_pos, kv_node = ids.kv_req, ids.kv_pos, ids.kv_node
     tree = ids.tree
@@ -104,14 +144,17 @@ def make_mask_mod(spec: WorkloadSpec, ids: TokenIds) -> Callable[..., torch.Tens
     return document_mask
 
 
-def build_block_mask(spec: WorkloadSpec, ids: TokenIds, device: torch.device) -> Any:
+def build_block_mask(
+    spec: WorkloadSpec, ids: TokenIds, device: torch.device, sink_key: int | None = None
+) -> Any:
     from torch.nn.attention.flex_attention import create_block_mask
 
     kw: dict[str, Any] = {"device": device}
     if device.type == "cuda" and "_compile" in inspect.signature(create_block_mask).parameters:
         kw["_compile"] = True
-    mask_mod = make_mask_mod(spec, ids)
-    return create_block_mask(mask_mod, None, None, spec.total_q, spec.total_kv, **kw)
+    mask_mod = make_mask_mod(spec, ids, sink_key)
+    kv_len = spec.total_kv + (sink_key is not None)
+    return create_block_mask(mask_mod, None, None, spec.total_q, kv_len, **kw)
 
 
 class FlexBackend:
@@ -129,8 +172,7 @@ class FlexBackend:
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
         if device.kind not in self.devices:
             return Unsupported(f"flex runs on cpu or cuda, not {device.kind}")
-        sinks = "flex has no attention sinks: a score_mod cannot add to the softmax denominator"
-        if why := missing_feature(self.name, spec, ("window",), {"sinks": sinks}):
+        if why := missing_feature(self.name, spec, ("window", "sinks")):
             return why
         if spec.is_fp8:
             return Unsupported("flex has no fp8 KV path (dequantising in plan is no fp8 kernel)")
@@ -157,7 +199,16 @@ class FlexBackend:
         k4 = k.transpose(0, 1).unsqueeze(0).contiguous()
         v4 = v.transpose(0, 1).unsqueeze(0).contiguous()
         ids = token_ids(spec, dev)
-        block_mask = build_block_mask(spec, ids, dev)
+        sink_key: int | None = None
+        score_mod: Callable[..., torch.Tensor] | None = None
+        if spec.sinks:
+            assert inputs.sinks is not None, "spec.sinks needs inputs.sinks"
+            sink_key = spec.total_kv
+            zero = k4.new_zeros(1, k4.shape[1], 1, k4.shape[3])
+            k4, v4 = torch.cat([k4, zero], dim=2), torch.cat([v4, zero], dim=2)
+            ids = with_sink_key(ids)
+            score_mod = sink_score_mod(sink_key, inputs.sinks.to(dev, torch.float32))
+        block_mask = build_block_mask(spec, ids, dev, sink_key)
         options: dict[str, Any] = {}
         if dev.type == "cuda":
             for knob, option in (("block_m", "BLOCK_M"), ("block_n", "BLOCK_N")):
@@ -170,6 +221,8 @@ class FlexBackend:
             "scale": 1.0 / math.sqrt(spec.head_dim),
             "enable_gqa": spec.group_size > 1,
         }
+        if score_mod is not None:
+            kw["score_mod"] = score_mod
         if options:
             kw["kernel_options"] = options
 
@@ -180,7 +233,7 @@ class FlexBackend:
         run()  # compile here, not in a timed call
 
         def replan() -> None:
-            build_block_mask(spec, ids, dev)
+            build_block_mask(spec, ids, dev, sink_key)
 
         def unpack(out: torch.Tensor) -> torch.Tensor:
             return out[0].transpose(0, 1)
@@ -191,6 +244,8 @@ class FlexBackend:
             "mask": _mask_name(spec, ids),
             "block_sparsity": round(_sparsity(block_mask), 4),
         }
+        if spec.sinks:
+            details["sinks"] = "score_mod-key"
         details.update({k.lower(): v for k, v in options.items()})
         return PlannedRun(
             run=run,

@@ -19,8 +19,12 @@ SDPA has no page table and no ragged batch, so plan builds one of (knob `ragged`
 GQA: `enable_gqa=True` when the kernel accepts it, else K/V heads repeated in plan (knob `gqa`).
 Padding, repeated heads and the mask are reported as `extra_bytes`; nothing is dequantised:
 fp8 KV caches are unsupported (SDPA has no fp8 KV path). A sliding window is part of the mask
-(`masks.request_mask`), so windowed cases take the padded path; attention sinks are refused
-(SDPA has no term for the softmax denominator). MLA runs on `sdpa:mla` (`sdpa_mla`).
+(`masks.request_mask`), so windowed cases take the padded path. Attention sinks (spec.sinks) are
+one more key per request: K and V get a zero row after the padded keys and the mask becomes an
+additive float mask `[B, Hq, Lq, Lk + 1]` (0 where a key is allowed, -inf where not) whose last
+column is the head's sink logit, so that key's logit is q . 0 + sink = sink and its value adds
+nothing: exactly the reference's `cat([QK, S])` softmax. Kernels without masks (flash) refuse
+sinks. MLA runs on `sdpa:mla` (`sdpa_mla`).
 """
 
 from __future__ import annotations
@@ -67,6 +71,18 @@ def nested_ok(spec: WorkloadSpec) -> bool:
 def choose_ragged(kernel: str, spec: WorkloadSpec, requested: str = "auto") -> str:
     """The ragged-batch strategy for `kernel`: uniform | padded | nested. Raises ValueError
     with the reason when the requested one cannot compute the case correctly."""
+    if spec.sinks:  # the sink is a mask column: only the padded path carries it
+        if kernel == "flash":
+            raise ValueError(
+                "sdpa:flash takes no attn_mask: attention sinks need an additive mask with a "
+                "sink column (sdpa:efficient, sdpa:cudnn and sdpa:math take one)"
+            )
+        if requested not in ("auto", "padded"):
+            raise ValueError(
+                f"ragged={requested}: attention sinks need the padded path (an additive mask "
+                "with a sink column)"
+            )
+        return "padded"
     square_or_free = not needs_mask(spec) or is_square_causal(spec)
     if requested in ("auto", "uniform") and uniform(spec) and square_or_free:
         return "uniform"
@@ -123,9 +139,8 @@ class SdpaBackend:
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
         if device.kind not in self.devices:
             return Unsupported(f"{self.name} needs a CUDA GPU")
-        sinks = f"{self.name} has no attention sinks: SDPA cannot add to the softmax denominator"
         mla = f"{self.name} runs grouped-query attention; MLA cases run on sdpa:mla"
-        if why := missing_feature(self.name, spec, ("window",), {"sinks": sinks, "mla": mla}):
+        if why := missing_feature(self.name, spec, ("window", "sinks"), {"mla": mla}):
             return why
         if spec.is_fp8:
             return Unsupported("sdpa has no fp8 KV path (dequantising in plan is no fp8 kernel)")
@@ -200,6 +215,9 @@ def _budget(kernel: str, spec: WorkloadSpec, mode: str) -> Unsupported | None:
         return None
     max_q, max_kv = max(spec.qo_lens), max(spec.kv_lens)
     mask_bytes = spec.batch_size * max_q * max_kv
+    if spec.sinks:  # additive, per query head, one sink column
+        mask_bytes = spec.batch_size * spec.num_qo_heads * max_q * (max_kv + 1)
+        mask_bytes *= ITEMSIZE[spec.dtype]
     if mask_bytes > MASK_BUDGET_BYTES:
         return Unsupported(f"the padded mask would take {mask_bytes / 2**30:.1f} GiB")
     scores = spec.batch_size * spec.num_qo_heads * max_q * max_kv * 4
@@ -231,6 +249,11 @@ def _padded(spec: WorkloadSpec, inputs: AttentionInputs, mode: str, gqa: str) ->
         mask = padded_mask(spec, max_q, max_kv, dev)
     elif needs_mask(spec):  # uniform and square causal
         is_causal = True
+    if spec.sinks and mask is not None:
+        assert inputs.sinks is not None, "spec.sinks needs inputs.sinks"
+        zero = k.new_zeros(spec.batch_size, 1, heads, spec.head_dim)
+        k, v = torch.cat([k, zero], dim=1), torch.cat([v, zero], dim=1)
+        mask = sink_mask(mask, inputs.sinks, spec.num_qo_heads, q.dtype)
 
     def unpack(out: torch.Tensor) -> torch.Tensor:
         return out.transpose(1, 2)[rows, cols]
@@ -241,11 +264,13 @@ def _padded(spec: WorkloadSpec, inputs: AttentionInputs, mode: str, gqa: str) ->
     extra = pad_kv * heads * spec.head_dim * 2 * item
     extra += (heads - spec.num_kv_heads) * spec.total_kv * spec.head_dim * 2 * item
     extra += pad_q * spec.num_qo_heads * spec.head_dim * 2 * item
-    extra += mask.numel() if mask is not None else 0
+    extra += mask.numel() * mask.element_size() if mask is not None else 0
+    extra += 2 * spec.batch_size * heads * spec.head_dim * item if spec.sinks else 0
     details: dict[str, str | int | float | bool] = {
         "ragged": mode,
         "padded_fraction": round(pad_kv / (spec.batch_size * max_kv), 4),
         "mask": mask is not None,
+        **({"sinks": "mask-column"} if spec.sinks else {}),
         "kv_cache": "contiguous",
     }
     return _Tensors(
@@ -258,6 +283,20 @@ def _padded(spec: WorkloadSpec, inputs: AttentionInputs, mode: str, gqa: str) ->
         extra,
         details,
     )
+
+
+def sink_mask(
+    allowed: torch.Tensor, sinks: torch.Tensor, num_qo_heads: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """Additive mask `[B, Hq, Lq, Lk + 1]` from a boolean `[B, 1, Lq, Lk]`: 0 where a key is
+    allowed, -inf where not, and a last column holding each head's sink logit (the logit of the
+    zero key appended to K, whose zero value adds nothing to the output)."""
+    b, _, lq, lk = allowed.shape
+    out = torch.empty(b, num_qo_heads, lq, lk + 1, dtype=dtype, device=allowed.device)
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    out[..., :lk] = bias.masked_fill_(~allowed, float("-inf"))
+    out[..., lk] = sinks.to(device=allowed.device, dtype=dtype).view(1, -1, 1)
+    return out
 
 
 def _jagged(values: torch.Tensor, lens: tuple[int, ...]) -> torch.Tensor:

@@ -20,6 +20,10 @@ spec; E = elements of the paged KV cache, L = the longest request, n its query t
 
     total = inputs + max(staging, reference output + max(reference working set, workspace))
 
+An MLA case (spec.mla) caches one latent of head_dim = kv_lora_rank + qk_rope_head_dim values
+per token, read as keys and (its first kv_lora_rank values) as values: E counts it once, not as
+K plus V, and outputs are kv_lora_rank wide; counting it as K and V doubled the cache estimate.
+
 Estimates round up, not down: a case refused here would almost certainly not have fit.
 """
 
@@ -86,7 +90,10 @@ def _gib(nbytes: int) -> str:
 
 
 def _elems(tokens: int, spec: WorkloadSpec) -> int:
-    """K and V elements of `tokens` tokens."""
+    """Cached elements of `tokens` tokens: K and V, or for MLA the one latent per token
+    (kv_lora_rank + qk_rope_head_dim = head_dim values, keys and values alike: no V copy)."""
+    if spec.mla is not None:
+        return tokens * spec.head_dim
     return 2 * tokens * spec.num_kv_heads * spec.head_dim
 
 
@@ -130,7 +137,9 @@ def reference_working_bytes(spec: WorkloadSpec, accum_bytes: int = FP64) -> int:
 
 
 def output_bytes(spec: WorkloadSpec, itemsize: int) -> int:
-    return spec.total_q * spec.num_qo_heads * spec.head_dim * itemsize
+    """The attention output; MLA's is kv_lora_rank wide per head (the values), not head_dim."""
+    width = spec.mla.kv_lora_rank if spec.mla is not None else spec.head_dim
+    return spec.total_q * spec.num_qo_heads * width * itemsize
 
 
 def variant_workspace(spec: WorkloadSpec, variant: str) -> int:
@@ -153,8 +162,11 @@ def variant_workspace(spec: WorkloadSpec, variant: str) -> int:
     if variant.startswith("reference"):
         own = reference_working_bytes(spec, FP32) + output_bytes(spec, FP32)
     elif family == "sdpa":
-        own = 2 * b * max_kv * spec.num_kv_heads * spec.head_dim * item
+        copies = 1 if spec.mla is not None else 2  # sdpa:mla's v is a view of its latent copy
+        own = copies * b * max_kv * spec.num_kv_heads * spec.head_dim * item
         own += b * max_q * spec.num_qo_heads * spec.head_dim * item
+        if spec.sinks:  # the additive mask with its sink column, per query head
+            own += b * spec.num_qo_heads * max_q * (max_kv + 1) * item
         if variant.split("+")[0] == "sdpa:math":
             own += 4 * b * max_kv * spec.num_qo_heads * spec.head_dim * FP32
             own += 3 * b * spec.num_qo_heads * max_q * max_kv * FP32 + b * max_q * max_kv
@@ -177,7 +189,7 @@ def estimate(spec: WorkloadSpec, variant: str) -> MemoryEstimate:
     index = (unique_pages(spec) + 3 * spec.batch_size + 3) * INDEX
     return MemoryEstimate(
         kv_cache=kv_cache_bytes(spec),
-        q=output_bytes(spec, ITEMSIZE[spec.dtype]),
+        q=spec.total_q * spec.num_qo_heads * spec.head_dim * ITEMSIZE[spec.dtype],
         page_table=index,
         staging=staging_bytes(spec),
         reference_out=output_bytes(spec, FP64),

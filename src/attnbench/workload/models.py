@@ -47,7 +47,23 @@ _DEEPSEEK_V3 = (
     "num_key_value_heads 128; num_kv_heads/head_dim = the decompressed form (128 heads, qk 192)"
 )
 
-_V3_MLA = MLAShape(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+_V3_MLA = MLAShape(
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    qk_nope_head_dim=128,
+    v_head_dim=128,
+    yarn_factor=40.0,
+    yarn_mscale=1.0,
+)
+"""DeepSeek-V3's softmax scale carries YaRN's mscale: deepseek-ai/DeepSeek-V3 inference/model.py
+@1ea5a1a7 `MLA.__init__`: softmax_scale = qk_head_dim ** -0.5, and when max_seq_len exceeds
+original_seq_len (4096) `mscale = 0.1 * args.mscale * math.log(args.rope_factor) + 1.0;
+softmax_scale *= mscale * mscale`, with ModelArgs rope_factor 40, mscale 1.0 (HF config.json
+`rope_scaling`: type yarn, factor 40, mscale_all_dim 1.0): 192 ** -0.5 x 1.3689 ** 2 = 0.1352,
+not 0.0722. The kernels' speed does not depend on it; their numerics (peakier softmax) do."""
+
+_K2_MLA = MLAShape(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+"""Kimi-K2's YaRN settings were not read from its config: its softmax scale stays 192 ** -0.5."""
 
 # fmt: off
 MODELS: dict[str, ModelShape] = {
@@ -213,7 +229,7 @@ MODELS: dict[str, ModelShape] = {
         ),
         ModelShape(
             "kimi-k2", 64, 64, 192, 61, 7168, 2048, 163840,
-            mla=_V3_MLA,
+            mla=_K2_MLA,
             num_experts=384,
             num_experts_per_tok=8,
             source=(
@@ -265,6 +281,7 @@ def layer_shapes(model: ModelShape, tp: int = 1) -> list[LayerShape]:
             qk_rope_head_dim=m.qk_rope_head_dim,
             qk_nope_head_dim=m.qk_nope_head_dim,
             v_head_dim=m.v_head_dim,
+            sm_scale=m.softmax_scale,
         )
         heads = mla_heads(model, tp)
         return [LayerShape(heads, 1, m.latent_dim, model.num_layers, {"mla": mla})]

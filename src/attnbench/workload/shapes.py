@@ -4,6 +4,7 @@ its shard under tensor parallelism (`ShardedShape`); the presets are in `workloa
 
 from __future__ import annotations
 
+import math
 from dataclasses import KW_ONLY, dataclass
 from typing import Literal
 
@@ -19,6 +20,21 @@ class MLAShape:
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
+    yarn_factor: float = 0.0
+    """YaRN's `rope_factor` (HF `rope_scaling.factor`); 0: no YaRN."""
+    yarn_mscale: float = 1.0
+    """YaRN's `mscale` (HF `rope_scaling.mscale_all_dim`)."""
+
+    @property
+    def softmax_scale(self) -> float:
+        """The model's attention softmax scale: qk_head_dim ** -0.5, times mscale**2 under YaRN,
+        mscale = 0.1 * yarn_mscale * ln(yarn_factor) + 1 (DeepSeek-V3 `inference/model.py`
+        `MLA.__init__`, applied when the context exceeds the original 4k, as served)."""
+        scale = 1.0 / math.sqrt(self.qk_head_dim)
+        if self.yarn_factor > 1.0:
+            mscale = 0.1 * self.yarn_mscale * math.log(self.yarn_factor) + 1.0
+            scale *= mscale * mscale
+        return scale
 
     @property
     def latent_dim(self) -> int:

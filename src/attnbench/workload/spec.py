@@ -114,8 +114,8 @@ class MlaSpec(BaseModel):
 
     (W_UV is applied after attention, outside the kernel). As an attention case that is one
     "KV head" of head_dim latent_dim for keys and kv_lora_rank for values. `sm_scale` is the
-    model's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), the per-head width before absorption
-    (DeepSeek-V3's YaRN mscale factor on it is not modelled).
+    model's 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), the per-head width before absorption,
+    unless set (the DeepSeek-V3 preset sets it with YaRN's mscale: `MLAShape.softmax_scale`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
