@@ -4,6 +4,7 @@ model with sliding and full layers the model step that adds them."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from pathlib import Path
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from attnbench.analysis import per_model
 from attnbench.analysis.frame import load
 from attnbench.analysis.hybrid import recommend
 from attnbench.cli import app
@@ -148,3 +150,44 @@ def test_recommend_command_answers_per_model(tmp_path: Path) -> None:
     assert models["deepseek-v3"]["decode"] == "flashinfer:mla-fa3"
     assert models["deepseek-v3"]["decode_bound"] == "compute"
     assert models["gpt-oss-120b"]["model_step_batches"] == 2
+    assert "SGLang `--attention-backend flashinfer`" in models["deepseek-v3"]["engine_flags"]
+    assert models["llama-3.1-8b"]["engine_flags"] is None  # GQA: the decision matrix's flags
+
+
+def test_mla_engine_options_say_which_engine_runs_the_winner() -> None:
+    """SGLang's `flashinfer` backend runs FlashInfer's MLA wrapper with backend auto (fa3 on
+    SM90); vLLM's FLASHINFER_MLA is trtllm-gen on SM100 only, so no vLLM option runs it on an
+    H200; FA3's MLA path is vLLM's FLASH_ATTN_MLA and SGLang's fa3."""
+    fa3 = per_model.mla_engines("flashinfer:mla-fa3")
+    assert "SGLang `--attention-backend flashinfer`" in fa3
+    assert "FLASHINFER_MLA is trtllm-gen, SM100 only" in fa3
+    assert per_model.mla_engines("flashinfer:mla-fa3+tuned") == fa3
+    assert "no option picks fa2" in per_model.mla_engines("flashinfer:mla-fa2")
+    assert "vLLM `--attention-backend FLASH_ATTN_MLA`" in per_model.mla_engines("flash-attn:mla")
+    assert per_model.mla_engines("sdpa:mla") == (
+        "attnbench knows no vLLM or SGLang option that runs sdpa:mla"
+    )
+
+
+def test_committed_h200_rows_answer_for_deepseek_v3() -> None:
+    """From the committed H200 MLA rows (beside the GQA sweep, so there are several models):
+    DeepSeek-V3 decode on the H200 is flashinfer:mla-fa3, judged against the matmul ceiling,
+    with the engine options that run it."""
+    root = Path(__file__).resolve().parents[1] / "results"
+    paths = [
+        Path(p) for stem in ("h200-mla", "h200-gqa") for p in glob.glob(f"{root}/{stem}.jsonl*")
+    ]
+    if len(paths) < 2:
+        pytest.skip("no committed MLA and GQA rows")
+    (rec,) = recommend(load(paths).frame)
+    v3 = next(a for a in rec.models if a.model == "deepseek-v3")
+    assert v3.decode.winner == "flashinfer:mla-fa3"
+    assert v3.decode.runner_up == "flashinfer:mla-fa2"
+    assert v3.prefill.winner == "flashinfer:mla-fa3"
+    assert v3.bound == "compute"
+    assert v3.roof_frac is not None
+    assert 0.4 < v3.roof_frac < 0.8
+    sentence = v3.sentence(rec.gpu)
+    assert sentence.startswith("for deepseek-v3 on NVIDIA H200: decode use **flashinfer:mla-fa3**")
+    assert "compute-bound" in sentence
+    assert "engines: SGLang `--attention-backend flashinfer`" in sentence

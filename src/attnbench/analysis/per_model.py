@@ -12,7 +12,28 @@ answer never rests on another model's cases. Each answer also says:
 - for a model whose layers differ (gpt-oss: sliding and full; Gemma-3: local and global), the
   model-level decode ms per token of the winner: `metrics.model_per_token_ms` over the layer
   kinds of each batch where every kind was measured (rows equal but for layer_type, window_left
-  and num_layers), median over those batches.
+  and num_layers), median over those batches;
+- for an MLA model, the engine options that run the decode winner's kernel (`MLA_ENGINES`), or
+  that no engine exposes it on that GPU.
+
+Engine MLA backends, read in the engines' sources (each file at the commit the search index
+holds):
+
+- vLLM `--attention-backend NAME`, `AttentionBackendEnum` in vllm/v1/attention/backends/
+  registry.py @0033bf03: FLASHINFER_MLA, FLASHMLA, FLASH_ATTN_MLA, TRITON_MLA, CUTLASS_MLA...
+  mla/flashinfer_mla.py @002d68ef: FLASHINFER_MLA calls `trtllm_batch_decode_with_kv_cache_mla`
+  (trtllm-gen / cute-dsl) and `supports_compute_capability` is `capability.major == 10`: it is
+  not FlashInfer's `BatchMLAPagedAttentionWrapper` (attnbench's flashinfer:mla-fa2/-fa3) and
+  does not run on an H100/H200. On SM90 vLLM offers mla/flashmla.py @01b1d340 (FLASHMLA, major
+  9 or 10, page 64, fp8 KV), mla/flashattn_mla.py @00b9b7ad (FLASH_ATTN_MLA, major 9, 16-bit
+  KV only) and TRITON_MLA; attnbench measures none of those kernels.
+- SGLang `--attention-backend`, `ATTENTION_BACKEND_CHOICES` in python/sglang/srt/server_args.py
+  (flashinfer, fa3, flashmla, cutlass_mla, trtllm_mla, triton, ...). For an MLA model
+  `flashinfer` is python/sglang/srt/layers/attention/flashinfer_mla_backend.py @004d79cf:
+  `BatchMLAPagedAttentionWrapper(workspace, backend="auto")` for decode, and FlashInfer's
+  `auto` is `determine_mla_backend` (flashinfer/utils.py): "fa3" on SM90, else "fa2". So
+  `--attention-backend flashinfer` runs flashinfer:mla-fa3 on an H200 and flashinfer:mla-fa2
+  on other GPUs; no option picks fa2 on SM90.
 """
 
 from __future__ import annotations
@@ -46,6 +67,8 @@ class ModelAnswer:
     step_ms: float | None = None
     """Model-level decode ms per token of the winner, its layer kinds added (None: one kind)."""
     step_batches: int = 0
+    engines: str | None = None
+    """For an MLA model: the engine options that run the decode winner's kernel, or why none."""
 
     def as_dict(self, gpu: str) -> dict[str, Any]:
         """For `recommend --json`."""
@@ -59,6 +82,7 @@ class ModelAnswer:
             "decode_roof_frac": self.roof_frac,
             "model_step_ms": self.step_ms,
             "model_step_batches": self.step_batches,
+            "engine_flags": self.engines,
             "answer": self.sentence(gpu).replace("**", ""),
         }
 
@@ -79,6 +103,8 @@ class ModelAnswer:
                     f"; model step {self.step_ms:.2f} ms/token over its layer kinds, median "
                     f"of {self.step_batches} batches"
                 )
+            if role == "decode" and self.engines:
+                text += f"; engines: {self.engines}"
             parts.append(text + ")")
         if not parts:
             return f"for {self.model} on {gpu}: no row passed the accuracy gate"
@@ -116,8 +142,35 @@ def per_model(
             won = sub[DECODE_ALL.select(sub) & (sub["backend"] == dec.winner)]
             answer.bound, answer.roof_frac = _binding(won)
             answer.step_ms, answer.step_batches = _model_step(won)
+            if any(_field(s, "mla", None) is not None for s in won["spec"]):
+                answer.engines = mla_engines(dec.winner)
         out.append(answer)
     return out
+
+
+SM90_NOTE = "(on SM90; vLLM's FLASHINFER_MLA is trtllm-gen, SM100 only)"
+MLA_ENGINES: dict[str, str] = {
+    "flashinfer:mla-fa3": (
+        "SGLang `--attention-backend flashinfer` (its MLA wrapper, backend auto = fa3 on SM90); "
+        "vLLM has no backend that runs it " + SM90_NOTE + ": its SM90 MLA backends FLASHMLA, "
+        "FLASH_ATTN_MLA and TRITON_MLA are not measured here"
+    ),
+    "flashinfer:mla-fa2": (
+        "SGLang `--attention-backend flashinfer` runs it on GPUs other than SM90 (auto = fa3 on "
+        "SM90, and no option picks fa2 there); vLLM has no backend that runs it " + SM90_NOTE
+    ),
+    "flash-attn:mla": (
+        "vLLM `--attention-backend FLASH_ATTN_MLA` (SM90, 16-bit KV cache only); "
+        "SGLang `--attention-backend fa3`"
+    ),
+}
+"""Engine options per attnbench MLA kernel (the module docstring has the sources)."""
+
+
+def mla_engines(winner: str) -> str:
+    """The engine options that run `winner` on MLA decode, or that no engine exposes it."""
+    base = winner.split("+")[0]  # a tuned row runs the same kernel
+    return MLA_ENGINES.get(base, f"attnbench knows no vLLM or SGLang option that runs {base}")
 
 
 def _binding(rows: pd.DataFrame) -> tuple[str | None, float | None]:

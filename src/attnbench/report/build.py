@@ -39,6 +39,8 @@ def _load_sections() -> None:
     from attnbench.report import (  # noqa: F401
         fidelity_section,
         fp8_section,
+        gqa_section,
+        mla_section,
         per_model_section,
         replay_section,
         sections,

@@ -1,19 +1,22 @@
-"""Figures of the study sections: where a cascade beats plain decode (shared prefixes) and how
-busy the SMs are on uniform vs ragged batches (Nsight Compute). Same conventions as
+"""Figures of the study sections: where a cascade beats plain decode (shared prefixes), how
+busy the SMs are on uniform vs ragged batches (Nsight Compute), and MLA against both measured
+ceilings (fraction of the matmul ceiling vs context; a roofline). Same conventions as
 `attnbench.report.plots` (PNG bytes or None; matplotlib imported inside; stamped with `label`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from attnbench.analysis.cascade import Crossover
 from attnbench.analysis.fidelity import CLAIM_IDLE_PCT, SM_BATCHES, SmActivity, batch_order
 from attnbench.analysis.frame import human_tokens
-from attnbench.report.plots import _figure, _finish, _plt, colors
+from attnbench.report.plots import KIND_MARKERS, _figure, _finish, _plt, _tokens_axis, colors
 
 MAX_GROUPS = 2
 
@@ -123,3 +126,82 @@ def sm_activity(activity: Mapping[str, Mapping[str, SmActivity]], label: str) ->
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7, loc="lower left", framealpha=0.9)
     return _finish(fig, "SM activity on batches of one total KV, uniform to ragged", label)
+
+
+BATCH_STYLES = ("-", "--", ":", "-.")
+
+
+def mla_ceilings(ok: pd.DataFrame, ceilings: Mapping[str, Any], label: str) -> bytes | None:
+    """MLA rows against both measured ceilings. Left: % of the matmul ceiling vs context per
+    kernel (uniform decode; one line style per batch size). Right: a roofline (TFLOP/s vs FLOP
+    per byte) with the copy-bandwidth slope, the matmul roof and their ridge: MLA decode with
+    many heads on one latent sits right of the ridge, where the matmul roof binds."""
+    rows = ok[ok["tflops"].notna() & ok["intensity"].notna()]
+    if rows.empty:
+        return None
+    cmap = colors(sorted(set(rows["backend"])))
+    fig, axes = _figure(2, width=6.4, height=4.8)
+    ax = axes[0]
+    dec = rows[(rows["kind"] == "decode") & rows["uniform"] & rows["tflops_frac_measured"].notna()]
+    batches = sorted(set(dec["batch_size"]))
+    for (backend, bs), g in dec.groupby(["backend", "batch_size"]):
+        g = g.sort_values("kv_max")
+        style = BATCH_STYLES[batches.index(bs) % len(BATCH_STYLES)]
+        ax.plot(
+            g["kv_max"],
+            100 * g["tflops_frac_measured"],
+            style,
+            marker="o",
+            ms=4,
+            color=cmap[str(backend)],
+            label=f"{backend} bs{bs}",
+        )
+    if dec.empty:
+        ax.text(0.5, 0.5, "no uniform decode rows", ha="center", transform=ax.transAxes)
+    else:
+        _tokens_axis(ax)
+        ax.set_ylim(0, max(100.0, 100 * float(dec["tflops_frac_measured"].max()) * 1.1))
+    ax.axhline(100, color="k", lw=0.8)
+    ax.set_xlabel("context length per request (tokens)")
+    ax.set_ylabel("% of the measured matmul ceiling")
+    ax.set_title("MLA decode: TFLOP/s / measured matmul TFLOP/s", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6.5, loc="upper left", ncol=2)
+    _roofline_panel(axes[1], rows, ceilings, cmap)
+    return _finish(fig, "MLA against the measured ceilings", label)
+
+
+def _roofline_panel(
+    ax: Any, rows: pd.DataFrame, ceilings: Mapping[str, Any], cmap: Mapping[str, Any]
+) -> None:
+    for (backend, kind), g in rows.groupby(["backend", "kind"]):
+        ax.scatter(
+            g["intensity"],
+            g["tflops"],
+            color=cmap[str(backend)],
+            marker=KIND_MARKERS.get(str(kind), "x"),
+            s=26,
+            alpha=0.9,
+            label=f"{backend} {kind}",
+        )
+    copy = ceilings.get("copy_bandwidth_gbps")
+    mm = (ceilings.get("matmul_tflops") or {}).get(str(rows.iloc[0]["dtype"]))
+    lo = max(float(rows["intensity"].min()) / 4, 1.0)
+    hi = float(rows["intensity"].max()) * 2
+    if copy and mm:
+        ridge = mm * 1e3 / copy  # FLOP per byte where the two roofs meet
+        lo = min(lo, ridge / 4)
+        xs = np.logspace(math.log10(lo), math.log10(hi), 200)
+        ax.plot(xs, np.minimum(copy * xs / 1e3, mm), "k-", lw=1.2, label="measured roofs")
+        ax.plot(xs, copy * xs / 1e3, "k:", lw=0.8, label=f"copy {copy:.0f} GB/s")
+        ax.axhline(mm, color="k", ls="--", lw=0.8, label=f"matmul {mm:.0f} TFLOP/s")
+        ax.axvline(ridge, color="#aa0000", ls="--", lw=1, label=f"ridge {ridge:.0f} FLOP/B")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    top = max(float(rows["tflops"].max()), mm or 0.0) * 1.6
+    ax.set_ylim(max(float(rows["tflops"].min()) / 3, 0.1), top)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title("MLA roofline: copy bandwidth and matmul ceilings", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6.5, loc="lower right")
