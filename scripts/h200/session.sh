@@ -33,14 +33,14 @@ case $stage in
 H)  # session 6, call 1: finish brief, fp8, MLA (resumed), gpt-oss, FP8 numerics on the GPU
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   cp results/h200-brief.jsonl results/h200-fp8.jsonl "$OUT/"
-  zcat results/h200-mla.jsonl.gz > "$OUT/h200-mla.jsonl"
   step 20 backends $AB backends --device cuda
   step 60 brief $RUN --suite brief $ALL --resume --out "$OUT/h200-brief.jsonl"
-  step 200 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
-  step 70 mla $RUN --suite mla --resume --out "$OUT/h200-mla.jsonl"
+  step 190 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
+  # MLA again in full: DeepSeek-V3's softmax scale now carries YaRN's mscale (a new case id)
+  step 110 mla $RUN --suite mla --out "$OUT/h200-mla.jsonl"
   step 100 gptoss $RUN --suite gptoss -b flash-attn:fa3 -b flashinfer:xqa -b flashinfer:fa2 \
     -b flashinfer:tc -b sdpa:cudnn -b flex --out "$OUT/h200-gptoss.jsonl"
-  step 130 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
+  step 110 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
   ;;
 I)  # session 6, call 2 (chained): the full GPU test pass, timing fidelity
   step 430 gpu-tests bash -c "timeout -s INT 420 python3 -m pytest -m gpu -q -p no:cacheprovider \
