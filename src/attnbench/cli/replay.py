@@ -107,6 +107,10 @@ def replay(
         int, Opt(min=0, max=MAX_SEED, help="Seed of the generated traffic (agents:N).")
     ] = 0,
     out: Annotated[Path | None, Opt(help="Write the replay document (JSON) here.")] = None,
+    validation: Annotated[
+        Path | None,
+        Opt(help="`replay-validate` document (default: one among or beside the results)."),
+    ] = None,
     live: Annotated[
         int, Opt(min=0, help="Measure this many replayed steps on the GPU (CUDA only).")
     ] = 0,
@@ -119,7 +123,7 @@ def replay(
     """Replay a serving trace through a continuous-batching simulator whose step times come from
     the measured attention rows: ITL, TTFT and throughput per backend variant and hybrid."""
     from attnbench.analysis.frame import NoResultsError, resolve_paths
-    from attnbench.cli.replay_tables import escape, extrapolation_notes, tables
+    from attnbench.cli.replay_tables import escape, extrapolation_notes, tables, trust_lines
     from attnbench.replay.deployment import Deployment
     from attnbench.replay.document import ReplayConfig
     from attnbench.replay.pipeline import ReplayError, run_replay
@@ -136,6 +140,8 @@ def replay(
     )
     if out is not None:
         check_output_file(out, "--out")
+    if validation is not None and not validation.is_file():
+        fail(f"--validation={validation}: no such file (`attnbench replay-validate` writes one)")
     if live:
         _check_live_device(device)
         check_output_file(_live_path(live_out, out), "--live-out" if live_out else "--live")
@@ -178,7 +184,7 @@ def replay(
     )
     try:
         with console.status(f"replaying {trace}"):
-            outcome = run_replay(cfg, paths)
+            outcome = run_replay(cfg, paths, validation)
     except (ReplayError, ValueError) as exc:
         fail(str(exc))
     doc = outcome.document
@@ -186,7 +192,9 @@ def replay(
         note(n)
     for table in tables(doc):
         console.print(table)
-    for n in extrapolation_notes(doc):
+    for line in trust_lines(doc):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    for n in extrapolation_notes(doc) + (doc.trust.notes if doc.trust else []):
         note(n)
     if live:
         doc.live = _live(outcome, live, live_prefill, live_out, out, device)

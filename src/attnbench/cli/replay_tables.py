@@ -1,6 +1,7 @@
 """`attnbench replay`'s terminal tables, rendered from the typed replay document
 (`replay.document.ReplayDocument`): runs, crossings, padded vs ragged, cost models, live check,
-and the notes about steps beyond the fitted range."""
+the rankings (ties where the difference is inside the error), and the notes about steps beyond
+the fitted range and how far each candidate is validated."""
 
 from __future__ import annotations
 
@@ -13,14 +14,6 @@ if TYPE_CHECKING:
     from attnbench.replay.document import ReplayDocument
     from attnbench.replay.records import LiveValidation
 
-RUN_COLUMNS = (
-    "candidate", "rate×", "req/s", "ITL p50", "ITL p90", "ITL p99", "TTFT p50", "TTFT p99",
-    "decode step", "tok/s", "attn %", "beyond fit",
-)  # fmt: skip
-MODEL_COLUMNS = (
-    "variant", "decode rows", "GB/s", "rel RMSE", "max", "prefill rows", "TFLOP/s", "rel RMSE",
-    "notes",
-)  # fmt: skip
 RUN_COLUMNS = (
     "candidate", "rate×", "req/s", "ITL p50", "ITL p90", "ITL p99", "TTFT p50", "TTFT p99",
     "decode step", "tok/s", "attn %", "beyond fit",
@@ -163,9 +156,58 @@ def live_table(live: LiveValidation) -> Table:
     return t
 
 
+METRIC_NAMES = {"itl_ms.p50": "ITL p50", "itl_ms.p99": "ITL p99", "ttft_ms.p50": "TTFT p50"}
+
+
+def metric_name(metric: str) -> str:
+    return METRIC_NAMES.get(metric, metric)
+
+
+def ranking_table(doc: ReplayDocument) -> Table | None:
+    """Candidates by each ranked metric; those whose ranges overlap share a rank."""
+    from attnbench.replay.trust import ties
+
+    if doc.trust is None or not doc.trust.rankings:
+        return None
+    scale = doc.trust.rankings[0].rate_scale
+    t = _table(
+        f"ranking at rate {scale:g}x (ms; range: attention cost off by its error)",
+        ("metric", "rank", "candidate", "ms", "range", "not distinguishable from"),
+        left=("metric", "candidate", "not distinguishable from"),
+    )
+    for r in doc.trust.rankings:
+        tied = ties(r)
+        for e in r.entries:
+            span = (
+                f"{_f(e.low_ms, 2)}-{_f(e.high_ms, 2)}"
+                if math.isfinite(e.low_ms)
+                else "error unknown"
+            )
+            t.add_row(
+                metric_name(r.metric),
+                str(e.group),
+                escape(e.candidate),
+                _f(e.value_ms, 2),
+                span,
+                escape(", ".join(tied[e.candidate])),
+            )
+    return t
+
+
+def trust_lines(doc: ReplayDocument) -> list[str]:
+    """One line per candidate: its validated error (or that it is not validated on live
+    steps) and its share of replayed steps beyond the calibration range."""
+    from attnbench.replay.trust import trust_line
+
+    return [trust_line(t) for t in doc.trust.candidates] if doc.trust else []
+
+
 def tables(doc: ReplayDocument) -> list[Table]:
     """Every table of the document, in the order the command prints them."""
     out = [runs_table(doc)]
+    ranking = ranking_table(doc)
+    if ranking is not None:
+        out.append(ranking)
     out += [t for t in (crossing_table(doc), padded_table(doc)) if t is not None]
     out.append(models_table(doc))
     if doc.live is not None:

@@ -16,6 +16,9 @@
     document.py    the replay document (ReplayDocument) and its options (ReplayConfig)
     pipeline.py    results files + trace -> replay document (what the CLI runs)
     live.py        --live: the replayed steps measured on the GPU vs the model
+    validate.py    replay-validate: drawn steps of several traces timed per variant vs the model
+    validation_doc.py  the validation document read back, and found beside the rows
+    trust.py       per candidate: validated error, steps beyond the fit; ties inside the error
 
 Reads result files only; only `live` touches a GPU. The CLI's tables (`cli.replay_tables`) and
 the report's "Serving replay" section (`report.replay_section`) render the document.

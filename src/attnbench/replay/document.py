@@ -6,11 +6,12 @@ report's "Serving replay" section renders, as one typed model.
       gemm (GemmInfo), models / padded_models (CostModelInfo), sources, config (ReplayConfig),
       base_rate_req_s, rate_scales, itl_target_ms, candidates, runs (CandidateRun), crossing,
       main_candidate, main_scale, padded_vs_ragged, brief_claim, notes,
-      live (LiveValidation, with --live), provenance (commit, libraries, host, GPU)
+      live (LiveValidation, with --live), trust (ReplayTrust), provenance (commit, libraries,
+      host, GPU)
 
 The JSON keys are those of every document written since `attnbench.replay/1` (the committed
-`results/h200-replay-*.json` load through this model); `provenance` is new and optional. The
-parts the study and the live check produce are in `replay.records`.
+`results/h200-replay-*.json` load through this model); `provenance` and `trust` are new and
+optional. The parts the study and the live check produce are in `replay.records`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from attnbench.replay.records import (
     LiveValidation,
     PaddedComparison,
     Real,
+    ReplayTrust,
 )
 from attnbench.replay.simresult import SchedulerConfig
 from attnbench.results import read_json
@@ -248,6 +250,9 @@ class ReplayDocument(DocModel):
     brief_claim: BriefClaim = Field(default_factory=BriefClaim)
     notes: list[str]
     live: LiveValidation | None = None
+    trust: ReplayTrust | None = Field(None, exclude_if=lambda v: v is None)
+    """Per candidate, how far to trust it, and rankings with ties inside the error
+    (`replay.trust`); None in documents written before it was recorded."""
     provenance: dict[str, Any] | None = None
     """Where the replay ran (`results.provenance`: attnbench, commit, libraries, host, GPU);
     None in documents written before it was recorded."""

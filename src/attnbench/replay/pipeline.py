@@ -36,7 +36,15 @@ from attnbench.replay.gemm import GemmRoofline
 from attnbench.replay.kernelplan import DEFAULT_NUM_SMS
 from attnbench.replay.simresult import SchedulerConfig
 from attnbench.replay.study import StudyOptions, StudyOutcome, run_study
-from attnbench.replay.traffic import ReplayRequest, arrival_rate, load_requests, spread_ties
+from attnbench.replay.traffic import (
+    ReplayRequest,
+    arrival_rate,
+    load_requests,
+    scale_rate,
+    spread_ties,
+)
+from attnbench.replay.trust import assess, choose_validation
+from attnbench.replay.validation_doc import ValidationDocumentError, find_validation
 from attnbench.results import Header, ResultRow, is_results_path, read_results
 
 __all__ = ["ReplayConfig", "ReplayError", "ReplayOutcome", "load_rows", "run_replay"]
@@ -169,8 +177,12 @@ def recommended_hybrid(paths: Sequence[Path], gpu: str) -> tuple[str, str] | Non
     return None
 
 
-def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> ReplayOutcome:
-    """The whole replay; raises ReplayError for unusable input."""
+def run_replay(
+    cfg: ReplayConfig, paths: Sequence[Path], validation: Path | None = None
+) -> ReplayOutcome:
+    """The whole replay; raises ReplayError for unusable input. `validation`: the
+    `replay-validate` document stating each variant's live error (default: one found among or
+    beside `paths`, else every variant is "not validated on live steps")."""
     from attnbench.results import provenance
 
     loaded = load_rows(paths, cfg.gpu)
@@ -269,6 +281,20 @@ def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> ReplayOutcome:
         study = run_study(reqs, sched, models, padded, gemm, opts)
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
+    try:
+        source, validated, vnotes = choose_validation(
+            validation,
+            find_validation(paths) if validation is None else [],
+            {n: m.key.describe() for n, m in models.items()},
+            loaded.gpu,
+        )
+    except ValidationDocumentError as exc:
+        raise ReplayError(f"--validation: {exc}") from None
+    main_runs = {r.candidate: r for r in study.runs if r.rate_scale == study.main_scale}
+    trust = assess(
+        scale_rate(reqs, study.main_scale), sched, study.candidates, study.costs, study.sims,
+        main_runs, study.main_scale, validated, source, vnotes,
+    )  # fmt: skip
     if not any(h.device.get("kind") == "cuda" for h in loaded.headers):
         notes.append("the rows and ceilings come from a non-GPU run: figures are not H200 figures")
     doc = ReplayDocument(
@@ -292,6 +318,7 @@ def run_replay(cfg: ReplayConfig, paths: Sequence[Path]) -> ReplayOutcome:
         main_scale=study.main_scale,
         padded_vs_ragged=study.padded_vs_ragged,
         notes=notes + study.notes,
+        trust=trust,
         provenance=provenance(),
     )
     return ReplayOutcome(doc, study)

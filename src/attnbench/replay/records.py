@@ -214,3 +214,70 @@ class LiveValidation(DocModel):
     worst_rel_rmse: Real
     sampled_from: str = ""
     """The candidate whose replayed steps were sampled."""
+
+
+class ValidatedError(DocModel):
+    """A variant's decode model against live GPU steps (`attnbench replay-validate`)."""
+
+    source: str
+    """The validation document."""
+    steps: int
+    """Drawn steps the GPU measured."""
+    median_abs_err: Real
+    p90_abs_err: Real
+    outside_share: Real
+    """Share of the drawn steps beyond the calibration rows' range."""
+    meets_target: bool
+
+
+ErrorSource = Literal["validated p90", "held-out fit", "unknown"]
+
+
+class CandidateTrust(DocModel):
+    """How far to trust one candidate's replay: the error its attention cost carries, and the
+    share of its replayed steps beyond the rows the models were fitted on."""
+
+    candidate: str
+    decode_backend: str
+    prefill_backend: str
+    validated: ValidatedError | None
+    """None: not validated on live steps (no validation file, or none for this variant)."""
+    decode_err: Real
+    """Relative error assumed for the decode attention: the validated p90 absolute error, else
+    the decode fit's held-out relative RMSE (NaN: unknown)."""
+    decode_err_from: ErrorSource
+    prefill_err: Real
+    """The prefill fit's held-out relative RMSE (live validation times decode steps only)."""
+    outside_share: float
+    """Share of the replayed steps at the main scale beyond the calibration range."""
+
+
+class RankEntry(DocModel):
+    """One candidate's metric at the main scale, with the range its attention error spans."""
+
+    candidate: str
+    value_ms: Real
+    low_ms: Real
+    """The metric with attention costs lowered by their error (NaN: error unknown)."""
+    high_ms: Real
+    group: int
+    """1 = fastest; candidates sharing a group are not distinguishable."""
+
+
+class Ranking(DocModel):
+    """Candidates ordered by one metric; ties where the difference is inside the error."""
+
+    metric: str
+    """`itl_ms.p50`, `ttft_ms.p50`, ... (a field of `ServingMetrics`)."""
+    rate_scale: float
+    entries: list[RankEntry]
+
+
+class ReplayTrust(DocModel):
+    """How far to trust the replay, per candidate, and its rankings."""
+
+    validation: str | None
+    """The validation document used (None: none found or given)."""
+    candidates: list[CandidateTrust]
+    rankings: list[Ranking]
+    notes: list[str] = Field(default_factory=list)

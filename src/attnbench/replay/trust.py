@@ -1,0 +1,291 @@
+"""How far to trust a replay, per candidate, and rankings that never order a difference inside
+the error.
+
+Each candidate's attention cost carries a relative error: for decode, the p90 absolute error
+its variant showed on live GPU steps (`attnbench replay-validate`), else the decode fit's
+held-out relative RMSE; for prefill, the prefill fit's held-out relative RMSE (the live
+validation times decode steps only). The error is propagated through the scheduler, not
+assumed to add linearly: the candidate is replayed again at the main scale with its attention
+costs lowered and raised by their errors (`ScaledCost`), which moves ITL and TTFT (queueing
+included) to `low_ms` and `high_ms`. Two candidates are ordered only when these ranges do not
+overlap, i.e. when the difference of their predictions exceeds the sum of the errors pointing
+at each other; otherwise they share a group and are reported "not distinguishable".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+
+import numpy as np
+
+from attnbench.replay.fit import LinearFit
+from attnbench.replay.records import (
+    CandidateInfo,
+    CandidateTrust,
+    ErrorSource,
+    RankEntry,
+    Ranking,
+    ReplayTrust,
+    ServingMetrics,
+    ValidatedError,
+)
+from attnbench.replay.simresult import SchedulerConfig, SimResult
+from attnbench.replay.simulator import simulate
+from attnbench.replay.stepcost import ReplayCost
+from attnbench.replay.steps import FloatArray, StepFeatures, StepShape
+from attnbench.replay.summary import summarize
+from attnbench.replay.traffic import ReplayRequest
+from attnbench.replay.validate import MIN_STEPS, TARGET_MEDIAN, TARGET_P90
+from attnbench.replay.validation_doc import (
+    ValidationDocument,
+    ValidationDocumentError,
+    load_validation,
+)
+
+RANKED_METRICS = ("itl_ms.p50", "itl_ms.p99", "ttft_ms.p50")
+"""The metrics the replay ranks candidates by (fields of `ServingMetrics`)."""
+
+
+@dataclass(frozen=True)
+class ScaledCost(ReplayCost):
+    """A candidate's step cost with its decode and prefill attention scaled (plan and GEMMs
+    unchanged): the replay at the edge of the attention error."""
+
+    decode_factor: float = 1.0
+    prefill_factor: float = 1.0
+
+    def parts_us(self, f: StepFeatures) -> dict[str, FloatArray]:
+        parts = super().parts_us(f)
+        parts["attention_decode"] = parts["attention_decode"] * self.decode_factor
+        parts["attention_prefill"] = parts["attention_prefill"] * self.prefill_factor
+        return parts
+
+    def step_s(self, s: StepShape) -> float:
+        us = super().step_s(s) * 1e6
+        if s.n_decode > 0:
+            attn = self.decode.decode_call_us(s.n_decode, s.kv_total, s.kv_max)
+            us += (self.decode_factor - 1.0) * self.num_layers * attn
+        if s.n_prefill > 0:
+            p0, p1, p_q, p_pair = self.prefill.prefill_terms()
+            attn = p0 + p1 * s.n_prefill + p_q * s.q_prefill + p_pair * s.pairs_prefill
+            us += (self.prefill_factor - 1.0) * self.num_layers * attn
+        return us / 1e6
+
+
+def scaled(cost: ReplayCost, decode_factor: float, prefill_factor: float) -> ScaledCost:
+    return ScaledCost(
+        cost.name,
+        cost.decode,
+        cost.prefill,
+        cost.gemm,
+        cost.num_layers,
+        decode_factor=max(decode_factor, 0.0),
+        prefill_factor=max(prefill_factor, 0.0),
+    )
+
+
+def metric_ms(metrics: ServingMetrics, metric: str) -> float:
+    """`metrics`' field `metric` (dotted, e.g. `itl_ms.p50`)."""
+    return float(attrgetter(metric)(metrics))
+
+
+def validated_errors(
+    vdoc: ValidationDocument, source: str, shapes: Mapping[str, str], gpu: str
+) -> tuple[dict[str, ValidatedError], list[str]]:
+    """Per variant, its validated error, where the validation applies to this replay: the
+    same GPU (when the document names one) and the same shape as the replay's model; notes
+    for what was left out."""
+    if vdoc.gpu is not None and vdoc.gpu != gpu:
+        return {}, [f"validation {source}: timed on {vdoc.gpu}, not {gpu}; not used"]
+    out: dict[str, ValidatedError] = {}
+    notes: list[str] = []
+    for name, s in sorted(vdoc.summary.items()):
+        if name not in shapes:
+            continue
+        theirs = vdoc.shape_of(name)
+        if theirs is not None and theirs != shapes[name]:
+            notes.append(
+                f"validation {source}: {name} was validated at {theirs}, not this replay's "
+                f"{shapes[name]}; not used for it"
+            )
+            continue
+        if s.measured == 0:
+            continue
+        out[name] = ValidatedError(
+            source=source,
+            steps=s.measured,
+            median_abs_err=s.median_abs_err,
+            p90_abs_err=s.p90_abs_err,
+            outside_share=s.outside_share,
+            meets_target=s.meets_target,
+        )
+    return out, notes
+
+
+def _held_out(fit: LinearFit | None) -> float:
+    return fit.cv_rel_rmse if fit is not None and math.isfinite(fit.cv_rel_rmse) else math.nan
+
+
+def candidate_trust(
+    info: CandidateInfo,
+    cost: ReplayCost,
+    sim: SimResult,
+    validated: Mapping[str, ValidatedError],
+) -> CandidateTrust:
+    """The error a candidate's attention carries, and its replayed steps beyond the fit."""
+    v = None if info.padded_decode else validated.get(info.decode_backend)
+    decode_err: float
+    source: ErrorSource
+    if v is not None and math.isfinite(v.p90_abs_err):
+        decode_err, source = v.p90_abs_err, "validated p90"
+    else:
+        decode_err = _held_out(cost.decode.decode)
+        source = "held-out fit" if math.isfinite(decode_err) else "unknown"
+    extra = cost.extrapolation(sim.features)
+    return CandidateTrust(
+        candidate=info.name,
+        decode_backend=info.decode_backend,
+        prefill_backend=info.prefill_backend,
+        validated=v,
+        decode_err=decode_err,
+        decode_err_from=source,
+        prefill_err=_held_out(cost.prefill.prefill),
+        outside_share=float((extra > 1.0).mean()) if extra.size else 0.0,
+    )
+
+
+def group(entries: Sequence[RankEntry]) -> list[RankEntry]:
+    """Sorted by value, each with its group: a new group starts only where the entry's range
+    lies wholly above every faster entry's, so entries in different groups never overlap.
+    A NaN bound is unbounded (the error is unknown); NaN values are left out."""
+    ranked = sorted((e for e in entries if math.isfinite(e.value_ms)), key=lambda e: e.value_ms)
+    out: list[RankEntry] = []
+    top, g = -math.inf, 0
+    for e in ranked:
+        low = e.low_ms if math.isfinite(e.low_ms) else -math.inf
+        if not out or low > top:
+            g += 1
+        high = e.high_ms if math.isfinite(e.high_ms) else math.inf
+        top = max(top, high)
+        out.append(e.model_copy(update={"group": g}))
+    return out
+
+
+def assess(
+    requests: list[ReplayRequest],
+    sched: SchedulerConfig,
+    infos: Sequence[CandidateInfo],
+    costs: Mapping[str, ReplayCost],
+    sims: Mapping[str, SimResult],
+    main: Mapping[str, ServingMetrics],
+    rate_scale: float,
+    validated: Mapping[str, ValidatedError],
+    validation: str | None,
+    notes: Sequence[str] = (),
+    metrics: Sequence[str] = RANKED_METRICS,
+) -> ReplayTrust:
+    """Trust per candidate, and the rankings of the deployable candidates (singles and the
+    hybrid; padded twins are a what-if). `requests` are those replayed at `rate_scale`;
+    `costs`, `sims` and `main` (the metrics) are per candidate at that scale."""
+    trust = [candidate_trust(i, costs[i.name], sims[i.name], validated) for i in infos]
+    bands: dict[str, tuple[ServingMetrics | None, ServingMetrics | None]] = {}
+    for i, t in zip(infos, trust, strict=True):
+        if i.kind == "padded":
+            continue
+        errs = (t.decode_err, t.prefill_err if math.isfinite(t.prefill_err) else 0.0)
+        if not all(math.isfinite(e) for e in errs):
+            bands[i.name] = (None, None)
+            continue
+        ends = []
+        for sign in (-1.0, 1.0):
+            cost = scaled(costs[i.name], 1 + sign * errs[0], 1 + sign * errs[1])
+            ends.append(summarize(simulate(requests, sched, cost), cost))
+        bands[i.name] = (ends[0], ends[1])
+    rankings = []
+    for metric in metrics:
+        entries = []
+        for name, (lo, hi) in bands.items():
+            v = metric_ms(main[name], metric)
+            ends_ms = [metric_ms(m, metric) for m in (lo, hi) if m is not None]
+            span = np.array([v, *ends_ms]) if len(ends_ms) == 2 else None
+            entries.append(
+                RankEntry(
+                    candidate=name,
+                    value_ms=v,
+                    low_ms=float(np.nanmin(span)) if span is not None else math.nan,
+                    high_ms=float(np.nanmax(span)) if span is not None else math.nan,
+                    group=0,
+                )
+            )
+        rankings.append(Ranking(metric=metric, rate_scale=rate_scale, entries=group(entries)))
+    return ReplayTrust(
+        validation=validation, candidates=trust, rankings=rankings, notes=list(notes)
+    )
+
+
+def choose_validation(
+    explicit: Path | None, found: Sequence[Path], shapes: Mapping[str, str], gpu: str
+) -> tuple[str | None, dict[str, ValidatedError], list[str]]:
+    """The validation document to use: `explicit` (ValidationDocumentError when it does not
+    read as one), else of those `found` beside the rows the one covering most variants (a
+    file that does not read is a note). (its path, validated errors per variant, notes)."""
+    if explicit is not None:
+        vdoc = load_validation(explicit)
+        errs, notes = validated_errors(vdoc, str(explicit), shapes, gpu)
+        if not errs:
+            notes.append(f"validation {explicit}: no variant of this replay in it")
+        return str(explicit), errs, notes
+    best: tuple[str | None, dict[str, ValidatedError], list[str]] = (None, {}, [])
+    problems: list[str] = []
+    for path in found:
+        try:
+            vdoc = load_validation(path)
+        except ValidationDocumentError as exc:
+            problems.append(str(exc))
+            continue
+        errs, notes = validated_errors(vdoc, str(path), shapes, gpu)
+        if len(errs) > len(best[1]):
+            best = (str(path), errs, notes)
+    source, errs, notes = best
+    if source is not None and len(found) > 1:
+        notes.append(f"validation: used {source} of {len(found)} found beside the rows")
+    return source, errs, problems + notes
+
+
+def ties(ranking: Ranking) -> dict[str, list[str]]:
+    """Per candidate, the others in its group: those it is not distinguishable from."""
+    return {
+        e.candidate: [o.candidate for o in ranking.entries if o.group == e.group and o is not e]
+        for e in ranking.entries
+    }
+
+
+def order_text(ranking: Ranking) -> str:
+    """`a < b = c`: fastest first, `=` between candidates that are not distinguishable."""
+    out = ""
+    for i, e in enumerate(ranking.entries):
+        if i:
+            out += " = " if e.group == ranking.entries[i - 1].group else " < "
+        out += e.candidate
+    return out
+
+
+def trust_line(t: CandidateTrust) -> str:
+    """One line: how far to trust a candidate's replay."""
+    via = f"decode {t.decode_backend} " if t.decode_backend != t.candidate else ""
+    v = t.validated
+    if v is not None:
+        verdict = "meets" if v.meets_target else "misses"
+        first = (
+            f"{t.candidate}: {via}validated on {v.steps} live steps: median |err| "
+            f"{v.median_abs_err:.1%}, p90 {v.p90_abs_err:.1%} ({verdict} the target of "
+            f"{TARGET_MEDIAN:.0%}/{TARGET_P90:.0%} over >= {MIN_STEPS} steps)"
+        )
+    else:
+        held = f"held-out fit error {t.decode_err:.1%}" if math.isfinite(t.decode_err) else ""
+        first = f"{t.candidate}: not validated on live steps{f' ({held})' if held else ''}"
+    return f"{first}; {t.outside_share:.0%} of replayed steps beyond the calibration range"
