@@ -84,6 +84,7 @@ def _documents(paths: list[Path], named: set[Path]) -> list[Path]:
     such as `attnbench hw --out` facts, are skipped quietly)."""
     from attnbench.fp8study import DOCUMENT_TYPE
     from attnbench.replay.study import SCHEMA
+    from attnbench.replay.validate import SCHEMA as VALIDATION_SCHEMA
     from attnbench.results import read_json
 
     found: list[Path] = []
@@ -94,7 +95,8 @@ def _documents(paths: list[Path], named: set[Path]) -> list[Path]:
             why = f"not a JSON document ({type(exc).__name__})"
         else:
             known = isinstance(data, dict) and (
-                data.get("schema") == SCHEMA or data.get("type") == DOCUMENT_TYPE
+                data.get("schema") in (SCHEMA, VALIDATION_SCHEMA)
+                or data.get("type") == DOCUMENT_TYPE
             )
             if known:
                 found.append(p)

@@ -255,3 +255,49 @@ def by_axis(ok: pd.DataFrame, kind: str, label: str) -> bytes | None:
     for ax in axes[len(groups) :]:
         ax.set_visible(False)
     return _finish(fig, title, label, shared_legend=True)
+
+
+WIDE_RANGE = 20.0
+"""Latencies spanning more than this factor are drawn on log axes."""
+
+
+def predicted_vs_measured(
+    points: dict[str, list[tuple[float, float]]], target_p90: float, label: str
+) -> bytes | None:
+    """Each validated step's (measured, predicted) per-call latency, one colour per variant,
+    with the y = x line and the ±`target_p90` band (left), and the relative error against the
+    measured latency (right)."""
+    pts = {n: [(m, p) for m, p in v if m > 0 and p > 0] for n, v in sorted(points.items())}
+    pts = {n: v for n, v in pts.items() if v}
+    if not pts:
+        return None
+    cmap = colors(list(pts))
+    every = np.array([xy for v in pts.values() for xy in v])
+    lo, hi = float(every.min()), float(every.max())
+    log = hi / lo > WIDE_RANGE
+    fig, (ax, ax_err) = _figure(2, width=6.4, height=5.0)
+    for name, v in pts.items():
+        m, p = np.array(v).T
+        style = dict(s=14, alpha=0.7, color=cmap[name], edgecolors="none")
+        ax.scatter(m, p, label=f"{name} ({len(v)})", **style)
+        ax_err.scatter(m, 100 * (p / m - 1), **style)
+    line = np.geomspace(lo * 0.9, hi * 1.1, 50) if log else np.linspace(lo * 0.9, hi * 1.1, 50)
+    ax.plot(line, line, color="k", lw=0.9, label="predicted = measured")
+    for f in (1 - target_p90, 1 + target_p90):
+        ax.plot(line, f * line, color="k", lw=0.7, ls=":")
+    for e in (target_p90, -target_p90):
+        ax_err.axhline(100 * e, color="k", lw=0.7, ls=":")
+    ax_err.axhline(0, color="k", lw=0.9)
+    for a in (ax, ax_err):
+        if log:
+            a.set_xscale("log")
+        a.set_xlabel("measured latency per call (µs)")
+        a.grid(True, which="both", alpha=0.3)
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel("predicted latency per call (µs)")
+    ax.set_title(f"predicted vs measured per step (dotted: ±{target_p90:.0%})", fontsize=10)
+    ax_err.set_ylabel("predicted / measured - 1 (%)")
+    ax_err.set_title("error per step", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", markerscale=1.5)
+    return _finish(fig, "Replay cost models vs live GPU steps", label)

@@ -3,8 +3,12 @@
 `attnbench report RESULTS... replay.json` hands JSON documents to section hooks; every document
 whose `schema` is the replay's becomes tables (per-candidate ITL/TTFT/throughput, crossing
 rates, padded vs ragged, cost-model fit and live error) and a figure (p99 ITL and p99 TTFT
-against the arrival rate), read through the typed `replay.document.ReplayDocument`. A file
-whose `schema` is the replay's but does not read as one becomes one line naming the field.
+against the arrival rate), read through the typed `replay.document.ReplayDocument`, with how
+far to trust each candidate and the rankings (ties inside the error) when the document has them.
+Every `attnbench replay-validate` document becomes a table per variant (steps, median and p90
+absolute error, share outside the calibration range, target met) and a figure of predicted vs
+measured per step. A file whose `schema` is the replay's (or the validation's) but does not
+read as one becomes one line naming the field.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from attnbench.replay.document import (
     is_replay_document,
     parse_document,
 )
+from attnbench.replay.trust import ties, trust_line
 from attnbench.report.blocks import (
     Block,
     Figure,
@@ -27,6 +32,7 @@ from attnbench.report.blocks import (
     Text,
     register_section,
 )
+from attnbench.report.replay_validation import load_validations, validation_blocks
 from attnbench.results import is_document_path, read_json
 
 
@@ -225,6 +231,39 @@ def live_blocks(doc: ReplayDocument) -> list[Block]:
     ]
 
 
+RANKED = {"itl_ms.p50": "ITL p50", "itl_ms.p99": "ITL p99", "ttft_ms.p50": "TTFT p50"}
+
+
+def trust_blocks(doc: ReplayDocument) -> list[Block]:
+    """How far to trust each candidate, and the rankings with their ties."""
+    trust = doc.trust
+    if trust is None:
+        return []
+    lines = [trust_line(t) for t in trust.candidates] + list(trust.notes)
+    blocks: list[Block] = [Text("\n".join(f"- {line}" for line in lines))]
+    rows: list[list[object]] = []
+    for r in trust.rankings:
+        tied = ties(r)
+        for e in r.entries:
+            span = f"{_ms(e.low_ms)}-{_ms(e.high_ms)}" if math.isfinite(e.low_ms) else "unknown"
+            name = RANKED.get(r.metric, r.metric)
+            rows.append(
+                [name, e.group, e.candidate, _ms(e.value_ms), span, ", ".join(tied[e.candidate])]
+            )
+    if rows:
+        scale = trust.rankings[0].rate_scale
+        blocks.append(
+            Table(
+                ["metric", "rank", "candidate", "ms", "range ms", "not distinguishable from"],
+                rows,
+                f"rate scale {scale:g}; range: the replay with each candidate's attention cost "
+                "lowered and raised by its error (validated p90, else held-out fit); candidates "
+                "whose ranges overlap share a rank",
+            )
+        )
+    return blocks
+
+
 def figure(doc: ReplayDocument, label: str) -> Figure | None:
     runs = doc.runs
     if not runs:
@@ -266,6 +305,7 @@ def blocks_for(doc: ReplayDocument, label: str) -> list[Block]:
     if cross is not None:
         blocks.append(cross)
     blocks += padded_blocks(doc)
+    blocks += trust_blocks(doc)
     blocks.append(models_table(doc))
     blocks += live_blocks(doc)
     if doc.notes:
@@ -276,9 +316,12 @@ def blocks_for(doc: ReplayDocument, label: str) -> list[Block]:
 @register_section("Serving replay", order=85, per_gpu=False)
 def replay_section(data: ReportData) -> Section | None:
     docs, problems = load_documents(list(data.extras))
-    if not docs and not problems:
+    validations, bad = load_validations(list(data.extras))
+    if not docs and not problems and not validations and not bad:
         return None
-    blocks: list[Block] = [Text(p) for p in problems]
+    blocks: list[Block] = [Text(p) for p in problems + bad]
     for doc in docs:
         blocks += blocks_for(doc, data.label)
+    for path, vdoc in validations:
+        blocks += validation_blocks(path, vdoc, data.label)
     return Section("Serving replay", blocks)

@@ -1,0 +1,91 @@
+"""The "Serving replay" section's part for `attnbench replay-validate` documents: per variant
+the steps measured, median and p90 absolute error, share of steps outside the calibration
+range and whether it meets the target, and a figure of predicted vs measured per step
+(`report.plots_serving.predicted_vs_measured`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from attnbench.replay.validation_doc import (
+    ValidationDocument,
+    ValidationDocumentError,
+    is_validation_document,
+    parse_validation,
+)
+from attnbench.report.blocks import Block, Figure, Table, Text
+from attnbench.results import is_document_path, read_json
+
+
+def load_validations(
+    paths: list[Path],
+) -> tuple[list[tuple[Path, ValidationDocument]], list[str]]:
+    """The `replay-validate` documents among `paths`, and one line per one that does not read."""
+    docs, problems = [], []
+    for p in paths:
+        if not is_document_path(p):
+            continue
+        try:
+            data = read_json(p)
+        except (OSError, ValueError):
+            continue
+        if is_validation_document(data):
+            try:
+                docs.append((p, parse_validation(data, str(p))))
+            except ValidationDocumentError as exc:
+                problems.append(str(exc))
+    return docs, problems
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.0f}%" if math.isfinite(v) else "-"
+
+
+def validation_blocks(path: Path, vdoc: ValidationDocument, label: str) -> list[Block]:
+    """A validation document: the error per variant against the target, and the figure."""
+    t = vdoc.target
+    where = f" on {vdoc.gpu}" if vdoc.gpu else ""
+    text = Text(
+        f"Replay cost models against live GPU steps{where} (`{path.name}`): decode steps drawn "
+        f"from replays of {', '.join(vdoc.traces) or 'the traces'}, each timed with every "
+        f"variant. Target: median |error| <= {t.median_abs_err:.0%} and p90 <= "
+        f"{t.p90_abs_err:.0%} over >= {t.steps} steps."
+    )
+    rows: list[list[object]] = [
+        [
+            name,
+            f"{s.measured}/{s.steps}",
+            _pct1(s.median_abs_err),
+            _pct1(s.p90_abs_err),
+            _pct1(s.max_abs_err),
+            _pct1(s.mean_err),
+            _pct(s.outside_share),
+            "yes" if s.meets_target else "no",
+        ]
+        for name, s in sorted(vdoc.summary.items())
+    ]
+    table = Table(
+        ["variant", "steps measured", "median |err|", "p90 |err|", "max |err|", "bias",
+         "outside range", "meets target"],
+        rows,
+        "error = predicted / measured - 1 per call; outside range: steps beyond the "
+        "calibration rows the model was fitted on",
+    )  # fmt: skip
+    blocks: list[Block] = [text, table]
+    points: dict[str, list[tuple[float, float]]] = {}
+    for st in vdoc.steps:
+        if math.isfinite(st.measured_us):
+            points.setdefault(st.backend, []).append((st.measured_us, st.predicted_us))
+    from attnbench.report.plots_serving import predicted_vs_measured
+
+    png = predicted_vs_measured(points, t.p90_abs_err, label)
+    if png is not None:
+        blocks.append(
+            Figure(png, "predicted vs measured per step, per variant", name="replay-validation")
+        )
+    return blocks
+
+
+def _pct1(v: float) -> str:
+    return f"{100 * v:.1f}%" if math.isfinite(v) else "-"
