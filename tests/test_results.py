@@ -309,3 +309,17 @@ def test_finite_cleans_at_any_depth() -> None:
     doc = {"a": [1.0, math.nan, (math.inf, -math.inf)], "b": {"c": math.nan}, "d": "x"}
     assert finite(doc) == {"a": [1.0, None, [None, None]], "b": {"c": None}, "d": "x"}
     assert json.loads(dumps(doc)) == finite(doc)
+
+
+def test_a_folder_with_plain_and_gzipped_twins_is_refused(tmp_path: Path) -> None:
+    """Copying a session's plain file beside its committed .gz would double every row."""
+    import gzip
+
+    from attnbench.analysis.frame import NoResultsError, resolve_paths
+
+    src = ROOT / "results" / "h200-fp8.jsonl"
+    (tmp_path / "h200-fp8.jsonl").write_bytes(src.read_bytes())
+    assert resolve_paths([tmp_path]) == [tmp_path / "h200-fp8.jsonl"]
+    (tmp_path / "h200-fp8.jsonl.gz").write_bytes(gzip.compress(src.read_bytes()))
+    with pytest.raises(NoResultsError, match=r"h200-fp8.jsonl and h200-fp8.jsonl.gz are both"):
+        resolve_paths([tmp_path])

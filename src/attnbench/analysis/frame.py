@@ -60,10 +60,25 @@ class Loaded:
 def _expand(entry: str | Path) -> list[Path]:
     p = Path(entry)
     if p.is_dir():
-        return sorted(q for q in p.iterdir() if _known_file(q) and q.is_file())
+        found = sorted(q for q in p.iterdir() if _known_file(q) and q.is_file())
+        _no_plain_and_gzipped_twin(found)
+        return found
     if any(ch in str(entry) for ch in "*?["):
         return [Path(q) for q in sorted(glob.glob(str(entry)))]
     return [p]
+
+
+def _no_plain_and_gzipped_twin(paths: list[Path]) -> None:
+    """A folder holding both `x.jsonl` and `x.jsonl.gz` would be read twice (every row counted
+    twice): refuse it with one line naming both."""
+    names = {q.name for q in paths}
+    twins = [q for q in paths if q.name + ".gz" in names]
+    if twins:
+        q = twins[0]
+        raise NoResultsError(
+            f"{q} and {q.name}.gz are both in {q.parent}: the same rows would be read twice; "
+            "keep one of them"
+        )
 
 
 def _known_file(path: Path) -> bool:
