@@ -389,8 +389,11 @@ def test_flashinfer_workspace_is_created_once_per_device_and_tag() -> None:
 
 
 def test_flashinfer_plan_refuses_a_case_check_rejects() -> None:
+    """A refusal found again in plan is an `unsupported` row (UnsupportedCase), not an error."""
+    from attnbench.backends.base import UnsupportedCase
+
     spec = make_spec("decode")
-    with pytest.raises(ValueError, match="cannot run"):
+    with pytest.raises(UnsupportedCase, match="cannot run"):
         variant("fa2").plan(spec, make_inputs(spec))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import cast
 
-from attnbench.backends.base import Backend, PlannedRun, Unsupported
+from attnbench.backends.base import Backend, PlannedRun, Unsupported, UnsupportedCase
 from attnbench.backends.engine_paths import KernelPath, Setting, kernel_path, setting
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
@@ -93,7 +93,7 @@ class EngineVariant:
             )
         found = self.path(spec)
         if isinstance(found, str):
-            raise ValueError(f"{self.name} cannot run this case: {found}")
+            raise UnsupportedCase(f"{self.name} cannot run this case: {found}")
         planned = raw_backend(found.variant).plan(spec, inputs, dict(found.knobs))
         planned.details["engine_path"] = found.variant
         planned.details["engine_rule"] = found.why

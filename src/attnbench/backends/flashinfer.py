@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-from attnbench.backends.base import PlannedRun, Unsupported
+from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
 from attnbench.backends.flashinfer_rules import INSTALL_HINT, VARIANTS, Route, resolve_knobs, route
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
@@ -84,7 +84,7 @@ class FlashInferBackend:
         info = detect(str(inputs.device))
         found = route(self.short, spec, info)
         if isinstance(found, Unsupported):
-            raise ValueError(f"{self.name} cannot run this case: {found.reason}")
+            raise UnsupportedCase(f"{self.name} cannot run this case: {found.reason}")
         return _plan_route(found, spec, inputs, values, info.sm)
 
 
