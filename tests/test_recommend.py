@@ -176,6 +176,22 @@ def test_mismatch_rows_never_win(tmp_path: Path) -> None:
     assert _cls(rec, "fp8 KV decode").winner == "flashinfer:tc"
 
 
+def test_the_contiguous_fa3_baseline_is_never_recommended(tmp_path: Path) -> None:
+    """FA3 on a contiguous copy of the cache prices paging; no engine runs it, so even when it
+    is the fastest row the recommendation takes the paged variant (issue 14)."""
+    specs = decode_specs((1024, 4096, 16384))
+    rows = [row(s, "flash-attn:fa3") for s in specs]
+    rows += [
+        row(s, "flash-attn:fa3", scale=0.8).model_copy(
+            update={"backend": "flash-attn:fa3-contiguous"}
+        )
+        for s in specs
+    ]
+    rec = _one(tmp_path, rows)
+    assert rec.decode.winner == "flash-attn:fa3"
+    assert all(c.winner != "flash-attn:fa3-contiguous" for c in rec.classes)
+
+
 def test_cli_recommend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_results(tmp_path / "res" / "run.jsonl", make_rows())
     out = tmp_path / "decision.json"

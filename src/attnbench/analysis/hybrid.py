@@ -24,10 +24,10 @@ from attnbench.analysis.per_model import ModelAnswer, per_model
 from attnbench.analysis.recommend import (
     CLASSES,
     DECODE_ALL,
-    NON_SERVING,
     PREFILL_ALL,
     ClassResult,
     Replicates,
+    deployable,
     evidence,
     rank,
 )
@@ -69,9 +69,7 @@ class Recommendation:
 
 def recommend(frame: pd.DataFrame, noise_floor: float = NOISE_FLOOR) -> list[Recommendation]:
     """One recommendation per GPU found in `frame` (rows from `analysis.frame.load`)."""
-    ok = ok_rows(frame)
-    if not ok.empty:
-        ok = ok[~ok["library"].isin(NON_SERVING)]
+    ok = deployable(ok_rows(frame))
     everything = latest(frame)
     out = []
     for gpu in sorted(set(ok["gpu"])) if not ok.empty else []:

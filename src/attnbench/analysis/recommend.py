@@ -44,6 +44,18 @@ SMALL_BATCH_MAX = 8
 LARGE_BATCH_MIN = 64
 NON_SERVING = frozenset({"reference"})
 """Libraries that are not serving kernels (the fp64/fp32 oracle): never recommended."""
+BASELINE_VARIANTS = frozenset({"flash-attn:fa3-contiguous"})
+"""Variants measured as baselines, not as something to deploy: FA3 on a contiguous copy of the
+KV cache prices paging (beside the paged `flash-attn:fa3`), but no serving engine runs it."""
+
+
+def deployable(ok: pd.DataFrame) -> pd.DataFrame:
+    """Rows a recommendation may choose from: no oracle, no baseline variant (tuned or not)."""
+    if ok.empty:
+        return ok
+    variant = ok["backend"].astype(str).str.replace(r"\+tuned$", "", regex=True)
+    return ok[~ok["library"].isin(NON_SERVING) & ~variant.isin(BASELINE_VARIANTS)]
+
 
 Mask = Callable[[pd.DataFrame], "pd.Series[bool]"]
 
