@@ -350,3 +350,29 @@ def test_flashinfer_fp8_kernel_error_is_below_quantisation_error() -> None:
         assert r["kernel"]["rel_l2_err"] < r["quant"]["rel_l2_err"]
     # every record is a value: ok, or an error/mismatch with a reason
     assert all(r["status"] == "ok" or r["reason"] for r in records)
+
+
+def test_cli_fp8_cut_short_keeps_the_finished_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step limit (Ctrl-C) during the needle part leaves the error part on disk, marked
+    incomplete, and the report says which parts finished."""
+    import attnbench.fp8study.needle as needle
+
+    def interrupted(cfg: object) -> list[object]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(needle, "needle_study", interrupted)
+    out = tmp_path / "fp8.json"
+    args = ["fp8", "--device", "cpu", "--no-kernel", "--needle-lengths", "128", "--trials", "1"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert "the parts finished (errors) are in" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False
+    assert {r["data"] for r in doc["errors"]} == set(StudyConfig().data_kinds)
+    assert doc["needle"] == []
+    report = CliRunner().invoke(app, ["report", str(out), "--out", str(tmp_path / "rep")])
+    assert report.exit_code == 0, report.output
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "the run stopped early: only errors finished" in text

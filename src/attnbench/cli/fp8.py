@@ -89,7 +89,21 @@ def fp8(
         recall_bound=recall_bound,
     )
     console.print(f"[bold]attnbench fp8[/] ({size}) device=[cyan]{dev}[/] seed={seed}")
-    doc = run_study(cfg)
+    saved: list[str] = []
+
+    def checkpoint(partial: dict[str, Any]) -> None:
+        try:
+            write_study(partial, path)
+        except OSError as exc:
+            fail(f"--out={path}: writing the study failed: {exc.strerror or exc}")
+        saved.append(", ".join(k.removesuffix("_s") for k in partial["timings"]))
+
+    try:
+        doc = run_study(cfg, checkpoint)
+    except KeyboardInterrupt:
+        kept = f"the parts finished ({saved[-1]}) are in {path}" if saved else "no part finished"
+        note(f"interrupted: {kept}")
+        raise typer.Exit(130) from None
     console.print(errors_table(doc))
     console.print(needle_table(doc))
     if doc["kernel"]:

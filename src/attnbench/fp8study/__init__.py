@@ -15,6 +15,7 @@ Three parts, each kept apart so an error is attributed to its cause:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -89,44 +90,71 @@ class StudyConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def run_study(cfg: StudyConfig) -> dict[str, Any]:
-    """Run every part of the study; the JSON-ready document `write_study` saves."""
-    from attnbench.fp8study.data import DATA_KINDS
+def run_study(
+    cfg: StudyConfig, checkpoint: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Run every part of the study; the JSON-ready document `write_study` saves. `checkpoint`
+    gets the document after each part (`complete` false until the last), so a run cut short
+    keeps the parts it finished."""
     from attnbench.fp8study.errors import error_study
     from attnbench.fp8study.kernel import kernel_study
     from attnbench.fp8study.needle import needle_study
-    from attnbench.fp8study.summary import summarize
+
+    doc = _document(cfg)
+    t0 = time.perf_counter()
+    doc["errors"] = error_study(cfg)
+    _part_done(doc, cfg, "errors_s", t0, checkpoint)
+    t0 = time.perf_counter()
+    doc["needle"] = needle_study(cfg)
+    _part_done(doc, cfg, "needle_s", t0, checkpoint)
+    t0 = time.perf_counter()
+    doc["kernel_skipped"] = "disabled (--no-kernel)"
+    if cfg.kernel:
+        doc["kernel"], doc["kernel_skipped"] = kernel_study(cfg)
+    doc["complete"] = True
+    _part_done(doc, cfg, "kernel_s", t0, None)
+    return doc
+
+
+def _document(cfg: StudyConfig) -> dict[str, Any]:
+    from attnbench.fp8study.data import DATA_KINDS
     from attnbench.results import provenance
 
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    errors = error_study(cfg)
-    timings["errors_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    needle = needle_study(cfg)
-    timings["needle_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    kernel: list[dict[str, Any]] = []
-    kernel_skipped: str | None = "disabled (--no-kernel)"
-    if cfg.kernel:
-        kernel, kernel_skipped = kernel_study(cfg)
-    timings["kernel_s"] = time.perf_counter() - t0
-    summary = summarize(
-        errors, needle, kernel, recall_bound=cfg.recall_bound, rel_l2_bound=cfg.rel_l2_bound
-    )
     return {
         "type": DOCUMENT_TYPE,
         "schema_version": SCHEMA_VERSION,
         "settings": asdict(cfg),
         "provenance": provenance(),
         "data_kinds": {k: DATA_KINDS[k] for k in cfg.data_kinds},
-        "timings": timings,
-        "errors": errors,
-        "needle": needle,
-        "kernel": kernel,
-        "kernel_skipped": kernel_skipped,
-        "summary": summary,
+        "complete": False,
+        "timings": {},
+        "errors": [],
+        "needle": [],
+        "kernel": [],
+        "kernel_skipped": "not reached: the run stopped before the kernel part",
+        "summary": [],
     }
+
+
+def _part_done(
+    doc: dict[str, Any],
+    cfg: StudyConfig,
+    timing: str,
+    t0: float,
+    checkpoint: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    from attnbench.fp8study.summary import summarize
+
+    doc["timings"][timing] = time.perf_counter() - t0
+    doc["summary"] = summarize(
+        doc["errors"],
+        doc["needle"],
+        doc["kernel"],
+        recall_bound=cfg.recall_bound,
+        rel_l2_bound=cfg.rel_l2_bound,
+    )
+    if checkpoint is not None:
+        checkpoint(doc)
 
 
 def write_study(doc: dict[str, Any], path: Path) -> Path:

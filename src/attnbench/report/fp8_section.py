@@ -84,6 +84,9 @@ def fp8_numerics(data: ReportData) -> Section | None:
             f"{doc['_path']}: device {s.get('device')}, {s.get('num_tokens')} tokens, "
             f"needle contexts {s.get('needle_lengths', '-')}"
         )
+        if doc.get("complete") is False:  # absent in documents written before the key
+            done = ", ".join(k.removesuffix("_s") for k in doc.get("timings", {})) or "no part"
+            caption += f"; the run stopped early: only {done} finished"
         blocks.append(
             Table(
                 [
