@@ -15,14 +15,14 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.analysis import per_model
-from attnbench.analysis.frame import load
+from attnbench.analysis.frame import load, ok_rows, shape_label
 from attnbench.analysis.hybrid import recommend
 from attnbench.cli import app
 from attnbench.measure import metrics
 from attnbench.results import ResultRow
 from attnbench.workload.models import get_model, layer_shapes
 from attnbench.workload.spec import WorkloadSpec
-from fixtures_results import MODELS, CostModel, row, write_results
+from fixtures_results import MODELS, CostModel, row, spec, write_results
 
 MLA_FAST = CostModel(10.0, 3000.0, 600.0, dtypes=("bfloat16",))
 MLA_SLOW = CostModel(30.0, 2500.0, 400.0, dtypes=("bfloat16",))
@@ -118,6 +118,32 @@ def test_gpt_oss_model_step_adds_sliding_and_full_layers(frame: pd.DataFrame) ->
     assert next(a for a in rec.models if a.model == "deepseek-v3").step_ms is None
 
 
+def _anonymous() -> list[ResultRow]:
+    """Decode rows of head shapes run without a model preset (as the GQA sweep's are)."""
+    rows = []
+    for heads in (8, 64):
+        for ctx in (1024, 8192):
+            s = spec("decode", [ctx] * 16, num_qo_heads=heads)
+            rows += [row(s, b) for b in ("flashinfer:tc", "flash-attn:fa3")]
+    return rows
+
+
+def test_anonymous_head_shapes_are_no_model(tmp_path: Path) -> None:
+    """Only named presets get a per-model answer; shapes run without one stay in the decision
+    matrix (and the GQA-sweep section), yet still make the rows hold several shapes."""
+    path = write_results(tmp_path / "mixed.jsonl", _rows() + _anonymous())
+    (rec,) = recommend(load([path]).frame)
+    assert [a.model for a in rec.models] == ["deepseek-v3", "gpt-oss-120b", "llama-3.1-8b"]
+    llama = [r for r in _rows() if r.case_id.split("/")[1] == "llama-3.1-8b"]
+    path = write_results(tmp_path / "one.jsonl", llama + _anonymous())
+    (rec,) = recommend(load([path]).frame)
+    assert [a.model for a in rec.models] == ["llama-3.1-8b"]
+    assert rec.models[0].decode.n_cases == 3  # its own cases only, not the anonymous ones
+    path = write_results(tmp_path / "anon.jsonl", _anonymous())
+    (rec,) = recommend(load([path]).frame)
+    assert rec.models == []
+
+
 def test_one_model_gets_no_per_model_answer(tmp_path: Path) -> None:
     rows = [r for r in _rows() if r.case_id.split("/")[1] == "llama-3.1-8b"]
     (rec,) = recommend(load([write_results(tmp_path / "one.jsonl", rows)]).frame)
@@ -179,7 +205,11 @@ def test_committed_h200_rows_answer_for_deepseek_v3() -> None:
     ]
     if len(paths) < 2:
         pytest.skip("no committed MLA and GQA rows")
-    (rec,) = recommend(load(paths).frame)
+    frame = load(paths).frame
+    (rec,) = recommend(frame)
+    ok = ok_rows(frame)
+    named = {shape_label(r) for r in ok.to_dict("records") if r["model"]}
+    assert [a.model for a in rec.models] == sorted(named)  # the GQA sweep's shapes are none
     v3 = next(a for a in rec.models if a.model == "deepseek-v3")
     assert v3.decode.winner == "flashinfer:mla-fa3"
     assert v3.decode.runner_up == "flashinfer:mla-fa2"
@@ -191,3 +221,23 @@ def test_committed_h200_rows_answer_for_deepseek_v3() -> None:
     assert sentence.startswith("for deepseek-v3 on NVIDIA H200: decode use **flashinfer:mla-fa3**")
     assert "compute-bound" in sentence
     assert "engines: SGLang `--attention-backend flashinfer`" in sentence
+
+
+@pytest.mark.usefixtures("in_tmp")
+def test_recommend_on_committed_results_lists_named_models_only() -> None:
+    """`attnbench recommend results/`: the per-model table holds the named presets of the
+    committed rows, not each GQA-sweep head shape (h8/8 d128 ... h128/8 d128)."""
+    root = Path(__file__).resolve().parents[1] / "results"
+    if not any(root.glob("h200-gqa.jsonl*")):
+        pytest.skip("no committed GQA rows")
+    out = Path("rec.json")
+    res = CliRunner().invoke(
+        app, ["recommend", str(root), "--json", str(out)], env={"COLUMNS": "200"}
+    )
+    assert res.exit_code == 0, res.output
+    (doc,) = json.loads(out.read_text())
+    models = [m["model"] for m in doc["models"]]
+    assert {"deepseek-v3", "llama-3.1-70b/tp8"} <= set(models)
+    assert not [m for m in models if m.startswith("h") and " d" in m]
+    table = res.output[res.output.index("per model") :]
+    assert "h104/8 d128" not in table.split("Decision")[0]

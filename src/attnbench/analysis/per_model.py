@@ -1,10 +1,13 @@
 """Per-model answers of `recommend` ("for deepseek-v3 decode on this GPU use ..."), when the rows
-hold more than one model shape.
+hold more than one model shape (so the decision matrix mixes shapes).
 
-For each shape (the `--model` preset and its tp, or the head shape of rows run without one), the
-decode and prefill winners are ranked exactly as the decision matrix ranks its classes
-(`recommend.rank` on DECODE_ALL / PREFILL_ALL, restricted to that shape's rows), so a model's
-answer never rests on another model's cases. Each answer also says:
+A model is a named preset (`attnbench models`): rows whose spec carries its `model` name, with
+its tp. Rows run without one (the GQA sweep's anonymous head shapes `h8/8 d128`..`h128/8 d128`)
+are no model: they still count towards "several shapes", but get no answer of their own (the
+GQA-sweep section covers them). For each model, the decode and prefill winners are ranked
+exactly as the decision matrix ranks its classes (`recommend.rank` on DECODE_ALL / PREFILL_ALL,
+restricted to that model's rows), so a model's answer never rests on another model's cases.
+Each answer also says:
 
 - which ceiling binds the decode winner's cases and how close it gets: `metrics.binding_fraction`
   of each row (compute when its TFLOP/s fraction exceeds its bandwidth fraction, i.e. the case is
@@ -57,7 +60,7 @@ CEILING = {"compute": "matmul", "memory": "copy-bandwidth"}
 @dataclass
 class ModelAnswer:
     model: str
-    """`deepseek-v3`, `llama-3.1-70b/tp8`, or a head shape (`h32/8 d128`)."""
+    """A named preset and its tp: `deepseek-v3`, `llama-3.1-70b/tp8`."""
     decode: ClassResult
     prefill: ClassResult
     bound: str | None = None
@@ -125,15 +128,17 @@ def shape_labels(rows: pd.DataFrame) -> pd.Series:
 def per_model(
     rows: pd.DataFrame, noise_floor: float = NOISE_FLOOR, reps: Replicates | None = None
 ) -> list[ModelAnswer]:
-    """One answer per model shape in `rows` (ok, gated rows of one GPU); [] for one shape."""
+    """One answer per named model in `rows` (ok, gated rows of one GPU); [] when the rows hold
+    one shape (the decision matrix is then that shape's answer). Anonymous head shapes get none."""
     if rows.empty:
         return []
     labels = shape_labels(rows)
     if labels.nunique() < 2:
         return []
+    named = (rows["model"].fillna("").astype(str) != "").to_numpy()
     reps = reps or Replicates(np.random.default_rng(SEED))
     out = []
-    for label in sorted(set(labels)):
+    for label in sorted(set(labels[named])):
         sub = rows[labels == label]
         dec = rank(sub[DECODE_ALL.select(sub)], DECODE_ALL, noise_floor, reps)
         pre = rank(sub[PREFILL_ALL.select(sub)], PREFILL_ALL, noise_floor, reps)
