@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.run.fidelity import default_cases, parse_ncu_csv
+from attnbench.run.fidelity import default_cases
+from attnbench.run.ncu import parse_ncu_csv
 
 NCU_CSV = """==PROF== Connected to process 123
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
@@ -123,3 +124,271 @@ def test_fidelity_writes_after_every_case_and_resumes(
     assert doc["cases"][0]["reason"] == "x"
     assert calls == []  # the kept case is not run again
     assert "resume: 1 cases kept" in res.output
+
+
+HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+
+
+def _rows(kid: int, name: str, **metrics: tuple[str, str]) -> str:
+    return "\n".join(
+        f'"{kid}","1","python","h","{name}","1","7","(128,1,1)","(1,1,1)","0","9.0","Command line profiler metrics","{m}","{unit}","{value}"'
+        for m, (unit, value) in metrics.items()
+    )
+
+
+def _kernel(kid: int, name: str, us: str, sm: str, occ: str, grid: str, waves: str) -> str:
+    return _rows(
+        kid,
+        name,
+        **{
+            "gpu__time_duration.sum": ("usecond", us),
+            "sm__cycles_active.avg.pct_of_peak_sustained_elapsed": ("%", sm),
+            "sm__warps_active.avg.pct_of_peak_sustained_active": ("%", occ),
+            "launch__grid_size": ("", grid),
+            "launch__waves_per_multiprocessor": ("", waves),
+        },
+    )
+
+
+MARKER = "spin_kernel"
+GROUP_STDOUT = "\n".join(
+    [
+        "==PROF== Connected to process 123",
+        'ATTNBENCH-NCU {"i": 0, "status": "ok", "window": true}',
+        'ATTNBENCH-NCU {"i": 1, "status": "error", "window": false, "reason": "RuntimeError: boom"}',
+        'ATTNBENCH-NCU {"i": 2, "status": "ok", "window": true}',
+        '==PROF== Profiling "spin_kernel" - 0: 0%....50%....100% - 2 passes',
+        '==PROF== Profiling "BatchDecodeKernel" - 1: 0%....50%....100% - 3 passes',
+        "==PROF== Disconnected from process 123",
+        HEADER,
+        _kernel(0, MARKER, "1.50", "0.1", "0.1", "1", "0.00"),
+        _kernel(1, "BatchDecodeKernel", "100", "50", "20", "264", "1.00"),
+        _kernel(2, "MergeStates", "10", "90", "60", "32", "0.10"),
+        _kernel(3, "at::cuda::<unnamed>::spin_kernel(long)", "1.50", "0.1", "0.1", "1", "0.00"),
+        _kernel(4, "BatchDecodeKernel", "200", "80", "30", "528", "2.00"),
+    ]
+)
+
+
+def test_group_output_splits_per_spec_at_the_markers() -> None:
+    """Three specs in one child: the second failed before its window; the kernels after each
+    marker are the next profiled spec's, and the markers count in no sum."""
+    from attnbench.run.ncu import group_records, is_marker
+
+    assert is_marker({"name": "spin_kernel"})
+    assert not is_marker({"name": "my_spin_kernel_v2"})
+    recs = group_records(GROUP_STDOUT, "", 0, 3, calls=1)
+    first, failed, third = recs
+    assert first["status"] == "ok"
+    assert first["gpu_time_us"] == pytest.approx(110.0)
+    assert first["kernels_per_call"] == 2
+    assert first["kernel_names"] == ["BatchDecodeKernel", "MergeStates"]
+    assert first["sm_active_pct"] == pytest.approx((50 * 100 + 90 * 10) / 110)
+    assert first["achieved_occupancy_pct"] == pytest.approx((20 * 100 + 60 * 10) / 110)
+    assert first["grid_size"] == 264
+    assert first["waves_per_sm"] == 1.0
+    assert first["passes"] == 3
+    assert [k["name"] for k in first["first_call"]] == ["BatchDecodeKernel", "MergeStates"]
+    assert "dram_throughput_pct" not in first  # not asked for: not invented
+    assert failed == {"status": "error", "reason": "RuntimeError: boom"}
+    assert third["gpu_time_us"] == pytest.approx(200.0)
+    assert third["sm_active_pct"] == pytest.approx(80.0)
+    assert third["waves_per_sm"] == 2.0
+
+
+def test_group_output_over_several_calls_is_per_call() -> None:
+    from attnbench.run.ncu import group_records
+
+    out = "\n".join(
+        [
+            'ATTNBENCH-NCU {"i": 0, "status": "ok", "window": true}',
+            HEADER,
+            _kernel(0, MARKER, "1", "0", "0", "1", "0"),
+            *(_kernel(i, "Decode", "100", "50", "20", "264", "1") for i in (1, 2, 3)),
+        ]
+    )
+    (rec,) = group_records(out, "", 0, 1, calls=3)
+    assert rec["gpu_time_us"] == pytest.approx(100.0)
+    assert rec["kernels_per_call"] == 1
+    assert len(rec["first_call"]) == 1
+
+
+def test_group_output_that_does_not_split_is_an_error_for_every_profiled_spec() -> None:
+    from attnbench.run.ncu import group_records
+
+    no_marker = "\n".join(
+        [
+            'ATTNBENCH-NCU {"i": 0, "status": "ok", "window": true}',
+            HEADER,
+            _kernel(0, "Decode", "100", "50", "20", "264", "1"),
+            "==WARNING== something ncu said",
+        ]
+    )
+    (rec,) = group_records(no_marker, "", 0, 1, calls=1)
+    assert rec["status"] == "error"
+    assert "split into 0 windows, not 1" in rec["reason"]
+    assert "==WARNING== something ncu said" in rec["reason"]
+    # a spec the child never reported (it stopped early) is named as such
+    one = "\n".join(
+        [
+            'ATTNBENCH-NCU {"i": 0, "status": "ok", "window": true}',
+            HEADER,
+            _kernel(0, MARKER, "1", "0", "0", "1", "0"),
+            _kernel(1, "Decode", "100", "50", "20", "264", "1"),
+        ]
+    )
+    done, missing = group_records(one, "", 0, 2, calls=1)
+    assert done["gpu_time_us"] == pytest.approx(100.0)
+    assert missing == {"status": "error", "reason": "the ncu child never reached this case"}
+
+
+def _fake_ncu(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "ncu"
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_crashed_or_timed_out_child_fails_every_case_of_its_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    import attnbench.run.ncu as ncu
+
+    specs = [{"backend": "flashinfer:fa2", "spec": {}}] * 3
+    crash = _fake_ncu(
+        tmp_path, 'echo "==ERROR== The application returned an error code (11)" >&2; exit 11'
+    )
+    monkeypatch.setattr(ncu, "find_ncu", lambda: crash)
+    recs = ncu.profile_group(specs, ncu.SM_ACTIVITY, "attnbench.run.fidelity")
+    assert [r["status"] for r in recs] == ["error"] * 3
+    assert all("rc 11" in r["reason"] and "error code (11)" in r["reason"] for r in recs)
+    assert recs[0]["options"][:2] == ["--clock-control", "none"]
+    assert recs[0]["calls"] == 1
+    assert recs[0]["group_size"] == 3
+
+    (tmp_path / "slow").mkdir()
+    slow = _fake_ncu(tmp_path / "slow", "sleep 30 & wait")
+    monkeypatch.setattr(ncu, "find_ncu", lambda: slow)
+    t0 = time.monotonic()
+    recs = ncu.profile_group(specs, ncu.TIMING, "attnbench.run.fidelity", timeout_s=0.5)
+    assert time.monotonic() - t0 < 10  # the child's whole process group was killed
+    assert [r["status"] for r in recs] == ["timeout"] * 3
+    assert recs[0]["reason"] == "the ncu child for 3 case(s) took over 0.5 s"
+    assert recs[0]["group_wall_s"] < 10
+
+    monkeypatch.setattr(ncu, "find_ncu", lambda: None)
+    assert ncu.profile_group(specs[:1], ncu.TIMING, "m") == [
+        {"status": "unsupported", "reason": "ncu not found"}
+    ]
+    assert ncu.group_timeout_s(3) > ncu.group_timeout_s(1) > 0
+
+
+def test_a_fake_ncu_run_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """profile_group through a real child process: the payload reaches it, the output splits."""
+    import attnbench.run.ncu as ncu
+
+    (tmp_path / "out.txt").write_text(GROUP_STDOUT)
+    script = _fake_ncu(tmp_path, f'echo "$@" > {tmp_path}/args; cat {tmp_path}/out.txt')
+    monkeypatch.setattr(ncu, "find_ncu", lambda: script)
+    specs = [{"backend": "b", "spec": {"n": i}} for i in range(3)]
+    recs = ncu.profile_group(specs, ncu.SM_ACTIVITY, "attnbench.run.fidelity")
+    assert [r["status"] for r in recs] == ["ok", "error", "ok"]
+    assert recs[2]["gpu_time_us"] == pytest.approx(200.0)
+    assert recs[0]["profile"] == "sm-activity"
+    args = (tmp_path / "args").read_text()
+    assert ",".join(ncu.SM_ACTIVITY_METRICS) in args
+    assert "dram__" not in args
+    assert '"calls": 1' in args
+    assert "--child" in args
+
+
+def test_ncu_cases_run_one_child_per_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnbench.run.fidelity as fid
+    from attnbench.run.ncu import NCU_CALLS
+
+    calls: list[tuple[list[str], str, int]] = []
+
+    def fake_group(
+        specs: list[dict[str, object]], profile: object, module: str, timeout_s: object
+    ) -> list[dict[str, object]]:
+        assert module == "attnbench.run.fidelity"
+        calls.append(([str(s["backend"]) for s in specs], profile.name, profile.calls))  # type: ignore[attr-defined]
+        return [{"status": "ok", "n": i, "backend": s["backend"]} for i, s in enumerate(specs)]
+
+    monkeypatch.setattr(fid, "profile_group", fake_group)
+    cases = fid.sm_activity_cases()
+    recs = fid.ncu_cases(cases)
+    assert len(calls) == len(fid.SM_ACTIVITY_BACKENDS)
+    assert all(len(b) == 3 and len(set(b)) == 1 for b, _, _ in calls)
+    assert {(p, n) for _, p, n in calls} == {("sm-activity", 1)}
+    assert [r["backend"] for r in recs] == [c.backend for c in cases]
+    assert [r["n"] for r in recs] == [0, 1, 2] * len(fid.SM_ACTIVITY_BACKENDS)
+
+    calls.clear()
+    default = fid.default_cases()
+    recs = fid.ncu_cases(default)
+    assert [r["backend"] for r in recs] == [c.backend for c in default]
+    assert len(calls) == len({c.backend for c in default})
+    assert {(p, n) for _, p, n in calls} == {("timing", NCU_CALLS)}
+    assert fid.ncu_case(default[0])["backend"] == default[0].backend
+
+
+def test_fidelity_ncu_writes_after_every_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import torch
+    from typer.testing import CliRunner
+
+    import attnbench.results as results
+    import attnbench.run.fidelity as fid
+    from attnbench.cli import app
+
+    saved: list[int] = []
+    out = tmp_path / "fid.json"
+
+    def fake_check(case: fid.FidelityCase, cfg: object) -> dict[str, object]:
+        saved.append(len(json.loads(out.read_text())["cases"]) if out.exists() else 0)
+        status = "error" if case.backend == "flashinfer:xqa" else "ok"
+        return {
+            "case": case.name,
+            "backend": case.backend,
+            "status": status,
+            "reason": "x",
+            "engine_us": 110.0,
+            "repeat_diff": 0.0,
+            "profiler_kernel_us": 100.0,
+            "profiler_diff": 0.1,
+        }
+
+    def fake_ncu(cases: list[fid.FidelityCase]) -> list[dict[str, object]]:
+        assert all(c.backend != "flashinfer:xqa" for c in cases)  # failed checks are not profiled
+        return [
+            {
+                "status": "ok",
+                "gpu_time_us": 100.0,
+                "achieved_occupancy_pct": 30.0,
+                "sm_active_pct": 40.0,
+                "group_wall_s": 12.0,
+            }
+            for _ in cases
+        ]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(results, "provenance", lambda: {"gpu": "test"})
+    monkeypatch.setattr(fid, "check_case", fake_check)
+    monkeypatch.setattr(fid, "ncu_cases", fake_ncu)
+    res = CliRunner().invoke(
+        app, ["fidelity", "--ncu", "--cases", "sm-activity", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    assert saved == [0, 0, 0, 3, 3, 3, 6, 6, 6, 9, 9, 9, 12, 12, 12]  # after each group of 3
+    doc = json.loads(out.read_text())
+    ok = [c for c in doc["cases"] if c["status"] == "ok"]
+    assert len(ok) == 12
+    assert all(c["ncu_diff"] == pytest.approx(0.1) for c in ok)
+    assert all("ncu" not in c for c in doc["cases"] if c["status"] != "ok")
+    assert "in one child: sm-uniform ok, sm-mixed ok, sm-4-long ok (12 s)" in res.output

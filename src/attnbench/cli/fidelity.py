@@ -15,7 +15,10 @@ from attnbench.cli.common import EXIT_NOTHING_RAN, check_output_file, console, f
 
 @app.command()
 def fidelity(
-    ncu: Annotated[bool, typer.Option(help="Also profile each case under Nsight Compute.")] = False,
+    ncu: Annotated[
+        bool,
+        typer.Option(help="Also profile the cases under Nsight Compute, one child per variant."),
+    ] = False,
     cases: Annotated[
         str,
         typer.Option(
@@ -90,7 +93,7 @@ def fidelity(
             f"{r['profiler_diff']:+.1%}",
             f"{n['gpu_time_us']:.1f}" if ok else n.get("reason", "-")[:30],
             f"{r['ncu_diff']:+.1%}" if "ncu_diff" in r else "-",
-            f"{n['dram_throughput_pct']:.0f}" if ok else "-",
+            f"{n['dram_throughput_pct']:.0f}" if ok and "dram_throughput_pct" in n else "-",
             f"{n['achieved_occupancy_pct']:.0f}" if ok else "-",
             f"{n['sm_active_pct']:.0f}" if ok and "sm_active_pct" in n else "-",
         )
@@ -100,13 +103,12 @@ def fidelity(
 def _run_cases(
     chosen: list[Any], ncu: bool, out: Path | None, resume: bool
 ) -> list[dict[str, Any]]:
-    """Each case in turn, the file rewritten after each one, so a run cut short (time limit,
-    Ctrl-C) keeps every finished case; `--resume` starts from those."""
-    import time
-
+    """Each case in turn, the file rewritten after each one (after each backend's group with
+    --ncu: one ncu child profiles the group), so a run cut short (time limit, Ctrl-C) keeps
+    every finished case; `--resume` starts from those."""
     from attnbench.measure.config import MeasureConfig
     from attnbench.results import dumps, provenance
-    from attnbench.run.fidelity import check_case, finished_records, ncu_case
+    from attnbench.run.fidelity import finished_records, ncu_groups
 
     cfg = MeasureConfig(max_time_ms=400, min_runs=20)
     records = finished_records(out) if resume and out is not None else []
@@ -120,25 +122,56 @@ def _run_cases(
             doc = {"provenance": provenance(), "complete": complete, "cases": records}
             write_output(out, dumps(doc, indent=1), "--out")
 
+    groups = ncu_groups(todo) if ncu else [[c] for c in todo]
+    count = 0
     try:
-        for i, case in enumerate(todo, 1):
-            t0 = time.monotonic()
-            with console.status(f"{case.name} {case.backend} ({i}/{len(todo)})"):
-                rec = check_case(case, cfg)
-                if ncu and rec["status"] == "ok":
-                    n = ncu_case(case)
-                    rec["ncu"] = n
-                    if n.get("status") == "ok" and n["gpu_time_us"] > 0:
-                        rec["ncu_diff"] = (rec["engine_us"] - n["gpu_time_us"]) / n["gpu_time_us"]
-            rec["wall_s"] = round(time.monotonic() - t0, 1)
-            records.append(rec)
+        for group in groups:
+            recs = []
+            for case in group:
+                count += 1
+                recs.append(_check(case, cfg, f"{count}/{len(todo)}"))
+            if ncu:
+                _add_ncu(group, recs)
+            records.extend(recs)
             save(complete=False)
-            took = f"{rec['wall_s']:.0f} s, {i}/{len(todo)}"
-            line = f"{case.name} {case.backend}: {rec['status']} ({took})"
-            console.print(escape(line), highlight=False)
     except KeyboardInterrupt:
         where = f" kept in {out}; finish with --resume" if out is not None else ""
         console.print(f"note: interrupted: {len(records)} cases{escape(where)}", highlight=False)
         raise typer.Exit(130) from None
     save(complete=True)
     return records
+
+
+def _check(case: Any, cfg: Any, where: str) -> dict[str, Any]:
+    """One case's gate, engine, repeat and profiler record, its wall time and a line."""
+    import time
+
+    from attnbench.run.fidelity import check_case
+
+    t0 = time.monotonic()
+    with console.status(f"{case.name} {case.backend} ({where})"):
+        rec = check_case(case, cfg)
+    rec["wall_s"] = round(time.monotonic() - t0, 1)
+    line = f"{case.name} {case.backend}: {rec['status']} ({rec['wall_s']:.0f} s, {where})"
+    console.print(escape(line), highlight=False)
+    return rec
+
+
+def _add_ncu(group: list[Any], recs: list[dict[str, Any]]) -> None:
+    """ncu for the group's cases that passed their check, in one child; `ncu_diff` beside."""
+    from attnbench.run.fidelity import ncu_cases
+
+    ok = [(c, r) for c, r in zip(group, recs, strict=True) if r["status"] == "ok"]
+    if not ok:
+        return
+    label = f"ncu: {group[0].backend}, {len(ok)} case(s) in one child"
+    with console.status(label):
+        found = ncu_cases([c for c, _ in ok])
+    for (_case, rec), n in zip(ok, found, strict=True):
+        rec["ncu"] = n
+        if n.get("status") == "ok" and n["gpu_time_us"] > 0:
+            rec["ncu_diff"] = (rec["engine_us"] - n["gpu_time_us"]) / n["gpu_time_us"]
+    states = ", ".join(f"{c.name} {n.get('status')}" for (c, _), n in zip(ok, found, strict=True))
+    took = found[0].get("group_wall_s")
+    line = f"{label}: {states}" + (f" ({took:.0f} s)" if isinstance(took, float) else "")
+    console.print(escape(line), highlight=False)

@@ -1,23 +1,21 @@
 """Measurement fidelity: does the engine's time agree with what profilers see, and with itself?
 
-For a handful of cases (one backend variant each) this measures:
+For a handful of cases (one backend variant each) this measures, in this process:
+- the accuracy gate (inputs, plan, one run against the fp64 reference), once per case;
 - the engine's median twice in a row (repeatability: within 2% for kernels over 50 us);
 - the CUDA kernel time the torch profiler (CUPTI) records per call, L2 flushed before each call
-  exactly as the engine does, flush kernels left out;
-- optionally Nsight Compute (`ncu --clock-control none`): gpu__time_duration.sum per call and,
-  for the gap-to-hardware analysis, DRAM throughput, achieved occupancy and waves per SM. Each
-  case runs in its own child process under ncu, profiling only the window between
-  cudaProfilerStart and cudaProfilerStop (the backend's kernels, after warm-up).
+  exactly as the engine does, flush kernels left out.
+Optionally (`ncu_cases`), Nsight Compute in one child process per backend variant (`run.ncu`):
+the child builds each case's inputs and plan again, never the reference (the gate above has
+passed), and profiles one window per case, split at marker kernels: `timing` cases 3 calls with
+time, DRAM, occupancy, SM activity and waves; `sm-activity` cases 1 call with only SM activity,
+occupancy, grid, waves and time (fewer replay passes). Each record names the ncu options, the
+profile, its passes and the group's wall time.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import os
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,19 +30,16 @@ from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
 from attnbench.measure.hardware import detect
 from attnbench.measure.l2 import L2Flusher
+from attnbench.run.ncu import (
+    CHILD_TAG,
+    MARKER_CYCLES,
+    SM_ACTIVITY,
+    TIMING,
+    NcuProfile,
+    profile_group,
+)
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.spec import WorkloadSpec
-
-NCU_METRICS = (
-    "gpu__time_duration.sum",
-    "dram__bytes_read.sum",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "sm__cycles_active.avg.pct_of_peak_sustained_elapsed",
-    "launch__waves_per_multiprocessor",
-    "launch__grid_size",
-)
-NCU_CALLS = 3
 
 
 @dataclass(frozen=True)
@@ -52,6 +47,8 @@ class FidelityCase:
     name: str
     backend: str
     spec: WorkloadSpec
+    ncu_profile: NcuProfile = TIMING
+    """What `--ncu` measures of this case (run.ncu.TIMING or SM_ACTIVITY)."""
 
 
 def _spec(kind: Any, lens: tuple[int, ...], **kw: Any) -> WorkloadSpec:
@@ -112,7 +109,7 @@ def sm_activity_cases() -> list[FidelityCase]:
         "4-long": _spec("decode", four_long, lengths=f"4x65536+28x{short}"),
     }
     return [
-        FidelityCase(f"sm-{name}", backend, spec)
+        FidelityCase(f"sm-{name}", backend, spec, SM_ACTIVITY)
         for backend in SM_ACTIVITY_BACKENDS
         for name, spec in batches.items()
     ]
@@ -142,12 +139,16 @@ def finished_records(path: Path) -> list[dict[str, Any]]:
     return [c for c in cases if isinstance(c, dict)] if isinstance(cases, list) else []
 
 
-def _prepare(case: FidelityCase, device: torch.device) -> tuple[Any, Any]:
+def _prepare(case: FidelityCase, device: torch.device, gate: bool = True) -> tuple[Any, Any]:
+    """Inputs and plan, run once; with `gate`, checked against the fp64 reference (the ncu
+    child passes gate=False: the parent's gate already passed on the same seeded inputs)."""
     (backend,) = select_backends([case.backend])
     inputs = make_inputs(case.spec, device)
     planned = backend.plan(case.spec, inputs)
     out = planned.run()
     torch.cuda.synchronize()
+    if not gate:
+        return inputs, planned
     ref = reference_attention(inputs, q=planned.q_effective)
     acc = check_accuracy(planned.unpack(out), ref, planned.precision or case.spec.dtype)
     if not acc.passed:
@@ -229,119 +230,70 @@ def check_case(case: FidelityCase, cfg: MeasureConfig) -> dict[str, Any]:
     }
 
 
-def ncu_case(case: FidelityCase, timeout_s: float = 120) -> dict[str, Any]:
+def ncu_groups(cases: list[FidelityCase]) -> list[list[FidelityCase]]:
+    """The cases one ncu child profiles together: one group per (backend, profile), in the
+    order each first appears."""
+    return [[cases[i] for i in g] for g in _group_indices(cases)]
+
+
+def _group_indices(cases: list[FidelityCase]) -> list[list[int]]:
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(cases):
+        groups.setdefault((c.backend, c.ncu_profile.name), []).append(i)
+    return list(groups.values())
+
+
+def ncu_cases(cases: list[FidelityCase], timeout_s: float | None = None) -> list[dict[str, Any]]:
+    """One `ncu` record per case, in order: one child per group (`ncu_groups`), its timeout
+    scaled to its number of cases unless `timeout_s` is given."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the parent's cached blocks: room for ncu's saved memory
+    out: list[dict[str, Any]] = [{} for _ in cases]
+    for group in _group_indices(cases):
+        specs = [
+            {"backend": cases[i].backend, "spec": cases[i].spec.model_dump(mode="json")}
+            for i in group
+        ]
+        recs = profile_group(specs, cases[group[0]].ncu_profile, __name__, timeout_s)
+        for i, rec in zip(group, recs, strict=True):
+            out[i] = rec
+    return out
+
+
+def ncu_case(case: FidelityCase, timeout_s: float | None = None) -> dict[str, Any]:
     """Profile one case under Nsight Compute in a child process; per-call sums of the metrics."""
-    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    if not os.path.exists(ncu):
-        return {"status": "unsupported", "reason": "ncu not found"}
-    cmd = [
-        ncu,
-        "--clock-control",
-        "none",
-        "--profile-from-start",
-        "off",
-        "--csv",
-        "--metrics",
-        ",".join(NCU_METRICS),
-        sys.executable,
-        "-m",
-        "attnbench.run.fidelity",
-        "--child",
-        json.dumps({"backend": case.backend, "spec": case.spec.model_dump(mode="json")}),
-    ]
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "reason": f"ncu took over {timeout_s:g} s"}
-    kernels = parse_ncu_csv(res.stdout)
-    if not kernels:
-        tail = (res.stderr or res.stdout)[-400:]
-        return {
-            "status": "error",
-            "reason": f"ncu gave no kernel rows (rc {res.returncode}): {tail}",
-        }
-    total: dict[str, float] = {}
-    for k in kernels:
-        for m, v in k["metrics"].items():
-            total[m] = total.get(m, 0.0) + v
-    per_call_ns = total.get("gpu__time_duration.sum", 0.0) / NCU_CALLS
-    weights = [k["metrics"].get("gpu__time_duration.sum", 0.0) for k in kernels]
-    wsum = sum(weights) or 1.0
-
-    def weighted(metric: str) -> float:
-        return float(
-            sum(k["metrics"].get(metric, 0.0) * w for k, w in zip(kernels, weights, strict=True))
-            / wsum
-        )
-
-    return {
-        "status": "ok",
-        "kernels_per_call": len(kernels) / NCU_CALLS,
-        "kernel_names": sorted({k["name"][:80] for k in kernels}),
-        "gpu_time_us": per_call_ns / 1e3,
-        "dram_read_bytes": total.get("dram__bytes_read.sum", 0.0) / NCU_CALLS,
-        "dram_throughput_pct": weighted("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
-        "achieved_occupancy_pct": weighted("sm__warps_active.avg.pct_of_peak_sustained_active"),
-        "sm_active_pct": weighted("sm__cycles_active.avg.pct_of_peak_sustained_elapsed"),
-        "waves_per_sm": max(
-            k["metrics"].get("launch__waves_per_multiprocessor", 0.0) for k in kernels
-        ),
-    }
-
-
-def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
-    """ncu --csv rows (one per kernel x metric) grouped into kernels, values in base units
-    (ns for time, bytes for bytes, percent for %)."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    if not lines:
-        return []
-    kernels: dict[str, dict[str, Any]] = {}
-    for row in csv.DictReader(io.StringIO("\n".join(lines))):
-        kid = row.get("ID")
-        name = row.get("Metric Name")
-        if kid is None or not name:
-            continue
-        k = kernels.setdefault(kid, {"name": row.get("Kernel Name", ""), "metrics": {}})
-        k["metrics"][name] = _to_base(row.get("Metric Value", ""), row.get("Metric Unit", ""))
-    return list(kernels.values())
-
-
-_UNITS = {
-    "nsecond": 1.0,
-    "usecond": 1e3,
-    "msecond": 1e6,
-    "second": 1e9,
-    "byte": 1.0,
-    "Kbyte": 1e3,
-    "Mbyte": 1e6,
-    "Gbyte": 1e9,
-    "%": 1.0,
-    "": 1.0,
-}
-
-
-def _to_base(value: str, unit: str) -> float:
-    try:
-        v = float(value.replace(",", ""))
-    except ValueError:
-        return 0.0
-    return v * _UNITS.get(unit, 1.0)
+    return ncu_cases([case], timeout_s)[0]
 
 
 def _child(payload: str) -> None:
-    """Run under ncu: warm up, then profile NCU_CALLS calls between profiler start/stop."""
+    """Run under ncu: per spec, inputs and plan (no reference), warm-up, then one profiled
+    window: a marker kernel and `calls` calls. A spec that fails is reported and skipped."""
     data = json.loads(payload)
-    case = FidelityCase("child", data["backend"], WorkloadSpec.model_validate(data["spec"]))
-    _inputs, planned = _prepare(case, torch.device("cuda:0"))
-    for _ in range(3):
-        planned.run()
-    torch.cuda.synchronize()
+    calls = int(data["calls"])
     cudart = torch.cuda.cudart()
-    cudart.cudaProfilerStart()
-    for _ in range(NCU_CALLS):
-        planned.run()
-    torch.cuda.synchronize()
-    cudart.cudaProfilerStop()
+    dev = torch.device("cuda:0")
+    for i, item in enumerate(data["specs"]):
+        state: dict[str, Any] = {"i": i, "status": "ok", "window": False}
+        try:
+            spec = WorkloadSpec.model_validate(item["spec"])
+            _inputs, planned = _prepare(FidelityCase("child", item["backend"], spec), dev, False)
+            for _ in range(3):
+                planned.run()
+            torch.cuda.synchronize()
+            cudart.cudaProfilerStart()
+            state["window"] = True
+            torch.cuda._sleep(MARKER_CYCLES)  # ATen's spin_kernel: where this window starts
+            for _ in range(calls):
+                planned.run()
+            torch.cuda.synchronize()
+        except Exception as exc:
+            state.update(status="error", reason=f"{type(exc).__name__}: {exc}"[:400])
+        finally:
+            if state["window"]:
+                cudart.cudaProfilerStop()
+        print(CHILD_TAG + json.dumps(state), flush=True)
+        _inputs = planned = None
+        torch.cuda.empty_cache()  # kernel replay saves what is allocated: keep it to one spec
 
 
 if __name__ == "__main__":
