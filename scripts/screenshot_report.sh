@@ -43,6 +43,8 @@ wanted = {
     "trees": ["speculative-trees"],
     "shared-prefix": ["shared-prefix"],
     "replay": ["serving-replay"],
+    "mla": ["mla-deepseek-v3-shape"],
+    "gqa": ["gqa-ratio-sweep"],
 }
 for stem, ids in wanted.items():
     found = [sections[i] for i in ids if i in sections]
@@ -75,7 +77,7 @@ for old in out.glob("*.png"):
     old.unlink()
 # Where a section runs long, its top is what the shot is for: the decision, the padding figure,
 # the first (single-rate) replay with its legend beside the plot.
-max_height = {"recommendation": 1300, "raggedness": 1250, "replay": 1120}
+max_height = {"recommendation": 1300, "raggedness": 1250, "replay": 1120, "gqa": 1400}
 total = 0
 for png in sorted(work.glob("*.png")):
     im = Image.open(png).convert("RGB")

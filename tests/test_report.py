@@ -79,6 +79,20 @@ def test_figures_are_labelled_with_provenance() -> None:
         assert part in label
 
 
+def test_the_figure_label_names_the_latest_run_not_the_last_file() -> None:
+    """Files are read in name order; the footer must name the newest run's libraries and say
+    that the inputs hold others."""
+    old = header(time="2026-09-01T12:00:00+00:00")
+    new = header(time="2026-12-03T06:00:00+00:00")
+    new.provenance["libraries"] = {"flashinfer-python": "0.7.4", "tokenspeed-fa3": "3.0.0"}
+    new.provenance["git_sha"] = "db3df6a67da7"
+    label = provenance_label([(Path("a-new.jsonl"), new), (Path("b-old.jsonl"), old)])
+    assert "tokenspeed-fa3 3.0.0" in label
+    assert "@db3df6a67da7" in label
+    assert "fa3-fwd" not in label
+    assert "1 other library set(s)" in label
+
+
 def test_panels_without_rows_are_left_out(tmp_path: Path) -> None:
     rows = [row(s, "flashinfer:tc") for s in decode_specs((1024, 4096))]
     md, page = write_report(load([write_results(tmp_path / "d.jsonl", rows)]), tmp_path / "o")

@@ -311,12 +311,18 @@ def fmt_us(us: float | None) -> str:
 
 
 def provenance_label(headers: Sequence[tuple[Path, Header]], gpu: str | None = None) -> str:
-    """One line for figure footers: GPU, library versions, date of the (latest) run."""
+    """One line for figure footers: GPU, library versions, commit and date of the latest run (by
+    its recorded time, not file order), and how many other library sets the inputs hold."""
     chosen = [h for _, h in headers if gpu is None or gpu_name(h) == gpu] or [h for _, h in headers]
     if not chosen:
         return "no provenance"
-    h = chosen[-1]
+    h = max(chosen, key=lambda c: str(c.provenance.get("time", "")))
     prov = h.provenance
+    others = {
+        json.dumps(c.provenance.get("libraries") or {}, sort_keys=True)
+        for c in chosen
+        if (c.provenance.get("libraries") or {}) != (prov.get("libraries") or {})
+    }
     parts = [gpu or gpu_name(h)]
     if prov.get("torch"):
         parts.append(f"torch {prov['torch']}")
@@ -327,6 +333,8 @@ def provenance_label(headers: Sequence[tuple[Path, Header]], gpu: str | None = N
     if prov.get("git_sha"):
         parts.append(f"attnbench {prov.get('attnbench', '')}@{prov['git_sha']}".strip())
     parts.append(str(prov.get("time", ""))[:10] or "undated")
+    if others:
+        parts.append(f"latest run; {len(others)} other library set(s) in the inputs")
     return " · ".join(p for p in parts if p)
 
 
