@@ -8,13 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.analysis.engine_rank import (
-    bucket_of,
-    bucket_weights,
-    engine_rows,
-    knobs_match,
-    rank_engine,
-)
+from attnbench.analysis.engine_buckets import bucket_of, bucket_weights
+from attnbench.analysis.engine_rank import engine_rows, knobs_match, rank_engine
 from attnbench.analysis.frame import load, ok_rows
 from attnbench.backends.engine_paths import KernelPath, vllm_capture_sizes
 from attnbench.cli import app

@@ -7,11 +7,12 @@ backend), a KV dtype and a block/page size; its kernels are the engine variant's
 (marked "inferred from raw variant X"); nothing else is mapped.
 
 Decode runs under CUDA graphs at the engine's capture sizes: a running batch of b requests
-runs the graph of the smallest captured size >= b. Each capture bucket is weighted by how often
-the running batch falls in it (a histogram of running batches, e.g. from a replay; uniform
-over the buckets when none is given), and priced by the rows at the nearest measured batch
-size (log scale). One server-wide configuration is chosen by expected decode time per step
-(per layer), with its regret against choosing the best configuration per bucket. All pure.
+runs the graph of the smallest captured size >= b (`engine_buckets`). Each capture bucket is
+weighted by how often the running batch falls in it (a histogram of running batches, e.g. a
+replay's decode steps, `recommend --engine E --trace T`; uniform when none is given), and
+priced by the rows at the nearest measured batch size (log scale). One server-wide
+configuration is chosen by expected decode time per step (per layer), with its regret against
+choosing the best configuration per bucket. All pure.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from attnbench.analysis.engine_buckets import bucket_weights, capture_sizes, weighting_note
 from attnbench.analysis.frame import ok_rows, spec_key
 from attnbench.backends.engine_paths import (
     SETTINGS,
@@ -35,8 +37,6 @@ from attnbench.backends.engine_paths import (
     engine_page_size,
     kernel_path,
     setting,
-    sglang_capture_sizes,
-    vllm_capture_sizes,
 )
 
 RAW_GAIN_MIN = 1.05
@@ -113,30 +113,8 @@ class EngineRecommendation:
     regret: float | None = None
     raw_gains: list[RawGain] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def capture_sizes(engine: Engine) -> list[int]:
-    return vllm_capture_sizes() if engine == "vllm" else sglang_capture_sizes()
-
-
-def bucket_of(batch: int, sizes: Sequence[int]) -> int:
-    """The captured size a running batch pads to (the largest one beyond the last)."""
-    return next((s for s in sizes if s >= batch), sizes[-1])
-
-
-def bucket_weights(sizes: Sequence[int], running: Mapping[int, float] | None) -> dict[int, float]:
-    """Weight per capture bucket: the running-batch histogram padded to buckets, normalised;
-    uniform over the buckets when `running` is None or empty."""
-    if not running:
-        return {s: 1.0 / len(sizes) for s in sizes}
-    out = dict.fromkeys(sizes, 0.0)
-    for b, n in running.items():
-        if b >= 1 and n > 0:
-            out[bucket_of(b, sizes)] += float(n)
-    total = sum(out.values())
-    if total <= 0:
-        raise ValueError("running-batch histogram: no positive count at batch >= 1")
-    return {s: w / total for s, w in out.items()}
+    weighting: str = "uniform"
+    """What weighted the capture buckets: `uniform`, or the running-batch histogram's source."""
 
 
 def _details(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -240,9 +218,14 @@ def _nearest(batch: int, measured: Sequence[int]) -> int:
 
 
 def rank_engine(
-    frame: pd.DataFrame, engine: Engine, running: Mapping[int, float] | None = None
+    frame: pd.DataFrame,
+    engine: Engine,
+    running: Mapping[int, float] | None = None,
+    source: str = "the given running-batch histogram",
 ) -> list[EngineRecommendation]:
-    """One recommendation per GPU in `frame` (rows from `analysis.frame.load`)."""
+    """One recommendation per GPU in `frame` (rows from `analysis.frame.load`). `running`:
+    steps (or any weight) per running batch size, described by `source` in the notes (e.g.
+    "the running batch of N decode steps replayed from trace T")."""
     ok = ok_rows(frame)
     out = []
     for gpu in sorted(set(ok["gpu"])) if not ok.empty else []:
@@ -261,6 +244,8 @@ def rank_engine(
                 f"no {engine} engine-variant rows in these results: ranking raw rows that are "
                 f"exactly an engine path (inferred from raw variant {', '.join(used)})"
             )
+        if running:
+            rec.weighting = source
         _rank_rows(rec, rows, ok[ok["gpu"] == gpu], running)
     return out
 
@@ -274,11 +259,7 @@ def _rank_rows(
     decode = rows[(rows["kind"] == "decode") & ~rows["padded"]]
     sizes = capture_sizes(rec.engine)
     weights = bucket_weights(sizes, running)
-    if not running:
-        rec.notes.append(
-            f"no running-batch histogram given: the {len(sizes)} capture buckets "
-            f"({sizes[0]}..{sizes[-1]}) are weighted uniformly"
-        )
+    rec.notes.append(weighting_note(sizes, weights, rec.weighting if running else None))
     timed = per_batch(decode)
     measured = sorted(timed)
     if measured:

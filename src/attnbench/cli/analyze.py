@@ -20,8 +20,12 @@ from attnbench.cli.common import (
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from attnbench.analysis.compare import Comparison
+    from attnbench.analysis.engine_rank import EngineRecommendation
     from attnbench.analysis.frame import Loaded
+    from attnbench.backends.engine_paths import Engine
     from attnbench.report.blocks import Block
 
 ResultsArg = Annotated[
@@ -215,12 +219,22 @@ def recommend(
             "paths), with the command line, per CUDA-graph bucket."
         ),
     ] = None,
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            help="With --engine: weight the capture buckets by how often this trace's running "
+            "batch falls in each (azure-code, azure-conv, mooncake-conv, agents:N, a file), "
+            "replaying its first 2000 requests on the rows' model; default: uniform."
+        ),
+    ] = None,
 ) -> None:
     """Decision matrix per workload class, crossovers, hybrid plan and vLLM/SGLang flags,
     all derived from rows that passed the accuracy gate."""
     if engine is not None:
-        _recommend_engine(results, json_out, engine)
+        _recommend_engine(results, json_out, engine, trace)
         return
+    if trace is not None:
+        fail("--trace weights the CUDA-graph buckets of --engine vllm|sglang: pass --engine too")
     from attnbench.analysis.hybrid import recommend as decide
     from attnbench.report.per_model_section import model_blocks
     from attnbench.report.sections import recommendation_blocks
@@ -243,18 +257,27 @@ def recommend(
         console.print(f"decision written to {escape(str(json_out))}", highlight=False)
 
 
-def _recommend_engine(results: list[Path] | None, json_out: Path | None, engine: str) -> None:
+def _recommend_engine(
+    results: list[Path] | None, json_out: Path | None, engine: str, trace: str | None
+) -> None:
     from attnbench.analysis.engine_rank import rank_engine
     from attnbench.backends.engine_paths import ENGINES
+    from attnbench.cli.engine_trace import check_trace
     from attnbench.report.engine_section import engine_blocks, engine_json
 
     name = engine.strip().lower()
     if name not in ENGINES:
         fail(f"--engine={engine!r} is not known; allowed: {', '.join(ENGINES)}")
+    if trace is not None and (why := check_trace(trace)) is not None:
+        fail(why)
     if json_out is not None:
         check_output_file(json_out, "--json")
     loaded = _load(results)
-    recs = rank_engine(loaded.frame, "vllm" if name == "vllm" else "sglang")
+    eng: Engine = "vllm" if name == "vllm" else "sglang"
+    if trace is None:
+        recs = rank_engine(loaded.frame, eng)
+    else:
+        recs = _traced(results, loaded.frame, eng, trace)
     if not recs:
         fail("no row passed the accuracy gate: nothing to recommend from")
     for rec in recs:
@@ -266,6 +289,27 @@ def _recommend_engine(results: list[Path] | None, json_out: Path | None, engine:
 
         write_output(json_out, dumps([engine_json(r) for r in recs], indent=2) + "\n", "--json")
         console.print(f"decision written to {escape(str(json_out))}", highlight=False)
+
+
+def _traced(
+    results: list[Path] | None, frame: pd.DataFrame, engine: Engine, trace: str
+) -> list[EngineRecommendation]:
+    """Per GPU, the buckets weighted by `trace`'s running batch on that GPU's rows."""
+    from attnbench.analysis.engine_rank import rank_engine
+    from attnbench.analysis.frame import ok_rows, resolve_paths
+    from attnbench.cli.engine_trace import running_batches
+    from attnbench.replay.pipeline import ReplayError
+
+    ok = ok_rows(frame)
+    recs = []
+    for gpu in sorted(set(ok["gpu"])):
+        try:
+            with console.status(f"replaying {trace} for the running batch on {gpu}"):
+                run = running_batches(resolve_paths(results), gpu, engine, trace)
+        except ReplayError as exc:
+            fail(str(exc))
+        recs += rank_engine(frame[frame["gpu"] == gpu], engine, run.histogram, run.source())
+    return recs
 
 
 def _rich(text: str) -> str:

@@ -151,6 +151,7 @@ def engine_json(rec: EngineRecommendation) -> dict[str, Any]:
         "choice": score(rec.choice) if rec.choice else None,
         "default": rec.default.label if rec.default else None,
         "regret": rec.regret,
+        "weighting": rec.weighting,
         "configurations": [score(s) for s in rec.scores],
         "batches": [
             {

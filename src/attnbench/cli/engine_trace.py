@@ -1,0 +1,227 @@
+"""`recommend --engine E --trace T`: how often a trace's running batch falls in each CUDA-graph
+capture bucket, from the replay simulator (`replay.simulator`), so `analysis.engine_rank` weighs
+the buckets by the traffic instead of uniformly.
+
+The deployment is the one the rows describe: the 16-bit shape (head shape, dtype, page size)
+with the most decode rows that also has prefill rows to fit, at the model preset its rows name
+(the most common `--model` and tp among them), else the first preset of `attnbench models`
+whose heads at some tp are that shape. The first `TRACE_LIMIT` requests of the trace are
+replayed as `attnbench replay` schedules them (its default GPU memory, batch limit and token
+budget, prefix cache when the trace has hashes), each step timed by one variant's fitted cost
+(the engine default's own rows, else the raw kernel that default runs, else the first variant
+fitted). vLLM (v1) mixes prefill chunks into decode steps; SGLang by default runs prefill
+batches apart from decode batches (`enable_mixed_chunk` off), replayed as the simulator's
+unchunked mode. Every step with decoding requests counts once at its decode batch (the running
+batch the engine pads to a captured size); prefill-only steps run no decode graph and do not
+count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnbench.backends.engine_paths import Engine, default_setting, kernel_path
+from attnbench.replay.costmodel import (
+    AttentionCostModel,
+    ShapeKey,
+    bandwidth_ceiling,
+    fit_models,
+    shapes_in,
+    usable_rows,
+)
+from attnbench.replay.deployment import Deployment
+from attnbench.replay.document import ReplayConfig
+from attnbench.replay.gemm import GemmRoofline
+from attnbench.replay.kernelplan import DEFAULT_NUM_SMS
+from attnbench.replay.pipeline import (
+    DEFAULT_MAX_BATCH,
+    LoadedRows,
+    ReplayError,
+    ceilings,
+    load_rows,
+    requests_for,
+)
+from attnbench.replay.simresult import SchedulerConfig
+from attnbench.replay.simulator import simulate
+from attnbench.replay.stepcost import ReplayCost
+from attnbench.results import ResultRow
+from attnbench.workload.models import MODELS, valid_tps
+from attnbench.workload.traces import TRACES
+
+TRACE_LIMIT = 2000
+"""Requests replayed from the trace's start (a few seconds of simulation at most)."""
+TRACE_HELP = "azure-code, azure-conv, mooncake-conv, agents:N[@LO-HI] or a trace file"
+
+
+@dataclass(frozen=True)
+class RunningBatches:
+    """Decode steps per running batch size, and what replay produced them."""
+
+    trace: str
+    requests: int
+    deployment: str
+    cost: str
+    scheduling: str
+    histogram: dict[int, int]
+
+    @property
+    def steps(self) -> int:
+        return sum(self.histogram.values())
+
+    def source(self) -> str:
+        """How the buckets were weighted, in words (the output's weighting line)."""
+        return (
+            f"the running batch of {self.steps:,} decode steps replayed from trace "
+            f"{self.trace} (first {self.requests:,} requests on {self.deployment}; "
+            f"{self.scheduling}; step times from {self.cost}'s fitted cost)"
+        )
+
+
+def check_trace(name: str) -> str | None:
+    """One line saying why `name` is no trace `--trace` can replay, or None."""
+    text = name.strip()
+    if text.lower() in TRACES or text.lower().startswith("agents:") or Path(text).is_file():
+        return None
+    return f"--trace={name!r} is not a known trace or a file; allowed: {TRACE_HELP}"
+
+
+def _preset(key: ShapeKey) -> tuple[str, int] | None:
+    """The first model preset (and tp) whose attention heads are `key`'s shape."""
+    for name, m in MODELS.items():
+        if m.mla is not None or m.head_dim != key.head_dim:
+            continue
+        for tp in valid_tps(m):
+            s = m.shard(tp)
+            if (s.num_qo_heads, s.num_kv_heads) == (key.num_qo_heads, key.num_kv_heads):
+                return name, tp
+    return None
+
+
+def _model_of(rows: Sequence[ResultRow], key: ShapeKey) -> tuple[str, int, str] | None:
+    named = Counter((r.spec.model, r.spec.tp) for r in rows if r.spec.model and key.matches(r.spec))
+    if named:
+        (model, tp), _ = max(sorted(named.items()), key=lambda kv: kv[1])
+        return str(model), tp, "the rows' model"
+    found = _preset(key)
+    if found is None:
+        return None
+    return found[0], found[1], "the first preset of that head shape"
+
+
+def _fitted(loaded: LoadedRows, key: ShapeKey) -> dict[str, AttentionCostModel]:
+    measured = [
+        float(h.ceilings.get(k) or 0.0)
+        for h in loaded.headers
+        if h.ceilings
+        for k in ("read_bandwidth_gbps", "copy_bandwidth_gbps")
+    ]
+    ceiling = bandwidth_ceiling(loaded.rows, key, max(measured, default=0.0) or None)
+    sms = [int(h.device.get("num_sms") or 0) for h in loaded.headers if h.device]
+    models, _ = fit_models(
+        loaded.rows,
+        key,
+        ceiling_gbps=ceiling if math.isfinite(ceiling) else None,
+        num_sms=max(sms, default=0) or DEFAULT_NUM_SMS,
+    )
+    return {n: m for n, m in models.items() if m.decode and m.prefill}
+
+
+def deployment_of(
+    loaded: LoadedRows,
+) -> tuple[Deployment, str, dict[str, AttentionCostModel]]:
+    """The deployment the rows describe (see the module docstring), how it was chosen, and its
+    variants' fitted cost models with both decode and prefill; ReplayError when none has one."""
+    usable = usable_rows(loaded.rows)
+    counts = Counter(
+        ShapeKey.of(r.spec)
+        for r in usable
+        if r.spec.kind == "decode" and r.spec.kv_dtype == r.spec.dtype
+    )
+    for key, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].describe())):
+        found = _model_of(usable, key)
+        if found is None:
+            continue
+        model, tp, why = found
+        try:
+            dep = Deployment(model, tp, key.dtype, key.kv_dtype, key.page_size)
+            shard = dep.shard
+        except ValueError:
+            continue
+        if (shard.num_qo_heads, shard.num_kv_heads, shard.head_dim) != (
+            key.num_qo_heads,
+            key.num_kv_heads,
+            key.head_dim,
+        ) or dep.kv_pages <= 0:
+            continue
+        models = _fitted(loaded, key)
+        if models:
+            return dep, f"{model} at tp {tp}, {key.describe()} ({why})", models
+    raise ReplayError(
+        f"--trace: no 16-bit decode and prefill rows on {loaded.gpu} at a model preset's head "
+        f"shape to replay the trace with; shapes present: {', '.join(shapes_in(loaded.rows))}; "
+        "run e.g. `attnbench run --suite replay`"
+    )
+
+
+def _cost_variant(
+    engine: Engine, models: dict[str, AttentionCostModel], rows: Sequence[ResultRow]
+) -> str:
+    """The variant that times the steps: the engine default's own rows, else the raw kernel the
+    default runs on these decode rows, else the first fitted variant."""
+    own = default_setting(engine).variant
+    if own in models:
+        return own
+    key = next(iter(models.values())).key
+    for r in usable_rows(rows):
+        if r.spec.kind == "decode" and key.matches(r.spec):
+            path = kernel_path(own, r.spec)
+            if not isinstance(path, str) and path.variant in models:
+                return path.variant
+            break
+    return sorted(models)[0]
+
+
+def running_batches(
+    paths: Sequence[Path],
+    gpu: str,
+    engine: Engine,
+    trace: str,
+    limit: int = TRACE_LIMIT,
+) -> RunningBatches:
+    """Replay `trace`'s first `limit` requests on `gpu`'s rows and count the decode steps per
+    running batch size. Raises ReplayError for input it cannot use."""
+    loaded = load_rows(paths, gpu)
+    dep, described, models = deployment_of(loaded)
+    name = _cost_variant(engine, models, loaded.rows)
+    cfg = ReplayConfig(trace=trace, limit=limit, deployment=dep)
+    reqs, info = requests_for(cfg)
+    copy, mm, _ = ceilings(loaded.headers, dep.dtype, cfg)
+    cost = ReplayCost(name, models[name], models[name], GemmRoofline(dep, copy, mm), dep.num_layers)
+    chunked = engine == "vllm"
+    sched = SchedulerConfig(
+        kv_pages=dep.kv_pages,
+        page_size=dep.page_size,
+        max_batch=max(DEFAULT_MAX_BATCH, len(reqs)) if info.synthetic else DEFAULT_MAX_BATCH,
+        token_budget=cfg.token_budget,
+        chunked_prefill=chunked,
+        prefix_cache=info.has_prefix_hashes,
+    )
+    n = simulate(reqs, sched, cost).features.n_decode
+    sizes, steps = np.unique(n[n > 0], return_counts=True)
+    return RunningBatches(
+        trace=info.name,
+        requests=info.requests,
+        deployment=described,
+        cost=name,
+        scheduling=(
+            f"at most {sched.max_batch} running, "
+            + ("prefill chunks mixed into decode steps" if chunked else "prefill batches apart")
+        ),
+        histogram={int(s): int(c) for s, c in zip(sizes.tolist(), steps.tolist(), strict=True)},
+    )
