@@ -18,7 +18,6 @@ count.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,20 +29,18 @@ from attnbench.backends.engine_paths import Engine, default_setting, kernel_path
 from attnbench.replay.costmodel import (
     AttentionCostModel,
     ShapeKey,
-    bandwidth_ceiling,
-    fit_models,
     shapes_in,
     usable_rows,
 )
 from attnbench.replay.deployment import Deployment
 from attnbench.replay.document import ReplayConfig
 from attnbench.replay.gemm import GemmRoofline
-from attnbench.replay.kernelplan import DEFAULT_NUM_SMS
 from attnbench.replay.pipeline import (
     DEFAULT_MAX_BATCH,
     LoadedRows,
     ReplayError,
     ceilings,
+    fit_for,
     load_rows,
     requests_for,
 )
@@ -115,20 +112,7 @@ def _model_of(rows: Sequence[ResultRow], key: ShapeKey) -> tuple[str, int, str] 
 
 
 def _fitted(loaded: LoadedRows, key: ShapeKey) -> dict[str, AttentionCostModel]:
-    measured = [
-        float(h.ceilings.get(k) or 0.0)
-        for h in loaded.headers
-        if h.ceilings
-        for k in ("read_bandwidth_gbps", "copy_bandwidth_gbps")
-    ]
-    ceiling = bandwidth_ceiling(loaded.rows, key, max(measured, default=0.0) or None)
-    sms = [int(h.device.get("num_sms") or 0) for h in loaded.headers if h.device]
-    models, _ = fit_models(
-        loaded.rows,
-        key,
-        ceiling_gbps=ceiling if math.isfinite(ceiling) else None,
-        num_sms=max(sms, default=0) or DEFAULT_NUM_SMS,
-    )
+    models, _ = fit_for(loaded, key)
     return {n: m for n, m in models.items() if m.decode and m.prefill}
 
 

@@ -206,20 +206,7 @@ def run_replay(
         dep.kv_dtype,
         dep.page_size,
     )
-    measured = [
-        float(h.ceilings.get(k) or 0.0)
-        for h in loaded.headers
-        if h.ceilings
-        for k in ("read_bandwidth_gbps", "copy_bandwidth_gbps")
-    ]
-    ceiling = bandwidth_ceiling(loaded.rows, key, max(measured, default=0.0) or None)
-    sms = [int(h.device.get("num_sms") or 0) for h in loaded.headers if h.device]
-    models, padded = fit_models(
-        loaded.rows,
-        key,
-        ceiling_gbps=ceiling if math.isfinite(ceiling) else None,
-        num_sms=max(sms, default=0) or DEFAULT_NUM_SMS,
-    )
+    models, padded = fit_for(loaded, key)
     at = f"{key.describe()} ({dep.model} at tp {dep.tp})"
     suite = f"`attnbench run --suite replay --model {dep.model} --tp {dep.tp}`"
     if not models:
@@ -322,3 +309,24 @@ def run_replay(
         provenance=provenance(),
     )
     return ReplayOutcome(doc, study)
+
+
+def fit_for(
+    loaded: LoadedRows, key: ShapeKey
+) -> tuple[dict[str, AttentionCostModel], dict[str, AttentionCostModel]]:
+    """`fit_models` on the rows of `key`, bounded by the highest bandwidth ceiling the headers
+    measured (or a decode row reached) and told the GPU's SM count; (models, padded twins)."""
+    measured = [
+        float(h.ceilings.get(k) or 0.0)
+        for h in loaded.headers
+        if h.ceilings
+        for k in ("read_bandwidth_gbps", "copy_bandwidth_gbps")
+    ]
+    ceiling = bandwidth_ceiling(loaded.rows, key, max(measured, default=0.0) or None)
+    sms = [int(h.device.get("num_sms") or 0) for h in loaded.headers if h.device]
+    return fit_models(
+        loaded.rows,
+        key,
+        ceiling_gbps=ceiling if math.isfinite(ceiling) else None,
+        num_sms=max(sms, default=0) or DEFAULT_NUM_SMS,
+    )
