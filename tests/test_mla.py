@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -313,17 +312,7 @@ def test_sdpa_mla_passes_the_gate_on_the_cpu(
     assert row.flops == metrics.flops(spec)
 
 
-@pytest.fixture
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty working folder and no ATTNBENCH_* variables: nothing of this machine leaks in."""
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.upper().startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
-    return tmp_path
-
-
-@pytest.mark.usefixtures("in_tmp")
+@pytest.mark.usefixtures("isolated")
 def test_run_model_deepseek_v3_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     """`attnbench run --model deepseek-v3` builds MLA cases; sdpa:mla and the reference rows
     pass the gate; every GQA variant is an unsupported row naming the MLA variants."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -150,17 +149,7 @@ def test_one_model_gets_no_per_model_answer(tmp_path: Path) -> None:
     assert rec.models == []
 
 
-@pytest.fixture
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty working folder and no ATTNBENCH_* variables: nothing of this machine leaks in."""
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.upper().startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
-    return tmp_path
-
-
-@pytest.mark.usefixtures("in_tmp")
+@pytest.mark.usefixtures("isolated")
 def test_recommend_command_answers_per_model(tmp_path: Path) -> None:
     path = write_results(tmp_path / "models.jsonl", _rows())
     out = tmp_path / "rec.json"
@@ -223,7 +212,7 @@ def test_committed_h200_rows_answer_for_deepseek_v3() -> None:
     assert "engines: SGLang `--attention-backend flashinfer`" in sentence
 
 
-@pytest.mark.usefixtures("in_tmp")
+@pytest.mark.usefixtures("isolated")
 def test_recommend_on_committed_results_lists_named_models_only() -> None:
     """`attnbench recommend results/`: the per-model table holds the named presets of the
     committed rows, not each GQA-sweep head shape (h8/8 d128 ... h128/8 d128)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -381,17 +380,7 @@ def test_flashinfer_routes_windows_everywhere_and_sinks_through_xqa(
 # -- end to end on the CPU -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty working folder and no ATTNBENCH_* variables: nothing of this machine leaks in."""
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.upper().startswith("ATTNBENCH_"):
-            monkeypatch.delenv(key)
-    return tmp_path
-
-
-@pytest.mark.usefixtures("in_tmp")
+@pytest.mark.usefixtures("isolated")
 def test_run_gemma3_and_gpt_oss_on_the_cpu(tmp_path: Path) -> None:
     """Gemma-3's windowed and full layers, and gpt-oss's windowed and full layers with sinks, pass
     the gate on sdpa:math (flex: above, eager) through `attnbench run --model`."""
