@@ -42,23 +42,23 @@ H)  # session 6, call 1: finish brief, fp8, MLA (resumed), gpt-oss, FP8 numerics
     -b flashinfer:tc -b sdpa:cudnn -b flex --out "$OUT/h200-gptoss.jsonl"
   step 110 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
   ;;
-I)  # session 6, call 2 (chained): the full GPU test pass, timing fidelity
-  step 430 gpu-tests bash -c "timeout -s INT 420 python3 -m pytest -m gpu -q -p no:cacheprovider \
+I)  # session 6, call 2 (chained): the full GPU test pass, timing fidelity, SM activity
+  step 340 gpu-tests bash -c "timeout -s INT 330 python3 -m pytest -m gpu -q -p no:cacheprovider \
     -rfE --durations=25 tests > $OUT/h200-gpu-tests.txt 2>&1; tail -45 $OUT/h200-gpu-tests.txt"
-  step 150 fidelity $AB fidelity --ncu --resume --out "$OUT/h200-fidelity.json"
-  ;;
-J)  # session 6, call 3: SM activity under ncu, replay calibration and live validation
-  step 220 sm-activity $AB fidelity --ncu --cases sm-activity --resume \
+  step 100 fidelity $AB fidelity --ncu --resume --out "$OUT/h200-fidelity.json"
+  step 150 sm-activity $AB fidelity --ncu --cases sm-activity --resume \
     --out "$OUT/h200-sm-activity.json"
-  R5="-b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa -b sdpa:cudnn"
-  step 200 calibration $RUN --suite replay-calibration $R5 --resume \
-    --out "$OUT/h200-replay-calibration.jsonl"
-  step 150 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
-    --out "$OUT/h200-replay-validation.json"
   ;;
-K)  # later: the engine variants (issue 21) and tuning, resumed
+J)  # session 6, call 3: replay calibration and live validation, the engine variants
+  R5="-b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa -b sdpa:cudnn"
+  step 180 calibration $RUN --suite replay-calibration $R5 --resume \
+    --out "$OUT/h200-replay-calibration.jsonl"
+  step 120 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
+    --out "$OUT/h200-replay-validation.json"
   step 150 engines-brief $RUN --suite brief -b vllm -b sglang --out "$OUT/h200-brief-engines.jsonl"
   step 120 engines-fp8 $RUN --suite fp8 -b vllm -b sglang --out "$OUT/h200-fp8-engines.jsonl"
+  ;;
+K)  # later: engine variants at page size 1, tuning resumed, the default suite's wall time
   step 100 engines-p1 $RUN --suite brief -b sglang --page-size 1 \
     --out "$OUT/h200-brief-engines-p1.jsonl"
   TUNE="$AB tune --device cuda --budget-s 80 --resume -b flashinfer:fa2 -b flashinfer:tc"
