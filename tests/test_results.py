@@ -227,9 +227,9 @@ def test_every_committed_results_file_round_trips_unchanged() -> None:
 def test_gzip_files_read_like_plain_ones_and_a_cut_stream_loses_only_its_tail(
     tmp_path: Path,
 ) -> None:
-    plain = ROOT / "results" / "h200-brief.jsonl"
-    packed = tmp_path / "brief.jsonl.gz"
-    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    packed = ROOT / "results" / "h200-brief.jsonl.gz"
+    plain = tmp_path / "brief.jsonl"
+    plain.write_bytes(gzip.decompress(packed.read_bytes()))
     a, b = read_results(plain), read_results(packed)
     assert [r.model_dump() for r in a.rows] == [r.model_dump() for r in b.rows]
     assert not b.warnings
@@ -268,7 +268,7 @@ def test_old_fa3_rows_ran_on_a_contiguous_cache_and_load_under_that_name() -> No
     assert old.migrated == len(fa3)
     assert {r.details.kv_cache for r in fa3} <= {"contiguous", "packed"}
 
-    new = read_results(ROOT / "results" / "h200-brief.jsonl")
+    new = read_results(ROOT / "results" / "h200-brief.jsonl.gz")
     assert new.migrated == 0
     by_name: dict[str, set[str | None]] = {}
     for r in new.rows:
@@ -317,9 +317,9 @@ def test_a_folder_with_plain_and_gzipped_twins_is_refused(tmp_path: Path) -> Non
 
     from attnbench.analysis.frame import NoResultsError, resolve_paths
 
-    src = ROOT / "results" / "h200-fp8.jsonl"
-    (tmp_path / "h200-fp8.jsonl").write_bytes(src.read_bytes())
+    src = ROOT / "results" / "h200-fp8.jsonl.gz"
+    (tmp_path / "h200-fp8.jsonl").write_bytes(gzip.decompress(src.read_bytes()))
     assert resolve_paths([tmp_path]) == [tmp_path / "h200-fp8.jsonl"]
-    (tmp_path / "h200-fp8.jsonl.gz").write_bytes(gzip.compress(src.read_bytes()))
+    (tmp_path / "h200-fp8.jsonl.gz").write_bytes(src.read_bytes())
     with pytest.raises(NoResultsError, match=r"h200-fp8.jsonl and h200-fp8.jsonl.gz are both"):
         resolve_paths([tmp_path])

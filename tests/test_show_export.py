@@ -58,7 +58,7 @@ def test_show_prints_every_committed_file_at_80_columns(path: Path) -> None:
 
 
 def test_show_command_at_80_and_160_columns(monkeypatch: pytest.MonkeyPatch) -> None:
-    path = ROOT / "results" / "h200-brief.jsonl"
+    path = ROOT / "results" / "h200-brief.jsonl.gz"
     rows = read_results(path).rows
     texts = {}
     for width in (80, 160):
@@ -182,7 +182,7 @@ def test_cpu_rates_are_readable() -> None:
 
 
 def test_export_csv_has_one_flat_row_per_result(tmp_path: Path) -> None:
-    src = ROOT / "results" / "h200-brief.jsonl"
+    src = ROOT / "results" / "h200-brief.jsonl.gz"
     out = tmp_path / "sub" / "brief.csv"
     res = runner.invoke(
         app, ["export", str(src), str(ROOT / "results/h200-tune.jsonl"), "--csv", str(out)]
