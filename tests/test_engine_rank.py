@@ -17,7 +17,9 @@ from attnbench.report.engine_section import engine_blocks, engine_json
 from fixtures_results import MODELS, row, spec, write_results
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-COMMITTED = [RESULTS / n for n in ("h200-brief.jsonl.gz", "h200-fp8.jsonl.gz", "h200-traces.jsonl.gz")]
+COMMITTED = [
+    RESULTS / n for n in ("h200-brief.jsonl.gz", "h200-fp8.jsonl.gz", "h200-traces.jsonl.gz")
+]
 
 
 def test_buckets_pad_up_and_weights_normalise() -> None:

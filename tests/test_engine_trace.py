@@ -17,7 +17,9 @@ from attnbench.cli.engine_trace import TRACE_LIMIT, check_trace, running_batches
 from attnbench.replay.pipeline import ReplayError
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-COMMITTED = [RESULTS / n for n in ("h200-brief.jsonl.gz", "h200-fp8.jsonl.gz", "h200-traces.jsonl.gz")]
+COMMITTED = [
+    RESULTS / n for n in ("h200-brief.jsonl.gz", "h200-fp8.jsonl.gz", "h200-traces.jsonl.gz")
+]
 GPU = "NVIDIA H200"
 
 

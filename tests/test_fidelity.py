@@ -56,6 +56,45 @@ def test_select_cases_names_the_allowed_variants() -> None:
         select_cases(cases, ["sdpa:math"])
 
 
+def test_knobs_set_on_every_case_and_travel_to_the_ncu_child(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--knob enable_pdl=false` re-times XQA without programmatic dependent launch: parsed to
+    a boolean, checked against the variant's declared knobs, and handed to the ncu child."""
+    import attnbench.run.fidelity as fid
+    from attnbench.cli.fidelity import parse_knobs
+
+    assert parse_knobs(["enable_pdl=false", "fixed_split_size=64", "x=None", "y=abc"]) == {
+        "enable_pdl": False,
+        "fixed_split_size": 64,
+        "x": None,
+        "y": "abc",
+    }
+    with pytest.raises(ValueError, match="expected NAME=VALUE"):
+        parse_knobs(["enable_pdl"])
+    xqa = fid.select_cases(fid.sm_activity_cases(), ["flashinfer:xqa"])
+    off = fid.with_knobs(xqa, {"enable_pdl": False})
+    assert {c.knobs for c in off} == {(("enable_pdl", False),)}
+    assert fid.with_knobs(xqa, {}) == xqa
+    with pytest.raises(ValueError, match=r"--knob: flashinfer:xqa: .*enable_pdl=3.*allowed"):
+        fid.with_knobs(xqa, {"enable_pdl": 3})
+    fa3 = fid.select_cases(fid.sm_activity_cases(), ["flash-attn:fa3"])
+    with pytest.raises(ValueError, match=r"--knob: flash-attn:fa3: knob 'enable_pdl' is not"):
+        fid.with_knobs(fa3, {"enable_pdl": False})
+
+    sent: list[dict[str, object]] = []
+
+    def fake_group(
+        specs: list[dict[str, object]], profile: object, module: str, timeout_s: object
+    ) -> list[dict[str, object]]:
+        sent.extend(specs)
+        return [{"status": "ok"} for _ in specs]
+
+    monkeypatch.setattr(fid, "profile_group", fake_group)
+    fid.ncu_cases(off)
+    assert [s["knobs"] for s in sent] == [{"enable_pdl": False}] * 3
+
+
 def test_fidelity_cli_rejects_bad_input_before_any_gpu_work() -> None:
     from typer.testing import CliRunner
 
@@ -67,6 +106,9 @@ def test_fidelity_cli_rejects_bad_input_before_any_gpu_work() -> None:
     res = CliRunner().invoke(app, ["fidelity", "--resume"])
     assert res.exit_code == 2
     assert "--resume needs --out" in res.output
+    res = CliRunner().invoke(app, ["fidelity", "-b", "flash-attn:fa3", "--knob", "enable_pdl=0"])
+    assert res.exit_code == 2
+    assert "--knob: flash-attn:fa3: knob 'enable_pdl' is not known here" in res.output
 
 
 def test_fidelity_writes_after_every_case_and_resumes(

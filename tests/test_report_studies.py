@@ -23,7 +23,9 @@ from attnbench.analysis.engines import measured_contiguous
 from attnbench.analysis.fidelity import (
     agreement,
     claim_verdict,
+    disagreement_cause,
     is_fidelity_document,
+    kernel_timing,
     kernel_timings,
     sm_activity,
 )
@@ -34,7 +36,7 @@ from attnbench.report.blocks import ReportData, Section, Table, Text, register_s
 from attnbench.report.build import no_machine_paths, write_report
 from attnbench.results import ResultRow, is_trials_name
 from fixtures_results import CostModel, header, make_rows, row, spec, write_results
-from report_documents import SM, fidelity_doc, sm_doc, write_doc, write_tune
+from report_documents import SM, case, fidelity_doc, sm_doc, write_doc, write_tune
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIXES = (1024, 4096)
@@ -186,6 +188,32 @@ def test_fidelity_document_read() -> None:
     assert not short.disagrees
     assert timings[-1].status == "error"
     assert timings[-1].engine_us is None
+    assert disagreement_cause(bad).startswith("power cap: NVML reported sw_power_cap in 6 of 40")
+    assert disagreement_cause(timings[0]) == ""
+
+
+def test_fidelity_is_judged_against_ncu_and_names_a_cause_per_row() -> None:
+    """The tolerance judges engine vs Nsight Compute; the torch profiler is a second opinion.
+    An engine faster than ncu with steady clocks is not blamed on the clocks."""
+    off_profiler = kernel_timing(case("d", "flashinfer:fa2", 64.0, 60.0, 63.5))
+    assert off_profiler.profiler_diff == pytest.approx(4 / 60)
+    assert off_profiler.agrees
+    no_ncu = kernel_timing(case("d", "flashinfer:fa2", 64.0, 60.0, None))
+    assert no_ncu.disagrees  # judged against the profiler when ncu did not run
+    assert disagreement_cause(no_ncu) == ""
+    faster = kernel_timing(case("d", "flashinfer:xqa", 545.0, 542.0, 573.0))
+    assert faster.disagrees
+    assert "no clock slowdown" in disagreement_cause(faster)
+    assert "programmatic dependent launch" in disagreement_cause(faster)
+    # re-timed with PDL off, the engine agrees with ncu: the cause is named from that A/B
+    off = {**case("d", "flashinfer:xqa", 571.0, 570.0, 573.0), "knobs": {"enable_pdl": False}}
+    retimed = kernel_timing(off)
+    assert retimed.backend == "flashinfer:xqa [enable_pdl=False]"
+    cause = disagreement_cause(faster, [faster, retimed])
+    assert cause.startswith("programmatic dependent launch:")
+    assert "enable_pdl=False the engine measures 571.0 us, -0.3% vs ncu" in cause
+    slower_steady = kernel_timing(case("d", "flash-attn:fa3", 600.0, 598.0, 560.0))
+    assert disagreement_cause(slower_steady) == "not explained by the clocks recorded with the row"
 
 
 def test_sm_activity_verdicts() -> None:
@@ -209,7 +237,8 @@ def test_fidelity_sections_render(tmp_path: Path) -> None:
     md = write_report(load([res, fid, sm]), tmp_path / "out")[0].read_text()
     fidelity = md.split("## Timing fidelity\n", 1)[1].split("\n## ", 1)[0]
     assert "Of 12 kernels over 50 µs with a profiler time, **11 agree within 3%**" in fidelity
-    assert "prefill-4x16k `flash-attn:fa3` (+1.0% profiler, +5.0% ncu)" in fidelity
+    assert "prefill-4x16k `flash-attn:fa3` (+5.0% vs ncu: power cap: NVML reported " in fidelity
+    assert "sw_power_cap in 6 of 40 samples" in fidelity
     assert "6 of 520 samples throttled" in fidelity
     assert "| prefill-4x16k | flash-attn:fa3 | 1.05 ms |" in fidelity
     assert "**differs by more than 3%**" in fidelity

@@ -86,6 +86,8 @@ class KernelTiming:
     max_sm_mhz: float | None = None
     throttled_samples: int | None = None
     samples: int | None = None
+    slowdowns: tuple[str, ...] = ()
+    """NVML's clock-event reasons seen while the engine timed (e.g. `sw_power_cap`)."""
 
     @property
     def profiler_diff(self) -> float | None:
@@ -103,24 +105,78 @@ class KernelTiming:
         return self.engine_us is not None and self.engine_us > FIDELITY_MIN_US
 
     @property
-    def worst_diff(self) -> float | None:
-        diffs = [abs(d) for d in (self.profiler_diff, self.ncu_diff) if d is not None]
-        return max(diffs) if diffs else None
+    def judged_diff(self) -> float | None:
+        """The difference the tolerance judges: against Nsight Compute where it ran (the
+        issue's criterion), else against the torch profiler."""
+        return self.ncu_diff if self.ncu_diff is not None else self.profiler_diff
 
     @property
     def disagrees(self) -> bool:
-        """A kernel over 50 us whose engine time differs from a profiler's by more than 3%."""
-        worst = self.worst_diff
-        return self.long and worst is not None and worst > FIDELITY_TOLERANCE
+        """A kernel over 50 us whose engine time differs from ncu's (else the torch
+        profiler's) by more than 3%."""
+        d = self.judged_diff
+        return self.long and d is not None and abs(d) > FIDELITY_TOLERANCE
 
     @property
     def agrees(self) -> bool:
-        """A kernel over 50 us measured by a profiler, within 3% of each one."""
-        return self.long and self.worst_diff is not None and not self.disagrees
+        """A kernel over 50 us with a profiler time, within 3% of it."""
+        return self.long and self.judged_diff is not None and not self.disagrees
+
+    @property
+    def power_capped(self) -> bool:
+        """NVML saw a power or thermal slowdown while the engine timed this kernel."""
+        return bool(self.throttled_samples) and any(
+            "power" in s or "thermal" in s for s in self.slowdowns
+        )
+
+
+PDL_OFF = "[enable_pdl=False]"
+"""The label suffix of a case re-timed with programmatic dependent launch off (`--knob`)."""
+
+
+def disagreement_cause(t: KernelTiming, others: Sequence[KernelTiming] = ()) -> str:
+    """Why the engine and Nsight Compute differ on a kernel, from what the row shows and, where
+    the same case was re-timed with PDL off (`others`), from that A/B: "" where they agree
+    (or nothing was judged)."""
+    if not t.disagrees or t.ncu_diff is None:
+        return ""
+    pdl_off = next(
+        (o for o in others if o.case == t.case and o.backend == f"{t.backend} {PDL_OFF}"), None
+    )
+    if t.ncu_diff < 0 and pdl_off is not None and pdl_off.agrees and pdl_off.engine_us:
+        return (
+            "programmatic dependent launch: the library launches this kernel with PDL, so in "
+            "the engine's back-to-back calls it starts before the previous kernel ends; ncu "
+            f"serialises launches. Re-timed with enable_pdl=False the engine measures "
+            f"{pdl_off.engine_us:.1f} us, {100 * (pdl_off.ncu_diff or 0):+.1f}% vs ncu"
+        )
+    if t.ncu_diff > 0 and t.power_capped:
+        return (
+            f"power cap: NVML reported {', '.join(t.slowdowns)} in {t.throttled_samples} of "
+            f"{t.samples} samples while the engine timed back-to-back calls (SM clock down to "
+            f"{t.sm_mhz_min:.0f} MHz); ncu replays one kernel at a time with idle gaps between "
+            "passes and keeps the boost clock. The engine's time is the sustained-load one, "
+            "what a serving GPU sees"
+        )
+    if t.ncu_diff < 0 and not t.throttled_samples:
+        return (
+            "the engine is faster than ncu with no clock slowdown: ncu serialises launches and "
+            "flushes every cache before each replay pass; the candidates are launch overlap "
+            "with the previous kernel (programmatic dependent launch) and on-chip state kept "
+            "between calls, which only the engine's back-to-back calls see"
+        )
+    return "not explained by the clocks recorded with the row"
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b <= 0 else (a - b) / b
+
+
+def variant_label(case: Mapping[str, Any]) -> str:
+    """The case's variant with the knobs it was planned with (`--knob`), if any."""
+    knobs = case.get("knobs") or {}
+    extra = ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+    return str(case.get("backend", "")) + (f" [{extra}]" if extra else "")
 
 
 def kernel_timing(case: Mapping[str, Any]) -> KernelTiming:
@@ -131,7 +187,7 @@ def kernel_timing(case: Mapping[str, Any]) -> KernelTiming:
     throttled = _num(clocks.get("throttled_samples"))
     return KernelTiming(
         case=str(case.get("case", "")),
-        backend=str(case.get("backend", "")),
+        backend=variant_label(case),
         status=str(case.get("status", "")),
         reason=str(case.get("reason", "")),
         engine_us=_num(case.get("engine_us")),
@@ -144,6 +200,7 @@ def kernel_timing(case: Mapping[str, Any]) -> KernelTiming:
         max_sm_mhz=_num(clocks.get("max_sm_mhz")),
         throttled_samples=None if throttled is None else int(throttled),
         samples=None if samples is None else int(samples),
+        slowdowns=tuple(str(x) for x in clocks.get("slowdowns") or ()),
     )
 
 
@@ -165,7 +222,7 @@ class Agreement:
 
 
 def agreement(timings: Sequence[KernelTiming]) -> Agreement:
-    long = [t for t in timings if t.long and t.worst_diff is not None]
+    long = [t for t in timings if t.long and t.judged_diff is not None]
     return Agreement(len(long), sum(t.agrees for t in long), [t for t in long if t.disagrees])
 
 
@@ -195,8 +252,8 @@ def sm_activity(doc: Mapping[str, Any]) -> dict[str, dict[str, SmActivity]]:
         ok = ncu.get("status") == "ok"
         batch = str(c["case"])[len(SM_CASE_PREFIX) :]
         total = _num(c.get("total_kv_tokens"))
-        out.setdefault(str(c["backend"]), {})[batch] = SmActivity(
-            str(c["backend"]),
+        out.setdefault(variant_label(c), {})[batch] = SmActivity(
+            variant_label(c),
             batch,
             _num(ncu.get("sm_active_pct")) if ok else None,
             _num(ncu.get("achieved_occupancy_pct")) if ok else None,

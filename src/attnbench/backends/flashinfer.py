@@ -96,7 +96,7 @@ def _plan_route(
     if found.api == "decode":
         return flashinfer_decode.plan_decode(found, spec, inputs, knobs)
     if found.api == "xqa":
-        return flashinfer_decode.plan_xqa(found, spec, inputs, sm)
+        return flashinfer_decode.plan_xqa(found, spec, inputs, sm, knobs)
     if found.api == "paged":
         return flashinfer_prefill.plan_paged(found, spec, inputs, knobs)
     if found.api == "ragged":

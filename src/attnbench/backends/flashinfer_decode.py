@@ -17,6 +17,7 @@ Sliding window: `plan(window_left=)` (the run inherits it); XQA takes `window_le
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -137,12 +138,20 @@ def xqa_kernel(spec: WorkloadSpec, sm: int, q_len: int) -> str:
     return "mha_sm90"
 
 
-def plan_xqa(route: Route, spec: WorkloadSpec, inputs: AttentionInputs, sm: int) -> PlannedRun:
-    """Call `xqa_batch_decode_with_kv_cache` on a dense block table built here."""
+def plan_xqa(
+    route: Route,
+    spec: WorkloadSpec,
+    inputs: AttentionInputs,
+    sm: int,
+    knobs: Mapping[str, object] | None = None,
+) -> PlannedRun:
+    """Call `xqa_batch_decode_with_kv_cache` on a dense block table built here; knob
+    `enable_pdl` (default on, as the library on SM90) sets programmatic dependent launch."""
     import flashinfer
     from flashinfer.decode import xqa_batch_decode_with_kv_cache
 
     q_len = route.q_len_per_req
+    enable_pdl = bool((knobs or {}).get("enable_pdl", True))
     block_tables = dense_block_tables(inputs)
     max_seq_len = block_tables.shape[1] * spec.page_size
     mask = xqa_causal_mask(spec.batch_size, q_len, inputs.device) if q_len > 1 else None
@@ -179,6 +188,7 @@ def plan_xqa(route: Route, spec: WorkloadSpec, inputs: AttentionInputs, sm: int)
             kv_layout=spec.kv_layout,
             q_len_per_req=q_len,
             mask=mask,
+            enable_pdl=enable_pdl,
         )
         return out
 
@@ -190,6 +200,7 @@ def plan_xqa(route: Route, spec: WorkloadSpec, inputs: AttentionInputs, sm: int)
             "api": "xqa_batch_decode_with_kv_cache",
             "kernel": kernel,
             "q_len_per_req": q_len,
+            "enable_pdl": enable_pdl,
             "flashinfer": str(flashinfer.__version__),
         },
         out=out,

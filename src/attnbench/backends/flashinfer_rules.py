@@ -42,6 +42,7 @@ _SPLIT: dict[str, tuple[object, ...]] = {
     "disable_split_kv": (False, True),
     "fixed_split_size": FIXED_SPLIT_SIZES,
 }
+_PDL: dict[str, tuple[object, ...]] = {"enable_pdl": (True, False)}  # xqa.py: on if SM90+
 
 VARIANTS: dict[str, tuple[str, Knobs]] = {
     "fa2": (
@@ -55,7 +56,7 @@ VARIANTS: dict[str, tuple[str, Knobs]] = {
     "fa3": ("fa3 (SM90) paged prefill kernel for every kind; fp8 KV with an fp8 query", {}),
     "cudnn": ("decode wrapper, backend='cudnn' (cuDNN paged SDPA decode graph)", _GRAPH),
     "auto": ("library defaults: decode wrapper auto / paged prefill auto", _GRAPH),
-    "xqa": ("TensorRT-LLM XQA decode (xqa_batch_decode_with_kv_cache)", {}),
+    "xqa": ("TensorRT-LLM XQA decode (xqa_batch_decode_with_kv_cache)", _PDL),
     "trtllm-gen": ("decode wrapper, backend='trtllm-gen' (Blackwell only)", _GRAPH),
     "ragged-fa2": ("prefill over contiguous (ragged) K/V, fa2", _SPLIT),
     "ragged-fa3": ("prefill over contiguous (ragged) K/V, fa3 (SM90)", {}),

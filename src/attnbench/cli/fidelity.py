@@ -40,18 +40,27 @@ def fidelity(
         bool,
         typer.Option(help="Keep the cases already in --out and run only the missing ones."),
     ] = False,
+    knob: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Set a knob on every case's plan, NAME=VALUE (repeatable; the variants must "
+            "declare it), e.g. enable_pdl=false for flashinfer:xqa.",
+            metavar="NAME=VALUE",
+        ),
+    ] = None,
 ) -> None:
     """Check timing fidelity on a few cases: repeat agreement, profiler and ncu agreement."""
     import torch
 
     if cases not in ("default", "sm-activity"):
         fail(f"--cases must be one of: default, sm-activity (got {cases!r})")
-    from attnbench.run.fidelity import default_cases, select_cases, sm_activity_cases
+    from attnbench.run.fidelity import default_cases, select_cases, sm_activity_cases, with_knobs
 
     try:
         chosen = select_cases(
             default_cases() if cases == "default" else sm_activity_cases(), backend or []
         )
+        chosen = with_knobs(chosen, parse_knobs(knob or []))
     except ValueError as exc:
         fail(str(exc))
     if resume and out is None:
@@ -112,8 +121,8 @@ def _run_cases(
 
     cfg = MeasureConfig(max_time_ms=400, min_runs=20)
     records = finished_records(out) if resume and out is not None else []
-    done = {(r["case"], r["backend"]) for r in records}
-    todo = [c for c in chosen if (c.name, c.backend) not in done]
+    done = {(r["case"], r["backend"], _knob_key((r.get("knobs") or {}).items())) for r in records}
+    todo = [c for c in chosen if (c.name, c.backend, _knob_key(c.knobs)) not in done]
     if done:
         console.print(f"resume: {len(done)} cases kept, {len(todo)} to run", highlight=False)
 
@@ -175,3 +184,31 @@ def _add_ncu(group: list[Any], recs: list[dict[str, Any]]) -> None:
     took = found[0].get("group_wall_s")
     line = f"{label}: {states}" + (f" ({took:.0f} s)" if isinstance(took, float) else "")
     console.print(escape(line), highlight=False)
+
+
+def parse_knobs(items: list[str]) -> dict[str, object]:
+    """`NAME=VALUE` strings as knob values: true/false as booleans, integers as ints, none as
+    None, anything else as text (the variant's declared values judge them)."""
+    out: dict[str, object] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--knob={item!r}: expected NAME=VALUE, e.g. enable_pdl=false")
+        low = text.strip().lower()
+        value: object
+        if low in ("true", "false"):
+            value = low == "true"
+        elif low == "none":
+            value = None
+        else:
+            try:
+                value = int(low)
+            except ValueError:
+                value = text.strip()
+        out[name.strip()] = value
+    return out
+
+
+def _knob_key(knobs: Any) -> str:
+    """One text per knob set, so a resumed file keeps a case's runs with other knobs apart."""
+    return repr(sorted(knobs))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,8 @@ class FidelityCase:
     spec: WorkloadSpec
     ncu_profile: NcuProfile = TIMING
     """What `--ncu` measures of this case (run.ncu.TIMING or SM_ACTIVITY)."""
+    knobs: tuple[tuple[str, object], ...] = ()
+    """Knob overrides for the plan (`--knob`), e.g. (("enable_pdl", False),)."""
 
 
 def _spec(kind: Any, lens: tuple[int, ...], **kw: Any) -> WorkloadSpec:
@@ -115,6 +117,24 @@ def sm_activity_cases() -> list[FidelityCase]:
     ]
 
 
+def with_knobs(cases: list[FidelityCase], knobs: dict[str, object]) -> list[FidelityCase]:
+    """The cases with `knobs` set on every plan; ValueError (naming the allowed knobs and
+    values) where a case's variant does not declare one of them."""
+    if not knobs:
+        return cases
+    from attnbench.backends.flashinfer_rules import resolve_knobs
+
+    out = []
+    for c in cases:
+        (backend,) = select_backends([c.backend])
+        try:
+            resolve_knobs(backend.knobs, knobs)
+        except ValueError as exc:
+            raise ValueError(f"--knob: {c.backend}: {exc}") from None
+        out.append(replace(c, knobs=tuple(sorted(knobs.items()))))
+    return out
+
+
 def select_cases(cases: list[FidelityCase], backends: list[str]) -> list[FidelityCase]:
     """The cases of the named variants (all when none is named); an unknown name is an error
     listing the allowed ones."""
@@ -144,7 +164,7 @@ def _prepare(case: FidelityCase, device: torch.device, gate: bool = True) -> tup
     child passes gate=False: the parent's gate already passed on the same seeded inputs)."""
     (backend,) = select_backends([case.backend])
     inputs = make_inputs(case.spec, device)
-    planned = backend.plan(case.spec, inputs)
+    planned = backend.plan(case.spec, inputs, dict(case.knobs) or None)
     out = planned.run()
     torch.cuda.synchronize()
     if not gate:
@@ -209,6 +229,7 @@ def check_case(case: FidelityCase, cfg: MeasureConfig) -> dict[str, Any]:
         return {
             "case": case.name,
             "backend": case.backend,
+            **({"knobs": dict(case.knobs)} if case.knobs else {}),
             "status": "error",
             "reason": f"{type(exc).__name__}: {exc}"[:400],
         }
@@ -216,6 +237,7 @@ def check_case(case: FidelityCase, cfg: MeasureConfig) -> dict[str, Any]:
     return {
         "case": case.name,
         "backend": case.backend,
+        **({"knobs": dict(case.knobs)} if case.knobs else {}),
         "resolved": planned.resolved,
         "status": "ok",
         "timer": first.timer,
@@ -251,7 +273,11 @@ def ncu_cases(cases: list[FidelityCase], timeout_s: float | None = None) -> list
     out: list[dict[str, Any]] = [{} for _ in cases]
     for group in _group_indices(cases):
         specs = [
-            {"backend": cases[i].backend, "spec": cases[i].spec.model_dump(mode="json")}
+            {
+                "backend": cases[i].backend,
+                "spec": cases[i].spec.model_dump(mode="json"),
+                "knobs": dict(cases[i].knobs),
+            }
             for i in group
         ]
         recs = profile_group(specs, cases[group[0]].ncu_profile, __name__, timeout_s)
@@ -276,7 +302,9 @@ def _child(payload: str) -> None:
         state: dict[str, Any] = {"i": i, "status": "ok", "window": False}
         try:
             spec = WorkloadSpec.model_validate(item["spec"])
-            _inputs, planned = _prepare(FidelityCase("child", item["backend"], spec), dev, False)
+            knobs = tuple(sorted((item.get("knobs") or {}).items()))
+            case = FidelityCase("child", item["backend"], spec, knobs=knobs)
+            _inputs, planned = _prepare(case, dev, False)
             for _ in range(3):
                 planned.run()
             torch.cuda.synchronize()
