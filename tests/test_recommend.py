@@ -192,6 +192,23 @@ def test_the_contiguous_fa3_baseline_is_never_recommended(tmp_path: Path) -> Non
     assert all(c.winner != "flash-attn:fa3-contiguous" for c in rec.classes)
 
 
+def test_engine_variants_are_left_to_recommend_engine(tmp_path: Path) -> None:
+    """`sglang:fa3` replays SGLang's call into FA3: even when it is the fastest row, the kernel
+    matrix chooses among kernels (an engine variant's flags cannot be mapped back onto an
+    engine); `recommend --engine` ranks the engine variants (issue 21)."""
+    specs = decode_specs((1024, 4096, 16384))
+    rows = [row(s, "flash-attn:fa3") for s in specs]
+    rows += [
+        row(s, "flash-attn:fa3", scale=0.8).model_copy(
+            update={"backend": "sglang:fa3"}
+        )
+        for s in specs
+    ]
+    rec = _one(tmp_path, rows)
+    assert rec.decode.winner == "flash-attn:fa3"
+    assert all(not str(c.winner).startswith(("sglang:", "vllm:")) for c in rec.classes)
+
+
 def test_cli_recommend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_results(tmp_path / "res" / "run.jsonl", make_rows())
     out = tmp_path / "decision.json"

@@ -49,12 +49,24 @@ BASELINE_VARIANTS = frozenset({"flash-attn:fa3-contiguous"})
 KV cache prices paging (beside the paged `flash-attn:fa3`), but no serving engine runs it."""
 
 
+ENGINE_LIBRARIES = frozenset({"vllm", "sglang"})
+"""Engine variants (`vllm:*`, `sglang:*`) replay an engine's calls into the same kernels: they
+are ranked by `recommend --engine` (`engine_rank`), not in the kernel matrix, whose engine
+flags would otherwise have to map an engine's own configuration back onto an engine."""
+
+
 def deployable(ok: pd.DataFrame) -> pd.DataFrame:
-    """Rows a recommendation may choose from: no oracle, no baseline variant (tuned or not)."""
+    """Rows the kernel matrix may choose from: no oracle, no baseline variant (tuned or not),
+    no engine variant."""
     if ok.empty:
         return ok
     variant = ok["backend"].astype(str).str.replace(r"\+tuned$", "", regex=True)
-    return ok[~ok["library"].isin(NON_SERVING) & ~variant.isin(BASELINE_VARIANTS)]
+    library = ok["library"]
+    return ok[
+        ~library.isin(NON_SERVING)
+        & ~library.isin(ENGINE_LIBRARIES)
+        & ~variant.isin(BASELINE_VARIANTS)
+    ]
 
 
 Mask = Callable[[pd.DataFrame], "pd.Series[bool]"]
