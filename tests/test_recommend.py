@@ -199,9 +199,7 @@ def test_engine_variants_are_left_to_recommend_engine(tmp_path: Path) -> None:
     specs = decode_specs((1024, 4096, 16384))
     rows = [row(s, "flash-attn:fa3") for s in specs]
     rows += [
-        row(s, "flash-attn:fa3", scale=0.8).model_copy(
-            update={"backend": "sglang:fa3"}
-        )
+        row(s, "flash-attn:fa3", scale=0.8).model_copy(update={"backend": "sglang:fa3"})
         for s in specs
     ]
     rec = _one(tmp_path, rows)
