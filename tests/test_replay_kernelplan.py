@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from attnbench.replay.fit import fit_linear
-from attnbench.replay.kernelplan import KernelPlan, fa3_num_splits, family_of
+from attnbench.replay.kernelplan import KernelPlan, fa3_num_splits, family_of, xqa_sub_seqs
 
 BYTES = 1 * 128 * 2 * 2  # one KV head, d128, bf16: K and V of one token
 
@@ -20,7 +22,8 @@ def test_families_follow_the_libraries() -> None:
     assert family_of("flashinfer:fa2") == "flashinfer-decode"
     assert family_of("flashinfer:tc") == "flashinfer-prefill"
     assert family_of("sdpa:cudnn") == "padded"
-    assert family_of("flashinfer:xqa") == "ideal"
+    assert family_of("flashinfer:xqa") == "xqa"
+    assert family_of("some:kernel") == "ideal"
     with pytest.raises(ValueError, match="allowed"):
         KernelPlan("bogus", 1, 16, 128, BYTES)
 
@@ -65,8 +68,8 @@ def test_bounded_fit_recovers_a_known_model_and_never_exceeds_the_ceiling() -> N
             calls.append((n, n * hi, hi))
     feats = p.feature_matrix(*(np.array(c) for c in zip(*calls, strict=True)))
     x = np.column_stack([np.ones(len(calls)), [c[0] for c in calls], feats])
-    names = ("const", "seqs", "kv_mb", "crit_mb", "splits")
-    true = np.array([12.0, 0.03, 1e3 / 4000.0, 15.0, 0.02])
+    names = ("const", "seqs", "kv_mb", "crit_mb", "splits", "chain", "ragged")
+    true = np.array([12.0, 0.03, 1e3 / 4000.0, 15.0, 0.02, 0.1, 0.0])
     y = x @ true
     fit = fit_linear(names, x, y, lower={"kv_mb": 1e3 / 4200.0})
     np.testing.assert_allclose(fit.coef, true, rtol=1e-6, atol=1e-9)
@@ -75,3 +78,39 @@ def test_bounded_fit_recovers_a_known_model_and_never_exceeds_the_ceiling() -> N
     tight = fit_linear(names, x, y, lower={"kv_mb": 1e3 / 3000.0})
     assert 1e3 / tight.coef[2] <= 3000.0 + 1e-6
     assert tight.coef[2] >= 1e3 / 3000.0
+
+
+def test_xqa_cuts_every_request_alike_and_not_a_full_batch() -> None:
+    xqa = plan("flashinfer:xqa")
+    assert xqa_sub_seqs(1, 132, 7007, 256) == 28  # one request: ceil(7007 / 256) sub-sequences
+    assert xqa_sub_seqs(16, 132, 65536, 256) == 8  # 132 // 16
+    assert xqa_sub_seqs(128, 132, 65536, 256) == 1  # a full batch: no split, the skew tail
+    skewed = xqa.split(128, 1_914_667, 65536)
+    assert skewed.unit_tokens == 65536
+    assert skewed.chain == 1
+    one = xqa.split(1, 131072, 131072)
+    assert one.chain == 132
+    assert one.units == 132
+    fp8 = KernelPlan("xqa", 1, 16, 128, BYTES // 2, kv_dtype="fp8_e4m3")
+    assert fp8.split(1, 7007, 7007).chain == 110  # the SM90 fp8 kernel's 64-token tile
+
+
+def test_fa3_splits_a_full_batch_dynamically() -> None:
+    # a paged batch pretends batch 1 for the static split, then splits per request: 128
+    # requests with one 112k request are not left with a 112k-token CTA
+    s = plan("flash-attn:fa3").split(128, 1_534_315, 112_008)
+    assert s.unit_tokens < 112_008 / 4
+    assert s.chain > 4
+
+
+def test_tail_term_and_ragged_mask() -> None:
+    tc = plan("flashinfer:tc")
+    tail = replace(tc, streams=128.0)
+    skewed = (256, 3_723_989, 65536)
+    kv, crit = tc.features(*skewed)[:2]
+    assert tail.features(*skewed)[0] == pytest.approx(max(kv, 128 * crit))
+    assert tail.features(256, 256 * 2048, 2048)[0] == tc.features(256, 256 * 2048, 2048)[0]
+    cudnn = plan("sdpa:cudnn")
+    assert cudnn.features(8, 8 * 4096, 4096)[4] == 0.0  # uniform: the maskless kernel
+    assert cudnn.features(8, 8 * 4096 - 1, 4096)[4] == 1.0  # ragged: padded with a mask
+    assert tc.features(8, 8 * 4096 - 1, 4096)[4] == 0.0

@@ -2,16 +2,20 @@
 
 Per layer, one call each (microseconds, non-negative least squares, relative error):
 
-    decode  latency = c0 + c1 * seqs + c2 * kv_mb + c3 * crit_mb + c4 * splits
+    decode  latency = c0 + c1 * seqs + c2 * kv_mb + c3 * crit_mb + c4 * splits + c5 * chain
+                      + c6 * ragged
     prefill latency = c0 + c1 * seqs + c2 * q_ktokens + c3 * gflop
     plan    plan_us = p0 + p1 * seqs          (host planning, once per step and call)
 
-kv_mb = KV bytes the decode kernel reads (total KV tokens x K and V x KV heads x head_dim x
-itemsize / 1e6; n x longest for a kernel that pads): 1e3 / c2 is the kernel's bandwidth in
-GB/s, bounded below by 1e3 / the measured ceiling so no fit implies more bandwidth than the GPU
-was measured to deliver. crit_mb and splits follow the variant's split-KV plan
-(`replay.kernelplan`: one CTA slot's critical path, the skew tail of a batch the plan does not
-split included; the partial outputs a merge combines). gflop = 4 x head_dim x q_heads x causal
+kv_mb = KV bytes the decode kernel streams (total KV tokens x K and V x KV heads x head_dim x
+itemsize / 1e6; n x longest for a kernel that pads; `streams` x the longest work unit when that
+is more: the skew tail): 1e3 / c2 is the kernel's bandwidth in GB/s, bounded below by 1e3 / the
+measured ceiling so no fit implies more bandwidth than the GPU was measured to deliver.
+`streams` (CTAs in flight that saturate the memory) is the variant's one non-linear parameter,
+chosen from `kernelplan.STREAMS_GRID` by the training fit (each held-out fold chooses again).
+crit_mb, splits, chain and ragged follow the variant's split-KV plan (`replay.kernelplan`: the
+longest work unit, the partial outputs a merge combines, those of the longest request, a padded
+kernel's masked path). gflop = 4 x head_dim x q_heads x causal
 (query, key) pairs / 1e9: 1e3 / c3 is TFLOP/s. seqs = requests in the call (per-request work:
 page-table walks, q/o, partial merges); c0 = launch and fixed cost.
 
@@ -27,18 +31,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from attnbench.measure import metrics
-from attnbench.replay.fit import LinearFit, fit_linear
-from attnbench.replay.kernelplan import DEFAULT_NUM_SMS, KernelPlan, family_of
+from attnbench.replay.fit import LinearFit, fit_linear, fit_linear_choice
+from attnbench.replay.kernelplan import DEFAULT_NUM_SMS, STREAMS_GRID, KernelPlan, family_of
+from attnbench.replay.shape import ShapeKey as ShapeKey
 from attnbench.replay.steps import FloatArray, IntArray
 from attnbench.results import ResultRow
-from attnbench.workload.spec import ITEMSIZE, WorkloadSpec
+from attnbench.workload.spec import WorkloadSpec
 
-DECODE_FEATURES = ("const", "seqs", "kv_mb", "crit_mb", "splits")
+DECODE_FEATURES = ("const", "seqs", "kv_mb", "crit_mb", "splits", "chain", "ragged")
 PREFILL_FEATURES = ("const", "seqs", "q_ktokens", "gflop")
 PLAN_FEATURES = ("const", "seqs")
 _REDUCED = {
@@ -46,55 +51,6 @@ _REDUCED = {
     PREFILL_FEATURES: ("const", "gflop"),
 }
 PREFILL_KINDS = ("prefill", "append")
-
-
-@dataclass(frozen=True)
-class ShapeKey:
-    """What a row must match to describe the deployment's attention."""
-
-    num_qo_heads: int
-    num_kv_heads: int
-    head_dim: int
-    dtype: str
-    kv_dtype: str
-    page_size: int
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V of one token for one layer."""
-        return self.num_kv_heads * self.head_dim * 2 * ITEMSIZE[self.kv_dtype]
-
-    @property
-    def flops_per_pair(self) -> int:
-        return 4 * self.head_dim * self.num_qo_heads
-
-    def matches(self, spec: WorkloadSpec, *, any_page: bool = False) -> bool:
-        return (
-            spec.num_qo_heads == self.num_qo_heads
-            and spec.num_kv_heads == self.num_kv_heads
-            and spec.head_dim == self.head_dim
-            and spec.dtype == self.dtype
-            and spec.kv_dtype == self.kv_dtype
-            and (any_page or spec.page_size == self.page_size)
-        )
-
-    @classmethod
-    def of(cls, spec: WorkloadSpec) -> ShapeKey:
-        """The shape `spec` has."""
-        return cls(
-            spec.num_qo_heads,
-            spec.num_kv_heads,
-            spec.head_dim,
-            spec.dtype,
-            spec.kv_dtype,
-            spec.page_size,
-        )
-
-    def describe(self) -> str:
-        return (
-            f"q{self.num_qo_heads}/kv{self.num_kv_heads}/d{self.head_dim} {self.dtype} "
-            f"kv={self.kv_dtype} p{self.page_size}"
-        )
 
 
 @dataclass(frozen=True)
@@ -112,6 +68,8 @@ class AttentionCostModel:
     num_sms: int = DEFAULT_NUM_SMS
     ceiling_gbps: float | None = None
     """The bandwidth the decode fit was bounded by (None: not bounded)."""
+    streams: float = math.inf
+    """The decode plan's CTAs in flight that saturate the memory (`KernelPlan.streams`)."""
 
     @property
     def kernel_plan(self) -> KernelPlan:
@@ -123,6 +81,8 @@ class AttentionCostModel:
             self.key.head_dim,
             self.key.kv_bytes_per_token,
             self.num_sms,
+            self.key.kv_dtype,
+            self.streams,
         )
 
     # -- features ---------------------------------------------------------------------------
@@ -245,11 +205,19 @@ def padded_label(spec: WorkloadSpec) -> bool:
 def _fit(
     features: tuple[str, ...], x: FloatArray, y: FloatArray, lower: dict[str, float] | None = None
 ) -> LinearFit:
-    if x.shape[0] < len(features) + 1 and features in _REDUCED:
+    return _fit_choice(features, [x], y, lower)[1]
+
+
+def _fit_choice(
+    features: tuple[str, ...], xs: list[FloatArray], y: FloatArray, lower: dict[str, float] | None
+) -> tuple[int, LinearFit]:
+    """`fit_linear_choice` over candidate designs; with too few rows for every feature, the
+    reduced features of the last candidate only (few rows cannot pin a non-linear parameter)."""
+    if xs[0].shape[0] < len(features) + 1 and features in _REDUCED:
         reduced = _REDUCED[features]
-        x = x[:, [features.index(f) for f in reduced]]
-        features = reduced
-    return fit_linear(features, x, y, lower=lower)
+        x = xs[-1][:, [features.index(f) for f in reduced]]
+        return len(xs) - 1, fit_linear(reduced, x, y, lower=lower)
+    return fit_linear_choice(features, xs, y, lower=lower)
 
 
 def _plan_fit(rows: list[ResultRow]) -> LinearFit | None:
@@ -284,16 +252,19 @@ def fit_backend(
     elif rows:
         sizes = sorted({r.spec.page_size for r in rows})
         notes.append(f"no rows at page_size={key.page_size}; used page sizes {sizes}")
-    dec = [r for r in rows if r.spec.kind == "decode" and (padded_label(r.spec) or not padded)]
+    dec = _decode_rows(rows, padded)
     pre = [r for r in rows if r.spec.kind in PREFILL_KINDS and r.spec.causal and not padded]
     if not dec and not pre:
         return None
     proto = AttentionCostModel(backend, key, None, None, padded=padded, num_sms=num_sms)
     decode = prefill = None
+    streams = math.inf
     lower = {"kv_mb": 1e3 / ceiling_gbps} if ceiling_gbps else None
     if len(dec) >= 2:
-        x = np.concatenate([_decode_row_x(proto, r) for r in dec])
-        decode = _fit(DECODE_FEATURES, x, np.array([r.latency_us for r in dec]), lower)
+        protos = [replace(proto, streams=s) for s in STREAMS_GRID]  # inf last
+        xs = [np.concatenate([_decode_row_x(p, r) for r in dec]) for p in protos]
+        k, decode = _fit_choice(DECODE_FEATURES, xs, np.array([r.latency_us for r in dec]), lower)
+        streams = STREAMS_GRID[k]
     elif dec:
         notes.append("one decode row: too few to fit")
     if len(pre) >= 2:
@@ -315,7 +286,24 @@ def fit_backend(
         notes=tuple(notes),
         num_sms=num_sms,
         ceiling_gbps=ceiling_gbps,
+        streams=streams,
     )
+
+
+def _decode_rows(rows: list[ResultRow], padded: bool) -> list[ResultRow]:
+    return [r for r in rows if r.spec.kind == "decode" and (padded_label(r.spec) or not padded)]
+
+
+def fitted_decode_rows(
+    rows: Iterable[ResultRow], backend: str, key: ShapeKey, *, padded: bool = False
+) -> list[ResultRow]:
+    """The rows `fit_models` fits `backend`'s decode model on, in its order (that of the fit's
+    `cv_rel_errs`)."""
+    mine = [
+        r for r in usable_rows(rows) if r.backend == backend and key.matches(r.spec, any_page=True)
+    ]
+    same_page = [r for r in mine if r.spec.page_size == key.page_size]
+    return _decode_rows(same_page or mine, padded)
 
 
 def _decode_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
@@ -358,8 +346,6 @@ def fit_models(
 def padded_from_ragged(model: AttentionCostModel) -> AttentionCostModel:
     """The ragged model evaluated at the padded batch: what a uniform kernel that computes every
     request to the longest length would cost, by this backend's own measured rates."""
-    from dataclasses import replace
-
     return replace(model, padded=True, source="ragged model at the padded batch")
 
 

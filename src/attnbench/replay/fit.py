@@ -51,6 +51,18 @@ class LinearFit:
     """Largest |predicted / measured - 1| on held-out rows."""
     dropped: tuple[str, ...] = ()
     """Features left out because the rows did not vary them (their effect is not modelled)."""
+    cv_rel_errs: tuple[float, ...] = ()
+    """Each row's held-out predicted / measured - 1, in the fitted rows' order."""
+
+    @property
+    def cv_median_rel_err(self) -> float:
+        """Median held-out |predicted / measured - 1| (nan without held-out rows)."""
+        return _quantile(self.cv_rel_errs, 0.5)
+
+    @property
+    def cv_p90_rel_err(self) -> float:
+        """90th percentile of the held-out |predicted / measured - 1|."""
+        return _quantile(self.cv_rel_errs, 0.9)
 
     def predict(self, x: FloatArray) -> FloatArray:
         """Predictions for feature rows `x` `[steps, len(features)]`."""
@@ -112,6 +124,24 @@ def _rel_errors(x: FloatArray, y: FloatArray, coef: FloatArray) -> FloatArray:
     return (x @ coef) / y - 1.0
 
 
+def _quantile(errs: tuple[float, ...], q: float) -> float:
+    return float(np.quantile(np.abs(errs), q)) if errs else float("nan")
+
+
+def _columns(features: tuple[str, ...], x: FloatArray) -> tuple[list[int], list[str]]:
+    """(columns fitted, features dropped): a feature constant across the rows cannot be told
+    apart from `const`."""
+    lo, hi = x.min(axis=0), x.max(axis=0)
+    cols, dropped = [], []
+    for i, name in enumerate(features):
+        varies = hi[i] - lo[i] > 1e-12 * max(abs(hi[i]), 1.0)
+        if name == "const" or varies:
+            cols.append(i)
+        else:
+            dropped.append(name)
+    return cols, dropped
+
+
 def fit_linear(
     features: tuple[str, ...],
     x: FloatArray,
@@ -125,41 +155,66 @@ def fit_linear(
     A feature that is constant across the rows cannot be told apart from `const` and is dropped
     (reported in `dropped`). Raises ValueError with fewer than two rows or a non-positive target.
     """
-    x = np.asarray(x, dtype=np.float64)
+    return fit_linear_choice(features, [x], y, lower=lower)[1]
+
+
+def fit_linear_choice(
+    features: tuple[str, ...],
+    xs: list[FloatArray],
+    y: FloatArray,
+    *,
+    lower: dict[str, float] | None = None,
+) -> tuple[int, LinearFit]:
+    """(k, fit) on the candidate design `xs[k]` that fits the rows best (training relative RMS
+    error): one non-linear parameter of the features (e.g. a plan's `streams`) chosen from a few
+    values. Held-out errors count the choice: each fold chooses again on its own training rows,
+    so a candidate that only suits the held-out row cannot be picked for it."""
+    xs = [np.asarray(x, dtype=np.float64) for x in xs]
     y = np.asarray(y, dtype=np.float64)
-    if x.shape[0] < 2:
-        raise ValueError(f"need at least 2 rows to fit, got {x.shape[0]}")
+    if xs[0].shape[0] < 2:
+        raise ValueError(f"need at least 2 rows to fit, got {xs[0].shape[0]}")
     if (y <= 0).any() or not np.isfinite(y).all():
         raise ValueError("latencies must be positive and finite")
-    lo, hi = x.min(axis=0), x.max(axis=0)
-    cols, dropped = [], []
-    for i, name in enumerate(features):
-        varies = hi[i] - lo[i] > 1e-12 * max(abs(hi[i]), 1.0)
-        if name == "const" or varies:
-            cols.append(i)
-        else:
-            dropped.append(name)
     floor = np.array([(lower or {}).get(f, 0.0) for f in features])
-    coef = _solve(x, y, cols, floor)
+    plans = [(x, *_columns(features, x)) for x in xs]
+    every = np.ones(y.size, dtype=bool)
+    k, coef = _choose(plans, y, every, floor)
+    x, _, dropped = plans[k]
     train = _rel_errors(x, y, coef)
-    held = _held_out_errors(x, y, cols, floor)
-    return LinearFit(
+    held = _held_out_errors(plans, y, floor)
+    return k, LinearFit(
         features=features,
         coef=tuple(float(c) for c in coef),
-        lo=tuple(float(v) for v in lo),
-        hi=tuple(float(v) for v in hi),
+        lo=tuple(float(v) for v in x.min(axis=0)),
+        hi=tuple(float(v) for v in x.max(axis=0)),
         n_rows=int(x.shape[0]),
         train_rel_rmse=float(np.sqrt(np.mean(train**2))),
         cv_rel_rmse=float(np.sqrt(np.mean(held**2))) if held.size else float("nan"),
         cv_max_rel_err=float(np.abs(held).max()) if held.size else float("nan"),
         dropped=tuple(dropped),
+        cv_rel_errs=tuple(float(e) for e in held),
     )
 
 
-def _held_out_errors(
-    x: FloatArray, y: FloatArray, cols: list[int], lower: FloatArray | None = None
-) -> FloatArray:
-    m = x.shape[0]
+_Plan = tuple[FloatArray, list[int], list[str]]
+
+
+def _choose(
+    plans: list[_Plan], y: FloatArray, train: FloatArray, floor: FloatArray
+) -> tuple[int, FloatArray]:
+    """(index, coefficients) of the candidate with the lowest training error on rows `train`."""
+    best: tuple[float, int, FloatArray] | None = None
+    for k, (x, cols, _) in enumerate(plans):
+        coef = _solve(x[train], y[train], cols, floor)
+        err = float(np.sqrt(np.mean(_rel_errors(x[train], y[train], coef) ** 2)))
+        if best is None or err < best[0] - 1e-12:
+            best = (err, k, coef)
+    assert best is not None
+    return best[1], best[2]
+
+
+def _held_out_errors(plans: list[_Plan], y: FloatArray, floor: FloatArray) -> FloatArray:
+    m = y.size
     if m < 3:
         return np.zeros(0)
     folds = m if m <= CV_LEAVE_ONE_OUT_MAX else 10
@@ -167,6 +222,6 @@ def _held_out_errors(
     idx = np.arange(m)
     for f in range(folds):
         test = idx % folds == f
-        coef = _solve(x[~test], y[~test], cols, lower)
-        errs[test] = _rel_errors(x[test], y[test], coef)
+        k, coef = _choose(plans, y, ~test, floor)
+        errs[test] = _rel_errors(plans[k][0][test], y[test], coef)
     return errs

@@ -14,25 +14,41 @@ documents it:
                         SM, the same chunk search against grid / kv_heads (PrefillSplitQOKVIndptr,
                         PrefillBinarySearchKVChunkSize); a batch of >= grid / kv_heads requests is
                         not split, so its longest request is one CTA's work (the skew tail).
-    fa3                 FlashAttention-3 (hopper/heuristics.h num_splits_heuristic, with
-                        flash_prepare_scheduler.cu's dynamic per-request splits): no split once
-                        n x kv_heads >= 0.8 x SMs, else the fewest splits within 85% of the best
-                        wave efficiency; one persistent CTA per SM, longest work first.
+    fa3                 FlashAttention-3 with per-step scheduler metadata (hopper/heuristics.h
+                        num_splits_heuristic, flash_api.cpp get_num_splits): a paged/varlen batch
+                        splits dynamically, so the static split count is the heuristic's for
+                        batch 1 ("one long sequence and the rest short") and each request gets
+                        min(ceil(kv_blocks_i / blocks_per_sm), that) splits with blocks_per_sm =
+                        ceil(total_blocks x 1.1 x kv_heads / SMs) (flash_prepare_scheduler.cu).
+    xqa                 TensorRT-LLM XQA (flashinfer:xqa; mha.cu / mha_sm90.cu
+                        computeNbSubSeqPerSeq*): every request is cut into the same number of
+                        sub-sequences, min(max(1, SMs // (n x kv_heads)), ceil(longest / tile)),
+                        so a batch of >= SMs requests is not split at all, and the last CTA of a
+                        request merges its sub-sequences one after another. tile: 256 tokens for
+                        the generic kernel; 64 for the SM90 fp8 GMMA kernel (the tile the
+                        calibration rows' held-out error picks; the source's constant is not
+                        vendored here).
     padded              kernels that compute every request to the longest length (SDPA over a
                         padded batch, cuDNN): the KV bytes are n x longest; the work is split to
-                        fill the SMs.
-    ideal               a kernel splitting to fill the SMs (XQA's multi-block mode, unknown ones).
+                        fill the SMs. A ragged batch runs with a padding mask (sdpa's `padded`
+                        path), a slower kernel than the maskless uniform one: the `ragged` term.
+    ideal               a kernel splitting to fill the SMs (unknown ones).
 
 Features per call (one layer), all non-negative, that `costmodel` fits:
 
-    kv_mb      KV bytes the kernel reads, MB (the padded shape for padded kernels): 1e3 / its
-               coefficient is the bandwidth, bounded by the measured ceiling.
-    crit_mb    the critical path of one CTA slot: the larger of the longest work unit's bytes
-               and a balanced machine's share per slot. A skewed batch the plan does not split
-               has its longest request here (the skew tail); a small batch split into short
-               units has the per-CTA streaming time of one unit (low parallelism).
+    kv_mb      streamed MB: the KV bytes the kernel reads (the padded shape for padded kernels),
+               or `streams` x the longest work unit's bytes when that is more. A machine streams
+               at full bandwidth only with enough CTAs in flight; the longest unit streams at
+               1 / streams of it, so the call takes max(total, streams x unit) / bandwidth (a
+               skew tail, or a split too coarse for the batch). 1e3 / the coefficient is the
+               bandwidth, bounded by the measured ceiling; `streams` is fitted per variant from
+               `STREAMS_GRID` (inf: never the tail).
+    crit_mb    the longest work unit's MB: per-CTA latency the bandwidth term does not hide.
     splits     work units beyond one per request and KV head (the partial outputs a merge
                kernel combines); 0 without a split.
+    chain      partial outputs the longest request merges beyond its first (its split count -
+               1): merges run per request, one partial after another.
+    ragged     1 for a padded kernel's ragged batch (the masked path), else 0.
 """
 
 from __future__ import annotations
@@ -45,21 +61,27 @@ import numpy as np
 
 from attnbench.replay.steps import FloatArray, IntArray
 
-FAMILIES = ("flashinfer-decode", "flashinfer-prefill", "fa3", "padded", "ideal")
+FAMILIES = ("flashinfer-decode", "flashinfer-prefill", "fa3", "xqa", "padded", "ideal")
 DEFAULT_NUM_SMS = 132
 """H200 / H100 SXM; a result header's device.num_sms overrides it."""
-PLAN_FEATURES_OF_DECODE = ("kv_mb", "crit_mb", "splits")
+PLAN_FEATURES_OF_DECODE = ("kv_mb", "crit_mb", "splits", "chain", "ragged")
+STREAMS_GRID = (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, math.inf)
+"""The `streams` a fit may choose (CTAs in flight that saturate the memory: HBM bandwidth over
+one CTA's streaming rate, tens to hundreds on an H200); inf: the tail term off."""
 
 _BLOCKS_PER_SM = {
     "flashinfer-decode": 4,
     "flashinfer-prefill": 2,
     "fa3": 1,
+    "xqa": 1,
     "padded": 1,
     "ideal": 1,
 }
 """CTA slots per SM. FlashInfer's prefill plan hard-codes 2; its decode plan asks the occupancy
 API (4 for the group-8, d128 decode kernel's 128 threads and ~64 registers each is an estimate);
-FA3 is persistent, one CTA per SM."""
+FA3 is persistent, one CTA per SM; XQA sizes its grid by SMs."""
+
+_XQA_TILE_TOKENS = {"mha": 256, "mha_sm90": 64}
 
 
 def family_of(backend: str) -> str:
@@ -70,9 +92,22 @@ def family_of(backend: str) -> str:
         return "flashinfer-decode"
     if backend.startswith("flashinfer:tc") or backend == "flashinfer:prefill":
         return "flashinfer-prefill"
+    if backend == "flashinfer:xqa":
+        return "xqa"
     if backend.startswith("sdpa:") or backend.startswith("flex"):
         return "padded"
     return "ideal"
+
+
+@dataclass(frozen=True)
+class Split:
+    """One call's plan: tokens read, the longest work unit, all units, the longest request's
+    partial outputs (1: not split)."""
+
+    kv_tokens: float
+    unit_tokens: float
+    units: float
+    chain: float
 
 
 @dataclass(frozen=True)
@@ -86,6 +121,9 @@ class KernelPlan:
     kv_bytes_per_token: int
     """K and V of one token, all KV heads of the call."""
     num_sms: int = DEFAULT_NUM_SMS
+    kv_dtype: str = "bfloat16"
+    streams: float = math.inf
+    """CTAs in flight that saturate the memory (module docstring, kv_mb); inf: no tail term."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -99,35 +137,45 @@ class KernelPlan:
     def slots(self) -> int:
         return _BLOCKS_PER_SM[self.family] * self.num_sms
 
-    def work(self, n: int, kv_total: int, kv_max: int) -> tuple[float, float, float]:
-        """(KV tokens read, longest work unit in tokens, work units) of one call."""
-        if n <= 0:
-            return 0.0, 0.0, 0.0
+    def split(self, n: int, kv_total: int, kv_max: int) -> Split:
+        """The plan of one call (n > 0)."""
         h, mx = self.num_kv_heads, float(kv_max)
         total = float(n) * mx if self.padded else float(kv_total)
         if self.family in ("flashinfer-decode", "flashinfer-prefill"):
-            return (total, *_flashinfer_split(self.family, n, total, mx, h, self.page_size,
-                                              self.slots))  # fmt: skip
-        if self.family == "fa3":
-            return (total, *_fa3_split(n, total, mx, h, self.head_dim, self.num_sms))
-        units = max(float(n * h), min(float(self.slots), total * h / 128.0))
-        return total, min(mx, max(total * h / units, 1.0)), units
+            unit, units = _flashinfer_split(
+                self.family, n, total, mx, h, self.page_size, self.slots
+            )
+        elif self.family == "fa3":
+            unit, units = _fa3_split(n, total, mx, h, self.head_dim, self.num_sms)
+        elif self.family == "xqa":
+            kernel = "mha_sm90" if self.kv_dtype == "fp8_e4m3" else "mha"
+            sub = xqa_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS[kernel])
+            unit, units = float(math.ceil(mx / sub)), float(n * h * sub)
+        else:
+            units = max(float(n * h), min(float(self.slots), total * h / 128.0))
+            unit = min(mx, max(total * h / units, 1.0))
+        return Split(total, unit, units, float(math.ceil(mx / max(unit, 1.0))))
 
-    def features(self, n: int, kv_total: int, kv_max: int) -> tuple[float, float, float]:
-        """(kv_mb, crit_mb, splits) of one call."""
-        total, unit, units = self.work(n, kv_total, kv_max)
+    def features(self, n: int, kv_total: int, kv_max: int) -> tuple[float, ...]:
+        """(kv_mb, crit_mb, splits, chain, ragged) of one call."""
         if n <= 0:
-            return 0.0, 0.0, 0.0
-        per_mb = self.kv_bytes_per_token / self.num_kv_heads / 1e6
-        share = total * self.num_kv_heads / self.slots
+            return (0.0,) * len(PLAN_FEATURES_OF_DECODE)
+        s = self.split(n, kv_total, kv_max)
+        per_head_mb = self.kv_bytes_per_token / self.num_kv_heads / 1e6
+        kv_mb = s.kv_tokens * self.kv_bytes_per_token / 1e6
+        unit_mb = s.unit_tokens * per_head_mb
+        tail_mb = self.streams * unit_mb if math.isfinite(self.streams) else 0.0
+        ragged = self.padded and kv_total < n * kv_max
         return (
-            total * self.kv_bytes_per_token / 1e6,
-            max(unit, share) * per_mb,
-            max(0.0, units - n * self.num_kv_heads),
+            max(kv_mb, tail_mb),
+            unit_mb,
+            max(0.0, s.units - n * self.num_kv_heads),
+            max(0.0, s.chain - 1.0),
+            1.0 if ragged else 0.0,
         )
 
     def feature_matrix(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
-        """`features` of many calls `[calls, 3]`."""
+        """`features` of many calls `[calls, len(PLAN_FEATURES_OF_DECODE)]`."""
         n_a, t_a, m_a = (np.asarray(v, dtype=np.int64).ravel() for v in (n, kv_total, kv_max))
         out = np.zeros((n_a.size, len(PLAN_FEATURES_OF_DECODE)))
         for i, (a, b, c) in enumerate(zip(n_a.tolist(), t_a.tolist(), m_a.tolist(), strict=True)):
@@ -135,7 +183,17 @@ class KernelPlan:
         return out
 
     def describe(self) -> dict[str, object]:
-        return {"family": self.family, "slots": self.slots, "num_sms": self.num_sms}
+        return {
+            "family": self.family,
+            "slots": self.slots,
+            "num_sms": self.num_sms,
+            "streams": self.streams if math.isfinite(self.streams) else None,
+        }
+
+
+def xqa_sub_seqs(seqs: int, num_sms: int, kv_max: int, tile_tokens: int) -> int:
+    """XQA's sub-sequences per request (computeNbSubSeqPerSeqMHA): `seqs` = requests x KV heads."""
+    return max(1, min(max(1, num_sms // max(seqs, 1)), math.ceil(kv_max / tile_tokens)))
 
 
 def _flashinfer_split(
@@ -179,9 +237,11 @@ def fa3_num_splits(total_mblocks: int, num_sms: int, num_n_blocks: int) -> int:
 def _fa3_split(
     n: int, total: float, mx: float, h: int, head_dim: int, num_sms: int
 ) -> tuple[float, float]:
+    """(longest unit tokens, units): the static split of batch 1 (the dynamic scheduler's upper
+    bound), then per request ceil(blocks_i / blocks_per_sm) splits at most that."""
     bn = _fa3_block_n(head_dim)
     nb_max = max(1, math.ceil(mx / bn))
-    splits = fa3_num_splits(n * h, num_sms, nb_max)
+    splits = fa3_num_splits(h, num_sms, nb_max)
     if splits == 1:
         return mx, float(n * h)
     blocks = total / bn + n / 2.0
