@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from attnbench.analysis.candidates import deployable
 from attnbench.analysis.compare import NOISE_FLOOR, SEED, RatioEstimate, Timing, geomean_ratio
 from attnbench.analysis.frame import add_key, fmt_us, latest, ok_rows
 from attnbench.analysis.per_model import ModelAnswer, per_model
@@ -27,7 +28,6 @@ from attnbench.analysis.recommend import (
     PREFILL_ALL,
     ClassResult,
     Replicates,
-    deployable,
     evidence,
     rank,
 )

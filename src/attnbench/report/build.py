@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from attnbench.analysis.candidates import NON_SERVING
 from attnbench.analysis.frame import Loaded, ceilings_for, latest, ok_rows, provenance_label
-from attnbench.analysis.recommend import NON_SERVING
 from attnbench.report.blocks import (
     Block,
     Code,
