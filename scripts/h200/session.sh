@@ -64,8 +64,7 @@ N)  # session 7, call 3 (chained, what budget is left): engine variants on the t
   step 80 engines-p1 $RUN --suite brief -b sglang --page-size 1 \
     --out "$OUT/h200-brief-engines-p1.jsonl"
   # The README's command on this machine with its kernels compiled (the default suite, `all`)
-  step 200 default-warm bash -c "/usr/bin/time -f 'default suite wall %e s' \
-    $AB run --out /tmp/default.jsonl 2>&1 | tail -8"
+  step 200 default-warm $AB run --out /tmp/default.jsonl  # `step` logs its wall time
   ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"
