@@ -5,11 +5,8 @@
 #   source .device/setup.sh; ATTNBENCH_GIT_SHA=<commit> bash scripts/h200/session.sh L
 # Results land in $OUT/<name>.jsonl (at most 8 files come back); the log in $OUT/log-<stage>.txt.
 # FlashInfer's JIT compiles cost 15-100 s per kernel module and ate most of session 5's steps:
-# carry the kernels compiled last time as jit-cache.txz (git-ignored, 7.4 MB: from the
-# jit-cache.tgz.part* a call returns, `tar cf - --exclude='*.o' --exclude='*.ninja*'
-# --exclude='*.d' --exclude='*.cu' --exclude='*.cuh' --exclude='*e5m2*' --exclude='*token_head_sf*'
-# --exclude=fmha_cudnn_gen --exclude='*q_f16_dtype_kv_e4m3*' flashinfer-ws | xz -9e`: the modules
-# left out are the cheapest to compile again) and unpack it first:
+# carry the kernels compiled last time as jit-cache.txz (git-ignored, 7.4 MB; rebuilt from the
+# jit-cache.tgz.part* a call returns by scripts/h200/jit_cache.sh) and unpack it first:
 #   tar xJf jit-cache.txz -C /tmp; source .device/setup.sh; trap - EXIT; ATTNBENCH_GIT_SHA=... \
 #     bash scripts/h200/session.sh L
 # with carry [".device", "jit-cache.txz"] (tree ~6.3 MB + site 51.9 MB + cache <= 8 MB under the
