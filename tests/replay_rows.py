@@ -59,7 +59,7 @@ def decode_us(backend: str, kv: list[int]) -> float:
     c = COEFS[backend][0]
     h, d, page = SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["page_size"]
     plan = KernelPlan(family_of(backend), h, page, d, h * d * 2 * 2)
-    f = plan.features(len(kv), sum(kv), max(kv))
+    f = plan.features(len(kv), sum(kv), max(kv), kv)
     return c[0] + c[1] * len(kv) + sum(ci * fi for ci, fi in zip(c[2:], f, strict=True))
 
 

@@ -69,8 +69,11 @@ def test_model_predicts_a_new_batch() -> None:
     models, _ = fit_models(rr.rows(), KEY)
     kv = [300, 7000, 65000, 1200]
     m = models["flash-attn:fa3"]
+    assert m.decode_lens_us(kv) == pytest.approx(rr.decode_us("flash-attn:fa3", kv), rel=1e-9)
+    # from the step summary alone (what the simulator records), FA3's per-request split counts
+    # are estimated: close, not equal
     got = m.decode_us(np.array([4]), np.array([sum(kv)]), np.array([max(kv)]))[0]
-    assert got == pytest.approx(rr.decode_us("flash-attn:fa3", kv), rel=1e-9)
+    assert got == pytest.approx(rr.decode_us("flash-attn:fa3", kv), rel=0.01)
     spec = WorkloadSpec(kind="append", kv_lens=(20000,), qo_lens=(3000,), **rr.SHAPE)
     from attnbench.measure import metrics
 

@@ -20,15 +20,15 @@ FILES = [ROOT / "results/h200-replay-calibration.jsonl.gz", ROOT / "results/h200
 
 # (kv dtype, variant) -> (median bound, p90 bound)
 BOUNDS = {
-    ("bfloat16", "flash-attn:fa3"): (0.05, 0.115),
+    ("bfloat16", "flash-attn:fa3"): (0.05, 0.10),
     ("bfloat16", "flashinfer:fa2"): (0.05, 0.10),
     ("bfloat16", "flashinfer:tc"): (0.05, 0.10),
-    ("bfloat16", "flashinfer:xqa"): (0.05, 0.13),
-    ("bfloat16", "sdpa:cudnn"): (0.05, 0.13),
+    ("bfloat16", "flashinfer:xqa"): (0.05, 0.12),
+    ("bfloat16", "sdpa:cudnn"): (0.05, 0.10),
     ("fp8_e4m3", "flash-attn:fa3"): (0.05, 0.10),
     ("fp8_e4m3", "flashinfer:fa2"): (0.05, 0.10),
-    ("fp8_e4m3", "flashinfer:tc"): (0.06, 0.13),
-    ("fp8_e4m3", "flashinfer:xqa"): (0.085, 0.19),
+    ("fp8_e4m3", "flashinfer:tc"): (0.05, 0.115),
+    ("fp8_e4m3", "flashinfer:xqa"): (0.05, 0.11),
 }
 
 
@@ -63,6 +63,16 @@ def test_rows_line_up_with_the_fit(loaded: LoadedRows) -> None:
     # the XQA plan's merge chain: one request of 131072 tokens splits over every SM
     one = next(r for r in held.rows if r.lengths == "ctx131072" and r.batch_size == 1)
     assert abs(one.rel_err) < 0.15
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "fp8_e4m3"])
+def test_tc_chunk_search_on_the_rows_lengths(loaded: LoadedRows, kv_dtype: str) -> None:
+    # the skewed 256-request batches (mixed, Mooncake) were 37-47% too fast when the chunk
+    # search ran on the (n, total, longest) summary; on the rows' lengths they are within 20%
+    held = _held_out(loaded, kv_dtype, "flashinfer:tc")
+    skewed = [r for r in held.rows if r.batch_size == 256 and r.kv_max >= 65536]
+    assert len(skewed) == 2
+    assert all(abs(r.rel_err) < 0.2 for r in skewed), skewed
 
 
 def test_bandwidth_never_exceeds_the_ceiling(loaded: LoadedRows) -> None:

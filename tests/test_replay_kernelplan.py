@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from attnbench.replay.fit import fit_linear
-from attnbench.replay.kernelplan import KernelPlan, fa3_num_splits, family_of, xqa_sub_seqs
+from attnbench.replay.kernelplan import (
+    KernelPlan,
+    fa3_num_splits,
+    family_of,
+    xqa_sm90_sub_seqs,
+    xqa_sub_seqs,
+)
 
 BYTES = 1 * 128 * 2 * 2  # one KV head, d128, bf16: K and V of one token
 
@@ -92,7 +98,27 @@ def test_xqa_cuts_every_request_alike_and_not_a_full_batch() -> None:
     assert one.chain == 132
     assert one.units == 132
     fp8 = KernelPlan("xqa", 1, 16, 128, BYTES // 2, kv_dtype="fp8_e4m3")
-    assert fp8.split(1, 7007, 7007).chain == 110  # the SM90 fp8 kernel's 64-token tile
+    # the SM90 fp8 kernel: round((3 x 132 // requests) x 0.25) sub-sequences of 64-token tiles
+    assert fp8.split(1, 7007, 7007).chain == 99
+    assert xqa_sm90_sub_seqs(1, 132, 3000, 64) == 47  # ceil(3000 / 64) caps it
+    assert [xqa_sm90_sub_seqs(n, 132, 65536, 64) for n in (16, 64, 128, 256)] == [6, 2, 1, 1]
+
+
+def test_tc_chunk_search_runs_on_known_lengths() -> None:
+    # 256 requests on a 264-CTA grid: 8 CTAs to spare, so the chunk is set by the longest few
+    # requests; the summary (n, total, longest) cannot see that and guesses a far smaller chunk
+    tc = plan("flashinfer:tc")
+    kv = [65536] * 8 + [40000] * 8 + [1000] * 240
+    exact = tc.split(len(kv), sum(kv), max(kv), kv)
+    summary = tc.split(len(kv), sum(kv), max(kv))
+    assert exact.unit_tokens == 40000  # 16 requests of > 40000 tokens would need 16 more CTAs
+    assert exact.units == 264
+    assert summary.unit_tokens < exact.unit_tokens / 2
+    uniform = [16384] * 128  # 128 requests, 136 CTAs to spare: every request in two halves
+    assert tc.split(128, 128 * 16384, 16384, uniform).unit_tokens == 8192
+    # the decode plan's grid is an occupancy estimate: it keeps the summary
+    fa2 = plan("flashinfer:fa2")
+    assert fa2.split(len(kv), sum(kv), max(kv), kv) == fa2.split(len(kv), sum(kv), max(kv))
 
 
 def test_fa3_splits_a_full_batch_dynamically() -> None:

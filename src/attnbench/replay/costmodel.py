@@ -11,13 +11,14 @@ kv_mb = KV bytes the decode kernel streams (total KV tokens x K and V x KV heads
 itemsize / 1e6; n x longest for a kernel that pads; `streams` x the longest work unit when that
 is more: the skew tail): 1e3 / c2 is the kernel's bandwidth in GB/s, bounded below by 1e3 / the
 measured ceiling so no fit implies more bandwidth than the GPU was measured to deliver.
-`streams` (CTAs in flight that saturate the memory) is the variant's one non-linear parameter,
-chosen from `kernelplan.STREAMS_GRID` by the training fit (each held-out fold chooses again).
-crit_mb, splits, chain and ragged follow the variant's split-KV plan (`replay.kernelplan`: the
-longest work unit, the partial outputs a merge combines, those of the longest request, a padded
-kernel's masked path). gflop = 4 x head_dim x q_heads x causal
-(query, key) pairs / 1e9: 1e3 / c3 is TFLOP/s. seqs = requests in the call (per-request work:
-page-table walks, q/o, partial merges); c0 = launch and fixed cost.
+`streams` (CTAs in flight that saturate the memory; for padded kernels also the plan's `chunk`)
+is chosen from `kernelplan.STREAMS_GRID` by the training fit (each held-out fold chooses again).
+Rows are fitted on their requests' lengths (`decode_lens_x`). crit_mb, splits, chain and
+ragged follow the variant's split-KV plan (`replay.kernelplan`: the longest work unit, the
+partial outputs a merge combines, those of the longest request, a padded kernel's masked path).
+gflop = 4 x head_dim x q_heads x causal (query, key) pairs / 1e9: 1e3 / c3 is TFLOP/s.
+seqs = requests in the call (per-request work: page-table walks, q/o, partial merges); c0 =
+launch and fixed cost.
 
 Rows are those of the deployment's shape (per-GPU q heads, KV heads, head_dim, dtype, kv dtype;
 page size preferred, else any, with a note). Decode rows fit the decode model; prefill and
@@ -30,14 +31,20 @@ decode model. A padded model is evaluated at the padded batch (seqs, seqs x max,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from attnbench.measure import metrics
 from attnbench.replay.fit import LinearFit, fit_linear, fit_linear_choice
-from attnbench.replay.kernelplan import DEFAULT_NUM_SMS, STREAMS_GRID, KernelPlan, family_of
+from attnbench.replay.kernelplan import (
+    CHUNK_GRID,
+    DEFAULT_NUM_SMS,
+    STREAMS_GRID,
+    KernelPlan,
+    family_of,
+)
 from attnbench.replay.shape import ShapeKey as ShapeKey
 from attnbench.replay.steps import FloatArray, IntArray
 from attnbench.results import ResultRow
@@ -70,6 +77,8 @@ class AttentionCostModel:
     """The bandwidth the decode fit was bounded by (None: not bounded)."""
     streams: float = math.inf
     """The decode plan's CTAs in flight that saturate the memory (`KernelPlan.streams`)."""
+    chunk: float = 128.0
+    """The padded plan's smallest KV tokens per CTA (`KernelPlan.chunk`)."""
 
     @property
     def kernel_plan(self) -> KernelPlan:
@@ -83,6 +92,7 @@ class AttentionCostModel:
             self.num_sms,
             self.key.kv_dtype,
             self.streams,
+            self.chunk,
         )
 
     # -- features ---------------------------------------------------------------------------
@@ -101,6 +111,19 @@ class AttentionCostModel:
         total = n * kv_max if self.padded else kv_total
         f = self.kernel_plan.features(n, total, kv_max)
         return c[0] + c[1] * n + sum(ci * fi for ci, fi in zip(c[2:], f, strict=True))
+
+    def decode_lens_x(self, kv_lens: Sequence[int]) -> FloatArray:
+        """`decode_x` of one call whose requests' KV lengths are known (a measured row, a live
+        step): the plan's split runs on the lengths, not on their summary."""
+        kv = np.asarray(kv_lens, dtype=np.int64).ravel()
+        n, mx = int(kv.size), int(kv.max()) if kv.size else 0
+        lens = [mx] * n if self.padded else kv.tolist()
+        f = self.kernel_plan.features(n, int(sum(lens)), mx, lens)
+        return np.array([[1.0, float(n), *f]]) if n else np.zeros((1, len(DECODE_FEATURES)))
+
+    def decode_lens_us(self, kv_lens: Sequence[int]) -> float:
+        """`decode_us` of one call from its requests' KV lengths (`decode_lens_x`)."""
+        return float((self.decode_lens_x(kv_lens) @ np.array(self._decode_coef))[0])
 
     @property
     def _decode_coef(self) -> tuple[float, ...]:
@@ -258,13 +281,14 @@ def fit_backend(
         return None
     proto = AttentionCostModel(backend, key, None, None, padded=padded, num_sms=num_sms)
     decode = prefill = None
-    streams = math.inf
+    streams, chunk = math.inf, 128.0
     lower = {"kv_mb": 1e3 / ceiling_gbps} if ceiling_gbps else None
     if len(dec) >= 2:
-        protos = [replace(proto, streams=s) for s in STREAMS_GRID]  # inf last
-        xs = [np.concatenate([_decode_row_x(p, r) for r in dec]) for p in protos]
+        chunks = CHUNK_GRID if proto.kernel_plan.padded else (128.0,)
+        protos = [replace(proto, streams=s, chunk=c) for c in chunks for s in STREAMS_GRID]
+        xs = [np.concatenate([_decode_row_x(p, r) for r in dec]) for p in protos]  # inf last
         k, decode = _fit_choice(DECODE_FEATURES, xs, np.array([r.latency_us for r in dec]), lower)
-        streams = STREAMS_GRID[k]
+        streams, chunk = protos[k].streams, protos[k].chunk
     elif dec:
         notes.append("one decode row: too few to fit")
     if len(pre) >= 2:
@@ -287,6 +311,7 @@ def fit_backend(
         num_sms=num_sms,
         ceiling_gbps=ceiling_gbps,
         streams=streams,
+        chunk=chunk,
     )
 
 
@@ -307,8 +332,7 @@ def fitted_decode_rows(
 
 
 def _decode_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
-    kv = np.asarray(row.spec.kv_lens, dtype=np.int64)
-    return model.decode_x(np.array([kv.size]), np.array([kv.sum()]), np.array([kv.max()]))
+    return model.decode_lens_x(row.spec.kv_lens)
 
 
 def _prefill_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:

@@ -22,16 +22,19 @@ documents it:
                         ceil(total_blocks x 1.1 x kv_heads / SMs) (flash_prepare_scheduler.cu).
     xqa                 TensorRT-LLM XQA (flashinfer:xqa; mha.cu / mha_sm90.cu
                         computeNbSubSeqPerSeq*): every request is cut into the same number of
-                        sub-sequences, min(max(1, SMs // (n x kv_heads)), ceil(longest / tile)),
-                        so a batch of >= SMs requests is not split at all, and the last CTA of a
-                        request merges its sub-sequences one after another. tile: 256 tokens for
-                        the generic kernel; 64 for the SM90 fp8 GMMA kernel (the tile the
-                        calibration rows' held-out error picks; the source's constant is not
-                        vendored here).
+                        sub-sequences, min(max(1, SMs // (n x kv_heads)), ceil(longest / tile))
+                        for the generic kernel (tile 256), so a batch of >= SMs requests is not
+                        split at all; the SM90 fp8 GMMA kernel (tile 64, gemm0CtaTileNbTokens)
+                        takes round((3 x SMs // (n x kv_heads)) x 0.25) instead
+                        (launchHopperF8MHA; newer FlashInfer sources search a cost model here,
+                        which fits the FlashInfer 0.7.4 rows worse). The last CTA of a request
+                        merges its sub-sequences one after another.
     padded              kernels that compute every request to the longest length (SDPA over a
                         padded batch, cuDNN): the KV bytes are n x longest; the work is split to
-                        fill the SMs. A ragged batch runs with a padding mask (sdpa's `padded`
-                        path), a slower kernel than the maskless uniform one: the `ragged` term.
+                        fill the SMs, at least `chunk` tokens per CTA (chosen by the fit from
+                        `CHUNK_GRID`, in each held-out fold). A ragged batch runs with a padding
+                        mask (sdpa's `padded` path), a slower kernel than the maskless uniform
+                        one: the `ragged` term.
     ideal               a kernel splitting to fill the SMs (unknown ones).
 
 Features per call (one layer), all non-negative, that `costmodel` fits:
@@ -54,6 +57,7 @@ Features per call (one layer), all non-negative, that `costmodel` fits:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -68,6 +72,9 @@ PLAN_FEATURES_OF_DECODE = ("kv_mb", "crit_mb", "splits", "chain", "ragged")
 STREAMS_GRID = (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, math.inf)
 """The `streams` a fit may choose (CTAs in flight that saturate the memory: HBM bandwidth over
 one CTA's streaming rate, tens to hundreds on an H200); inf: the tail term off."""
+CHUNK_GRID = (2048.0, 1024.0, 512.0, 256.0, 128.0)
+"""The smallest KV tokens per CTA a `padded` plan's fit may choose (cuDNN's split of a decode
+batch is not documented; 128 last, the default). Other plans follow their library's split."""
 
 _BLOCKS_PER_SM = {
     "flashinfer-decode": 4,
@@ -124,6 +131,8 @@ class KernelPlan:
     kv_dtype: str = "bfloat16"
     streams: float = math.inf
     """CTAs in flight that saturate the memory (module docstring, kv_mb); inf: no tail term."""
+    chunk: float = 128.0
+    """The smallest KV tokens per CTA of the `padded` / `ideal` split (`CHUNK_GRID`)."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -137,30 +146,40 @@ class KernelPlan:
     def slots(self) -> int:
         return _BLOCKS_PER_SM[self.family] * self.num_sms
 
-    def split(self, n: int, kv_total: int, kv_max: int) -> Split:
-        """The plan of one call (n > 0)."""
+    def split(
+        self, n: int, kv_total: int, kv_max: int, kv_lens: Sequence[int] | None = None
+    ) -> Split:
+        """The plan of one call (n > 0); with `kv_lens` (the n requests' KV lengths, when
+        known) FlashInfer's chunk search runs on them exactly instead of on the summary."""
         h, mx = self.num_kv_heads, float(kv_max)
         total = float(n) * mx if self.padded else float(kv_total)
         if self.family in ("flashinfer-decode", "flashinfer-prefill"):
-            unit, units = _flashinfer_split(
-                self.family, n, total, mx, h, self.page_size, self.slots
-            )
+            if self.family == "flashinfer-prefill" and kv_lens is not None and len(kv_lens) == n:
+                unit, units = _flashinfer_split_exact(kv_lens, h, self.page_size, self.slots)
+            else:
+                unit, units = _flashinfer_split(
+                    self.family, n, total, mx, h, self.page_size, self.slots
+                )
         elif self.family == "fa3":
-            unit, units = _fa3_split(n, total, mx, h, self.head_dim, self.num_sms)
+            unit, units = _fa3_split(n, total, mx, h, self.head_dim, self.num_sms, kv_lens)
         elif self.family == "xqa":
-            kernel = "mha_sm90" if self.kv_dtype == "fp8_e4m3" else "mha"
-            sub = xqa_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS[kernel])
+            if self.kv_dtype == "fp8_e4m3":
+                sub = xqa_sm90_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS["mha_sm90"])
+            else:
+                sub = xqa_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS["mha"])
             unit, units = float(math.ceil(mx / sub)), float(n * h * sub)
         else:
-            units = max(float(n * h), min(float(self.slots), total * h / 128.0))
+            units = max(float(n * h), min(float(self.slots), total * h / self.chunk))
             unit = min(mx, max(total * h / units, 1.0))
         return Split(total, unit, units, float(math.ceil(mx / max(unit, 1.0))))
 
-    def features(self, n: int, kv_total: int, kv_max: int) -> tuple[float, ...]:
-        """(kv_mb, crit_mb, splits, chain, ragged) of one call."""
+    def features(
+        self, n: int, kv_total: int, kv_max: int, kv_lens: Sequence[int] | None = None
+    ) -> tuple[float, ...]:
+        """(kv_mb, crit_mb, splits, chain, ragged) of one call (`kv_lens`: see `split`)."""
         if n <= 0:
             return (0.0,) * len(PLAN_FEATURES_OF_DECODE)
-        s = self.split(n, kv_total, kv_max)
+        s = self.split(n, kv_total, kv_max, kv_lens)
         per_head_mb = self.kv_bytes_per_token / self.num_kv_heads / 1e6
         kv_mb = s.kv_tokens * self.kv_bytes_per_token / 1e6
         unit_mb = s.unit_tokens * per_head_mb
@@ -188,12 +207,20 @@ class KernelPlan:
             "slots": self.slots,
             "num_sms": self.num_sms,
             "streams": self.streams if math.isfinite(self.streams) else None,
+            "chunk": self.chunk if self.padded else None,
         }
 
 
 def xqa_sub_seqs(seqs: int, num_sms: int, kv_max: int, tile_tokens: int) -> int:
     """XQA's sub-sequences per request (computeNbSubSeqPerSeqMHA): `seqs` = requests x KV heads."""
     return max(1, min(max(1, num_sms // max(seqs, 1)), math.ceil(kv_max / tile_tokens)))
+
+
+def xqa_sm90_sub_seqs(seqs: int, num_sms: int, kv_max: int, tile_tokens: int) -> int:
+    """The SM90 fp8 kernel's sub-sequences per request (mha_sm90.cu launchHopperF8MHA):
+    round((3 x SMs // seqs) x 0.25), at least 1 and at most ceil(longest / tile)."""
+    quarter = (3 * num_sms // max(seqs, 1)) * 0.25
+    return max(1, min(math.floor(quarter + 0.5), math.ceil(kv_max / tile_tokens)))
 
 
 def _flashinfer_split(
@@ -213,6 +240,26 @@ def _flashinfer_split(
     chunk = min(chunk, max_pages)
     units = max(float(n), min(pages / chunk + n / 2.0, float(n) * max_pages))
     return min(mx, float(chunk * page)), units * h
+
+
+def _flashinfer_split_exact(
+    kv_lens: Sequence[int], h: int, page: int, grid: int
+) -> tuple[float, float]:
+    """(longest unit tokens, units) of FlashInfer's prefill-plan chunk search on the requests'
+    page counts (PrefillBinarySearchKVChunkSize): the smallest chunk (>= 128 / page_size pages)
+    with sum ceil(pages_i / chunk) <= grid / h."""
+    pages = np.maximum(1, -(-np.asarray(kv_lens, dtype=np.int64) // page))
+    max_pages = int(pages.max())
+    lo, hi, cap = max(128 // page, 1), max_pages, grid // h
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if int((-(-pages // mid)).sum()) > cap:
+            lo = mid + 1
+        else:
+            hi = mid
+    chunk = min(lo, max_pages)
+    units = float((-(-pages // chunk)).sum())
+    return min(float(max(kv_lens)), float(chunk * page)), units * h
 
 
 def _fa3_block_n(head_dim: int) -> int:
@@ -235,18 +282,30 @@ def fa3_num_splits(total_mblocks: int, num_sms: int, num_n_blocks: int) -> int:
 
 
 def _fa3_split(
-    n: int, total: float, mx: float, h: int, head_dim: int, num_sms: int
+    n: int,
+    total: float,
+    mx: float,
+    h: int,
+    head_dim: int,
+    num_sms: int,
+    kv_lens: Sequence[int] | None = None,
 ) -> tuple[float, float]:
     """(longest unit tokens, units): the static split of batch 1 (the dynamic scheduler's upper
-    bound), then per request ceil(blocks_i / blocks_per_sm) splits at most that."""
+    bound), then per request ceil(blocks_i / blocks_per_sm) splits at most that (on the
+    requests' block counts when `kv_lens` is known, else on the summary)."""
     bn = _fa3_block_n(head_dim)
     nb_max = max(1, math.ceil(mx / bn))
     splits = fa3_num_splits(h, num_sms, nb_max)
     if splits == 1:
         return mx, float(n * h)
-    blocks = total / bn + n / 2.0
+    exact = kv_lens is not None and len(kv_lens) == n
+    nb = np.maximum(1, -(-np.asarray(kv_lens if exact else [], dtype=np.int64) // bn))
+    blocks = float(nb.sum()) if exact else total / bn + n / 2.0
     per_sm = max(1, math.ceil(blocks * 1.1 * h / num_sms))
     longest = max(1, min(math.ceil(nb_max / per_sm), splits))
     unit = min(mx, float(math.ceil(nb_max / longest) * bn))
-    units = max(float(n), min(float(n * splits), blocks / per_sm + n / 2.0))
+    if exact:
+        units = float(np.minimum(-(-nb // per_sm), splits).sum())
+    else:
+        units = max(float(n), min(float(n * splits), blocks / per_sm + n / 2.0))
     return unit, units * h

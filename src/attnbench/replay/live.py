@@ -125,8 +125,7 @@ def predict(model: AttentionCostModel, spec: WorkloadSpec) -> tuple[float, float
     n = np.array([spec.batch_size])
     zero = np.array([0])
     if spec.kind == "decode":
-        kv = np.array(spec.kv_lens)
-        us = model.decode_us(n, np.array([kv.sum()]), np.array([kv.max()]))
+        us = np.array([model.decode_lens_us(spec.kv_lens)])  # the step's lengths are known
         plan = model.plan_us(n, zero)
     else:
         pairs = np.array([metrics.attended_pairs(spec)])
