@@ -92,3 +92,54 @@ def test_validate_on_cpu_fails_at_once_with_one_line(tmp_path: Path) -> None:
     assert res.exit_code != 0
     assert "needs a CUDA GPU" in res.output
     assert "Traceback" not in res.output
+
+
+def test_steps_alternate_between_traces(replays: tuple) -> None:
+    """A run cut short early still holds steps of every trace."""
+    sims, _, dep = replays
+    drawn = draw_steps(sims, dep, 15)
+    assert [d.trace for d in drawn[: len(TRACES)]] == list(sims)
+
+
+def test_an_interrupted_validation_writes_the_steps_timed_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (the session's time limit) during timing: the document is still written, marked
+    incomplete, with every step timed before it, and the exit code is 130."""
+    import json
+
+    import attnbench.replay.validate as validate
+
+    rows = tmp_path / "rows.jsonl"
+    rr.write(rows)
+    timed: list[int] = []
+
+    def fake_gpu_timer(device: str, rows_path: str, max_time_ms: float) -> tuple:
+        assert max_time_ms == 60.0
+
+        def timer(spec: WorkloadSpec, names: list[str]) -> dict[str, float | None]:
+            if len(timed) == 5:
+                raise KeyboardInterrupt
+            timed.append(spec.batch_size)
+            return {n: rr.decode_us(n, list(spec.kv_lens)) for n in names}
+
+        return timer, lambda: None, "fake GPU"
+
+    import attnbench.cli.replay as cli_replay
+
+    monkeypatch.setattr(validate, "gpu_timer", fake_gpu_timer)
+    monkeypatch.setattr(cli_replay, "_check_live_device", lambda device: None)
+    out = tmp_path / "v.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay-validate", str(rows), "--limit", "120", "--max-time-ms", "60",
+            "--out", str(out), "--device", "cuda",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 130, res.output
+    assert "interrupted after 5 of" in res.output
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False
+    assert len({(s["trace"], s["step"]) for s in doc["steps"]}) == 5
+    assert {s["trace"] for s in doc["steps"]} == set(TRACES)

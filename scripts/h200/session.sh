@@ -37,15 +37,15 @@ L)  # session 7, call 1: finish brief, fp8, MLA, gpt-oss; replay calibration and
     gunzip -c "results/h200-$f.jsonl.gz" > "$OUT/h200-$f.jsonl"
   done
   step 50 brief $RUN --suite brief $ALL --resume --out "$OUT/h200-brief.jsonl"
-  step 200 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
+  step 180 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
   step 80 mla $RUN --suite mla --resume --out "$OUT/h200-mla.jsonl"
-  step 70 gptoss $RUN --suite gptoss -b flash-attn:fa3 -b flashinfer:xqa -b flashinfer:fa2 \
+  step 60 gptoss $RUN --suite gptoss -b flash-attn:fa3 -b flashinfer:xqa -b flashinfer:fa2 \
     -b flashinfer:tc -b sdpa:cudnn -b flex --resume --out "$OUT/h200-gptoss.jsonl"
   R5="-b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa -b sdpa:cudnn"
   step 60 calibration $RUN --suite replay-calibration $R5 --resume \
     --out "$OUT/h200-replay-calibration.jsonl"
-  step 120 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
-    --out "$OUT/h200-replay-validation.json"
+  step 150 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
+    --max-time-ms 60 --out "$OUT/h200-replay-validation.json"
   ;;
 M)  # session 7, call 2 (chained): the full GPU test pass, FP8 numerics, XQA without PDL
   step 430 gpu-tests bash -c "timeout -s INT 420 python3 -m pytest -m gpu -q -p no:cacheprovider \

@@ -284,9 +284,13 @@ def replay_validate(
         "results/replay/validation.json"
     ),
     device: Annotated[str, Opt(help="auto, cuda, cuda:N.")] = "auto",
+    max_time_ms: Annotated[
+        float, Opt(min=1.0, help="Timed calls per variant and step, at most (ms).")
+    ] = 100.0,
 ) -> None:
     """Draw replayed decode steps from several traces, time each on the GPU with every variant
-    and report each cost model's per-step error (median, p90) against the target."""
+    and report each cost model's per-step error (median, p90) against the target. Ctrl-C (or a
+    time limit) writes the steps timed so far."""
     import json
 
     from attnbench.analysis.frame import NoResultsError, resolve_paths
@@ -296,6 +300,7 @@ def replay_validate(
     from attnbench.replay.pipeline import ReplayError, run_replay
     from attnbench.replay.validate import (
         TRACES,
+        StepError,
         draw_steps,
         error_stats,
         gpu_timer,
@@ -324,14 +329,20 @@ def replay_validate(
         models = outcome.study.models
     drawn = draw_steps(sims, dep, -(-steps // len(traces)))
     try:
-        timer, close, _ = gpu_timer(device, str(out.with_suffix(".jsonl")))
+        timer, close, _ = gpu_timer(device, str(out.with_suffix(".jsonl")), max_time_ms)
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
+    errs: list[StepError] = []
+    interrupted = False
     try:
-        errs = measure(drawn, models, timer, lambda msg: console.print(f"[dim]{escape(msg)}[/]"))
+        measure(drawn, models, timer, lambda msg: console.print(f"[dim]{escape(msg)}[/]"), errs)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         close()
-    doc = validation_document(errs, traces, models, provenance(), [str(p) for p in paths])
+    doc = validation_document(
+        errs, traces, models, provenance(), [str(p) for p in paths], complete=not interrupted
+    )
     write_output(out, json.dumps(doc, indent=1, default=str) + "\n", "--out")
     for name, s in error_stats(errs).items():
         console.print(
@@ -341,3 +352,7 @@ def replay_validate(
             highlight=False,
         )
     console.print(f"validation -> {escape(str(out))}", highlight=False)
+    if interrupted:
+        steps = len({(e.trace, e.step) for e in errs})
+        console.print(f"note: interrupted after {steps} of {len(drawn)} steps", highlight=False)
+        raise typer.Exit(130)

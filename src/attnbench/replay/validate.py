@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import zip_longest
 
 import numpy as np
 
@@ -76,16 +77,19 @@ class StepError:
 
 
 def draw_steps(sims: Mapping[str, SimResult], dep: Deployment, per_trace: int) -> list[DrawnStep]:
-    """`per_trace` decode steps of each trace's replay, distinct batches, in trace order."""
-    out: list[DrawnStep] = []
+    """`per_trace` decode steps of each trace's replay, distinct batches, taken from the traces
+    in turn (one of each, then the next of each), so a run cut short still covers every trace."""
+    by_trace: list[list[DrawnStep]] = []
     for trace, sim in sims.items():
         seen: set[str] = set()
+        mine = []
         for step in sample_steps(sim, per_trace):
             spec = step_spec(sim, step, dep)
             if spec.case_id not in seen:
                 seen.add(spec.case_id)
-                out.append(DrawnStep(trace, step, spec))
-    return out
+                mine.append(DrawnStep(trace, step, spec))
+        by_trace.append(mine)
+    return [d for turn in zip_longest(*by_trace) for d in turn if d is not None]
 
 
 def measure(
@@ -93,10 +97,12 @@ def measure(
     models: Mapping[str, AttentionCostModel],
     timer: Timer,
     progress: Callable[[str], None] = lambda msg: None,
+    sink: list[StepError] | None = None,
 ) -> list[StepError]:
-    """Time every drawn step with every variant that has a decode model."""
+    """Time every drawn step with every variant that has a decode model; each step's errors go
+    into `sink` (returned) as soon as it is timed, so an interrupted run keeps them."""
     names = sorted(n for n, m in models.items() if m.decode is not None)
-    out: list[StepError] = []
+    out: list[StepError] = [] if sink is None else sink
     for i, d in enumerate(drawn):
         s = d.spec
         progress(f"step {i + 1}/{len(drawn)} ({d.trace}): {s.batch_size} requests, {s.total_kv} KV")
@@ -152,11 +158,14 @@ def validation_document(
     models: Mapping[str, AttentionCostModel],
     provenance: dict[str, object],
     sources: list[str],
+    complete: bool = True,
 ) -> dict[str, object]:
-    """The committed validation file: provenance, the models, every step, the statistics."""
+    """The committed validation file: provenance, the models, every step, the statistics;
+    `complete` is False when the run was cut short (the steps timed so far are kept)."""
     return {
         "schema": SCHEMA,
         "provenance": provenance,
+        "complete": complete,
         "traces": traces,
         "sources": sources,
         "target": {"median_abs_err": TARGET_MEDIAN, "p90_abs_err": TARGET_P90, "steps": MIN_STEPS},
@@ -166,9 +175,12 @@ def validation_document(
     }
 
 
-def gpu_timer(device: str, rows_path: str) -> tuple[Timer, Callable[[], None], str]:
-    """A Timer that runs each batch through `sweep.run_case` on the GPU, writing every row to
-    `rows_path` (a results file); (timer, close, GPU name). RuntimeError without CUDA."""
+def gpu_timer(
+    device: str, rows_path: str, max_time_ms: float = 100.0
+) -> tuple[Timer, Callable[[], None], str]:
+    """A Timer that runs each batch through `sweep.run_case` on the GPU (at most `max_time_ms`
+    of timed calls per variant), writing every row to `rows_path` (a results file); (timer,
+    close, GPU name). RuntimeError without CUDA."""
     from pathlib import Path
 
     from attnbench.backends import select_backends
@@ -193,7 +205,10 @@ def gpu_timer(device: str, rows_path: str) -> tuple[Timer, Callable[[], None], s
         )
     )
     ctx = SweepContext(
-        run_id=path.stem, info=info, measure_cfg=MeasureConfig(), on_row=writer.write
+        run_id=path.stem,
+        info=info,
+        measure_cfg=MeasureConfig(max_time_ms=max_time_ms),
+        on_row=writer.write,
     )
     cache: dict[str, object] = {}
 
