@@ -77,6 +77,12 @@ def _throttled(t: KernelTiming) -> str:
     return f"{t.throttled_samples} of {t.samples}" if t.samples else str(t.throttled_samples)
 
 
+def _differs(t: KernelTiming, every: list[KernelTiming]) -> str:
+    """One differing kernel for the summary: its difference from ncu and its cause."""
+    cause = disagreement_cause(t, every)
+    return f"{t.case} `{t.backend}` ({_pct(t.ncu_diff)} vs ncu" + (f": {cause})" if cause else ")")
+
+
 def timing_table(path: Path, timings: list[KernelTiming], every: list[KernelTiming]) -> Table:
     """One row per kernel; `every` (all documents' timings) lets a cause cite a re-timing."""
     rows = []
@@ -122,13 +128,7 @@ def timing_fidelity(data: ReportData) -> Section | None:
         + (
             "; every one agrees."
             if not agr.disagree
-            else "; these differ: "
-            + "; ".join(
-                f"{t.case} `{t.backend}` ({_pct(t.ncu_diff)} vs ncu"
-                + (f": {disagreement_cause(t, every)})" if disagreement_cause(t, every) else ")")
-                for t in agr.disagree
-            )
-            + "."
+            else "; these differ: " + "; ".join(_differs(t, every) for t in agr.disagree) + "."
         )
     ]
     if not with_ncu:
