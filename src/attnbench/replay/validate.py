@@ -54,6 +54,8 @@ class StepError:
     measured_us: float | None
     outside: bool
     """The step lies beyond the calibration rows' range (the model extrapolates)."""
+    kv_lens: tuple[int, ...] = ()
+    """The batch's KV lengths, so the step can be re-predicted by a later model."""
 
     @property
     def rel_err(self) -> float | None:
@@ -73,6 +75,7 @@ class StepError:
             "measured_us": self.measured_us,
             "rel_err": self.rel_err,
             "outside": self.outside,
+            "kv_lens": list(self.kv_lens),
         }
 
 
@@ -122,6 +125,7 @@ def measure(
                     predicted_us=predict(m, s)[0],
                     measured_us=measured.get(name),
                     outside=bool(far > 1.0),
+                    kv_lens=tuple(int(v) for v in kv),
                 )
             )
     return out
