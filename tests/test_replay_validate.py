@@ -143,3 +143,47 @@ def test_an_interrupted_validation_writes_the_steps_timed_so_far(
     assert doc["complete"] is False
     assert len({(s["trace"], s["step"]) for s in doc["steps"]}) == 5
     assert {s["trace"] for s in doc["steps"]} == set(TRACES)
+
+
+def test_rescore_re_predicts_the_measured_steps_without_a_gpu(
+    replays: tuple, tmp_path: Path
+) -> None:
+    """`--rescore`: the measurements of a document stay, the predictions come from models
+    refitted on the given rows; a document whose steps lack their lengths is a clear error."""
+    import json
+
+    sims, models, dep = replays
+    rows = tmp_path / "rows.jsonl"
+    rr.write(rows)
+    drawn = draw_steps(sims, dep, 15)
+
+    def slow_timer(spec: WorkloadSpec, names: list[str]) -> dict[str, float | None]:
+        return {n: 1.25 * rr.decode_us(n, list(spec.kv_lens)) for n in names}
+
+    errs = measure(drawn, models, slow_timer)
+    doc = validation_document(errs, list(TRACES), models, {"gpu": "fake"}, ["rows"])
+    src = tmp_path / "old.json"
+    src.write_text(json.dumps(doc))
+    out = tmp_path / "new.json"
+    res = CliRunner().invoke(
+        app, ["replay-validate", str(rows), "--rescore", str(src), "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    new = json.loads(out.read_text())
+    assert new["rescored_from"]["path"] == str(src)
+    assert [s["measured_us"] for s in new["steps"]] == [s["measured_us"] for s in doc["steps"]]  # type: ignore[union-attr]
+    assert [s["kv_lens"] for s in new["steps"]] == [
+        list(d.spec.kv_lens) for d in drawn for _ in rr.COEFS
+    ]
+    for name, s in new["summary"].items():
+        assert s["median_abs_err"] == pytest.approx(0.2, abs=1e-6), name  # 1 / 1.25 - 1
+
+    for s in doc["steps"]:  # type: ignore[union-attr]
+        del s["kv_lens"]
+    src.write_text(json.dumps(doc))
+    res = CliRunner().invoke(
+        app, ["replay-validate", str(rows), "--rescore", str(src), "--out", str(out)]
+    )
+    assert res.exit_code != 0
+    assert "carry no kv_lens" in res.output
+    assert "Traceback" not in res.output

@@ -21,6 +21,7 @@ from attnbench.cli.common import (
 from attnbench.measure.limits import MAX_SEED
 
 if TYPE_CHECKING:
+    from attnbench.replay.deployment import Deployment
     from attnbench.replay.pipeline import ReplayOutcome
     from attnbench.replay.records import LiveValidation
 
@@ -287,12 +288,17 @@ def replay_validate(
     max_time_ms: Annotated[
         float, Opt(min=1.0, help="Timed calls per variant and step, at most (ms).")
     ] = 100.0,
+    rescore: Annotated[
+        Path | None,
+        Opt(
+            help="A validation document: re-predict its measured steps with cost models refitted "
+            "on RESULTS (no GPU; the measurements are kept)."
+        ),
+    ] = None,
 ) -> None:
     """Draw replayed decode steps from several traces, time each on the GPU with every variant
     and report each cost model's per-step error (median, p90) against the target. Ctrl-C (or a
     time limit) writes the steps timed so far."""
-    import json
-
     from attnbench.analysis.frame import NoResultsError, resolve_paths
     from attnbench.cli.replay_tables import escape
     from attnbench.replay.deployment import Deployment
@@ -302,14 +308,14 @@ def replay_validate(
         TRACES,
         StepError,
         draw_steps,
-        error_stats,
         gpu_timer,
         measure,
         validation_document,
     )
     from attnbench.results import provenance
 
-    _check_live_device(device)
+    if rescore is None:
+        _check_live_device(device)
     check_output_file(out, "--out")
     traces = list(trace or TRACES)
     try:
@@ -317,6 +323,9 @@ def replay_validate(
         dep = Deployment(model=model, tp=tp, kv_dtype=kv_dtype)
     except (NoResultsError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
+    if rescore is not None:
+        _rescore(rescore, paths, dep, backend or [], out)
+        return
     sims, models = {}, {}
     for t in traces:
         cfg = ReplayConfig(trace=t, limit=limit, deployment=dep, backends=tuple(backend or ()))
@@ -343,8 +352,23 @@ def replay_validate(
     doc = validation_document(
         errs, traces, models, provenance(), [str(p) for p in paths], complete=not interrupted
     )
+    _write_validation(out, doc)
+    if interrupted:
+        steps = len({(e.trace, e.step) for e in errs})
+        console.print(f"note: interrupted after {steps} of {len(drawn)} steps", highlight=False)
+        raise typer.Exit(130)
+
+
+def _write_validation(out: Path, doc: dict[str, object]) -> None:
+    """Write a validation document and print its per-variant error summary."""
+    import json
+
+    from attnbench.cli.replay_tables import escape
+
     write_output(out, json.dumps(doc, indent=1, default=str) + "\n", "--out")
-    for name, s in error_stats(errs).items():
+    summary = doc["summary"]
+    assert isinstance(summary, dict)
+    for name, s in summary.items():
         console.print(
             f"{escape(name)}: {s['measured']} steps, median |err| {s['median_abs_err']:.1%}, "
             f"p90 {s['p90_abs_err']:.1%}, outside range {s['outside_share']:.0%}"
@@ -352,7 +376,34 @@ def replay_validate(
             highlight=False,
         )
     console.print(f"validation -> {escape(str(out))}", highlight=False)
-    if interrupted:
-        steps = len({(e.trace, e.step) for e in errs})
-        console.print(f"note: interrupted after {steps} of {len(drawn)} steps", highlight=False)
-        raise typer.Exit(130)
+
+
+def _rescore(
+    source: Path, paths: list[Path], dep: Deployment, backends: list[str], out: Path
+) -> None:
+    """`replay-validate --rescore`: the document's measured steps, re-predicted by cost models
+    refitted on `paths` at `dep`'s shape."""
+    from attnbench.replay.pipeline import fit_for, load_rows, shape_key
+    from attnbench.replay.validate import rescore, validation_document
+    from attnbench.replay.validation_doc import is_validation_document
+    from attnbench.results import provenance, read_json
+
+    try:
+        old = read_json(source)
+    except (OSError, ValueError) as exc:
+        fail(f"--rescore {source}: not a JSON document ({type(exc).__name__})")
+    if not is_validation_document(old):
+        fail(f"--rescore {source}: not a replay-validate document")
+    steps = [s for s in old.get("steps", []) if not backends or s.get("backend") in backends]
+    try:
+        models, _ = fit_for(load_rows(paths), shape_key(dep))
+        errs = rescore(steps, models)
+    except ValueError as exc:
+        fail(f"--rescore {source}: {exc}")
+    used = {e.backend for e in errs}
+    doc = validation_document(
+        errs, list(old.get("traces", [])), {n: m for n, m in models.items() if n in used},
+        provenance(), [str(p) for p in paths], complete=bool(old.get("complete", True)),
+    )  # fmt: skip
+    doc["rescored_from"] = {"path": str(source), "provenance": old.get("provenance")}
+    _write_validation(out, doc)

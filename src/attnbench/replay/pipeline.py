@@ -22,7 +22,7 @@ from attnbench.replay.costmodel import (
     fit_models,
     shapes_in,
 )
-from attnbench.replay.deployment import GIB
+from attnbench.replay.deployment import GIB, Deployment
 from attnbench.replay.document import (
     SCHEMA,
     CostModelInfo,
@@ -188,7 +188,7 @@ def run_replay(
     loaded = load_rows(paths, cfg.gpu)
     dep = cfg.deployment
     try:
-        shard = dep.shard
+        key = shape_key(dep)
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
     if dep.kv_pages <= 0:
@@ -198,14 +198,6 @@ def run_replay(
             f"weights at tp {dep.tp} and {dep.reserve_gib:g} GiB reserved; raise --gpu-mem-gib "
             "or --tp"
         )
-    key = ShapeKey(
-        shard.num_qo_heads,
-        shard.num_kv_heads,
-        shard.head_dim,
-        dep.dtype,
-        dep.kv_dtype,
-        dep.page_size,
-    )
     models, padded = fit_for(loaded, key)
     at = f"{key.describe()} ({dep.model} at tp {dep.tp})"
     suite = f"`attnbench run --suite replay --model {dep.model} --tp {dep.tp}`"
@@ -309,6 +301,14 @@ def run_replay(
         provenance=provenance(),
     )
     return ReplayOutcome(doc, study)
+
+
+def shape_key(dep: Deployment) -> ShapeKey:
+    """The attention call shape of one GPU of `dep` (ValueError for an invalid sharding)."""
+    s = dep.shard
+    return ShapeKey(
+        s.num_qo_heads, s.num_kv_heads, s.head_dim, dep.dtype, dep.kv_dtype, dep.page_size
+    )
 
 
 def fit_for(

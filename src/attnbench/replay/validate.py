@@ -13,15 +13,16 @@ rows' range, and whether it meets the target (median <= 5%, p90 <= 10%).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
+from typing import Any
 
 import numpy as np
 
 from attnbench.replay.costmodel import AttentionCostModel
 from attnbench.replay.deployment import Deployment
-from attnbench.replay.live import predict, sample_steps, step_spec
+from attnbench.replay.live import sample_steps, step_spec
 from attnbench.replay.simresult import SimResult
 from attnbench.workload.spec import WorkloadSpec
 
@@ -110,24 +111,60 @@ def measure(
         s = d.spec
         progress(f"step {i + 1}/{len(drawn)} ({d.trace}): {s.batch_size} requests, {s.total_kv} KV")
         measured = timer(s, names)
-        n, kv = np.array([s.batch_size]), np.array(s.kv_lens)
         for name in names:
-            m = models[name]
-            far = m.decode_extrapolation(n, np.array([kv.sum()]), np.array([kv.max()]))[0]
-            out.append(
-                StepError(
-                    trace=d.trace,
-                    step=d.step,
-                    backend=name,
-                    requests=s.batch_size,
-                    kv_total=s.total_kv,
-                    kv_max=int(kv.max()),
-                    predicted_us=predict(m, s)[0],
-                    measured_us=measured.get(name),
-                    outside=bool(far > 1.0),
-                    kv_lens=tuple(int(v) for v in kv),
-                )
+            err = step_error(d.trace, d.step, name, models[name], s.kv_lens, measured.get(name))
+            out.append(err)
+    return out
+
+
+def step_error(
+    trace: str,
+    step: int,
+    name: str,
+    model: AttentionCostModel,
+    kv_lens: Sequence[int],
+    measured_us: float | None,
+) -> StepError:
+    """One variant's prediction for one decode batch beside what it measured."""
+    kv = np.asarray(kv_lens, dtype=np.int64)
+    far = model.decode_extrapolation(
+        np.array([kv.size]), np.array([kv.sum()]), np.array([kv.max()])
+    )[0]
+    return StepError(
+        trace=trace,
+        step=step,
+        backend=name,
+        requests=int(kv.size),
+        kv_total=int(kv.sum()),
+        kv_max=int(kv.max()),
+        predicted_us=float(model.decode_lens_us([int(v) for v in kv])),
+        measured_us=measured_us,
+        outside=bool(far > 1.0),
+        kv_lens=tuple(int(v) for v in kv),
+    )
+
+
+def rescore(
+    steps: Sequence[Mapping[str, Any]], models: Mapping[str, AttentionCostModel]
+) -> list[StepError]:
+    """The measured steps of a validation document re-predicted by `models` (refitted, say,
+    after a cost-model change): the measurements stay, the predictions are new. ValueError for a
+    document whose steps lack their KV lengths, or a variant with no decode model."""
+    out = []
+    for s in steps:
+        name = str(s["backend"])
+        m = models.get(name)
+        if m is None or m.decode is None:
+            have = ", ".join(sorted(n for n, v in models.items() if v.decode is not None))
+            raise ValueError(f"backend {name}: no decode cost model in the rows; have: {have}")
+        if not s.get("kv_lens"):
+            raise ValueError(
+                "the document's steps carry no kv_lens (written before replay-validate kept "
+                "them); measure again to rescore"
             )
+        us = s.get("measured_us")
+        measured = float(us) if us else None
+        out.append(step_error(str(s["trace"]), int(s["step"]), name, m, s["kv_lens"], measured))
     return out
 
 
