@@ -23,12 +23,12 @@ BOUNDS = {
     ("bfloat16", "flash-attn:fa3"): (0.05, 0.10),
     ("bfloat16", "flashinfer:fa2"): (0.05, 0.10),
     ("bfloat16", "flashinfer:tc"): (0.05, 0.10),
-    ("bfloat16", "flashinfer:xqa"): (0.05, 0.12),
+    ("bfloat16", "flashinfer:xqa"): (0.05, 0.10),
     ("bfloat16", "sdpa:cudnn"): (0.05, 0.10),
     ("fp8_e4m3", "flash-attn:fa3"): (0.05, 0.10),
     ("fp8_e4m3", "flashinfer:fa2"): (0.05, 0.10),
     ("fp8_e4m3", "flashinfer:tc"): (0.05, 0.115),
-    ("fp8_e4m3", "flashinfer:xqa"): (0.05, 0.11),
+    ("fp8_e4m3", "flashinfer:xqa"): (0.05, 0.105),
 }
 
 

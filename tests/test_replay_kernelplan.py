@@ -12,8 +12,10 @@ from attnbench.replay.kernelplan import (
     KernelPlan,
     fa3_num_splits,
     family_of,
+    in_flight_tokens,
     xqa_sm90_sub_seqs,
     xqa_sub_seqs,
+    xqa_unit_tokens,
 )
 
 BYTES = 1 * 128 * 2 * 2  # one KV head, d128, bf16: K and V of one token
@@ -140,3 +142,30 @@ def test_tail_term_and_ragged_mask() -> None:
     assert cudnn.features(8, 8 * 4096, 4096)[4] == 0.0  # uniform: the maskless kernel
     assert cudnn.features(8, 8 * 4096 - 1, 4096)[4] == 1.0  # ragged: padded with a mask
     assert tc.features(8, 8 * 4096 - 1, 4096)[4] == 0.0
+
+
+def test_in_flight_tokens_integrates_the_tail() -> None:
+    # equal units: the total where they saturate the memory, streams x one unit where not
+    assert in_flight_tokens(np.full(256, 100.0), 264, 64.0) == 256 * 100
+    assert in_flight_tokens(np.full(8, 100.0), 264, 64.0) == 64 * 100
+    # a skewed batch costs more than max(total, streams x longest): the tail between
+    skewed = np.array([1000.0] * 4 + [100.0] * 200)
+    assert in_flight_tokens(skewed, 264, 64.0) > max(skewed.sum(), 64 * 1000.0)
+    # more units than slots: later units start as slots free (here two waves of 2)
+    assert in_flight_tokens(np.full(4, 10.0), 2, 1.0) == 40.0
+    assert in_flight_tokens(np.full(4, 10.0), 2, 4.0) == 80.0
+
+
+def test_xqa_plan_on_the_requests_lengths() -> None:
+    # sub-sequence j takes tiles j, j + sub, ...: 1000 tokens = 4 tiles of 256 over 3 CTAs,
+    # the first holding tiles 0 and 3 (the last, 232 tokens)
+    assert xqa_unit_tokens(1000, 3, 256) == [488, 256, 256]
+    assert xqa_unit_tokens(100, 3, 256) == [100, 0, 0]
+    xqa = plan("flashinfer:xqa")
+    s = xqa.split(2, 1100, 1000, [1000, 100])  # 132 // 2 = 66, capped at ceil(1000 / 256) = 4
+    assert (s.units, s.chain, s.unit_tokens) == (8, 4, 256)
+    assert s.unit_lens == (256, 256, 256, 232, 100, 0, 0, 0)
+    fp8 = KernelPlan("xqa", 1, 16, 128, BYTES // 2, kv_dtype="fp8_e4m3")
+    # the SM90 kernel: 99 sub-sequences at most, a request of one tile is not split
+    f = fp8.split(2, 1064, 1000, [1000, 64])
+    assert (f.units, f.chain) == (16 + 1, 16)

@@ -27,8 +27,10 @@ documents it:
                         split at all; the SM90 fp8 GMMA kernel (tile 64, gemm0CtaTileNbTokens)
                         takes round((3 x SMs // (n x kv_heads)) x 0.25) instead
                         (launchHopperF8MHA; newer FlashInfer sources search a cost model here,
-                        which fits the FlashInfer 0.7.4 rows worse). The last CTA of a request
-                        merges its sub-sequences one after another.
+                        which fits the FlashInfer 0.7.4 rows worse), and splits a request only
+                        with >= 2 tiles, into at most its tiles. Sub-sequence j takes the tiles
+                        j, j + sub, ... of its request. The last CTA of a request merges its
+                        sub-sequences one after another. Both kernels fit 2 CTAs per SM.
     padded              kernels that compute every request to the longest length (SDPA over a
                         padded batch, cuDNN): the KV bytes are n x longest; the work is split to
                         fill the SMs, at least `chunk` tokens per CTA (chosen by the fit from
@@ -43,7 +45,11 @@ Features per call (one layer), all non-negative, that `costmodel` fits:
                or `streams` x the longest work unit's bytes when that is more. A machine streams
                at full bandwidth only with enough CTAs in flight; the longest unit streams at
                1 / streams of it, so the call takes max(total, streams x unit) / bandwidth (a
-               skew tail, or a split too coarse for the batch). 1e3 / the coefficient is the
+               skew tail, or a split too coarse for the batch). Where the plan knows every
+               unit's tokens (XQA on the requests' lengths) the max becomes the integral over the
+               call (`in_flight_tokens`): each unit in flight streams at bandwidth / max(in flight,
+               streams), so as a skewed batch's short units finish the rest leave the memory
+               underused for a while before the longest runs alone. 1e3 / the coefficient is the
                bandwidth, bounded by the measured ceiling; `streams` is fitted per variant from
                `STREAMS_GRID` (inf: never the tail).
     crit_mb    the longest work unit's MB: per-CTA latency the bandwidth term does not hide.
@@ -56,6 +62,7 @@ Features per call (one layer), all non-negative, that `costmodel` fits:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,13 +87,14 @@ _BLOCKS_PER_SM = {
     "flashinfer-decode": 4,
     "flashinfer-prefill": 2,
     "fa3": 1,
-    "xqa": 1,
+    "xqa": 2,
     "padded": 1,
     "ideal": 1,
 }
 """CTA slots per SM. FlashInfer's prefill plan hard-codes 2; its decode plan asks the occupancy
 API (4 for the group-8, d128 decode kernel's 128 threads and ~64 registers each is an estimate);
-FA3 is persistent, one CTA per SM; XQA sizes its grid by SMs."""
+FA3 is persistent, one CTA per SM; XQA sizes its grid by SMs and fits 2 CTAs per SM on sm90
+(mha.cu nbCtaPerSM = 2; mha_sm90.cu __launch_bounds__(384, 2) at 64 q rows x d128)."""
 
 _XQA_TILE_TOKENS = {"mha": 256, "mha_sm90": 64}
 
@@ -115,6 +123,8 @@ class Split:
     unit_tokens: float
     units: float
     chain: float
+    unit_lens: tuple[int, ...] | None = None
+    """Every work unit's KV tokens (one KV head), in launch order; None from a summary."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,8 @@ class KernelPlan:
                 )
         elif self.family == "fa3":
             unit, units = _fa3_split(n, total, mx, h, self.head_dim, self.num_sms, kv_lens)
+        elif self.family == "xqa" and kv_lens is not None and len(kv_lens) == n:
+            return _xqa_split_exact(kv_lens, h, self.num_sms, self.kv_dtype)
         elif self.family == "xqa":
             if self.kv_dtype == "fp8_e4m3":
                 sub = xqa_sm90_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS["mha_sm90"])
@@ -184,9 +196,14 @@ class KernelPlan:
         kv_mb = s.kv_tokens * self.kv_bytes_per_token / 1e6
         unit_mb = s.unit_tokens * per_head_mb
         tail_mb = self.streams * unit_mb if math.isfinite(self.streams) else 0.0
+        if s.unit_lens is not None and math.isfinite(self.streams):
+            lens = np.tile(np.asarray(s.unit_lens, dtype=np.float64), self.num_kv_heads)
+            streamed_mb = in_flight_tokens(lens, self.slots, self.streams) * per_head_mb
+        else:
+            streamed_mb = max(kv_mb, tail_mb)
         ragged = self.padded and kv_total < n * kv_max
         return (
-            max(kv_mb, tail_mb),
+            streamed_mb,
             unit_mb,
             max(0.0, s.units - n * self.num_kv_heads),
             max(0.0, s.chain - 1.0),
@@ -240,6 +257,66 @@ def _flashinfer_split(
     chunk = min(chunk, max_pages)
     units = max(float(n), min(pages / chunk + n / 2.0, float(n) * max_pages))
     return min(mx, float(chunk * page)), units * h
+
+
+def in_flight_tokens(unit_lens: FloatArray, slots: int, streams: float) -> float:
+    """The call's streaming time in KV tokens at full bandwidth: units (KV tokens each, in
+    launch order) run `slots` at a time, a unit starting when a slot frees; while k units are in
+    flight each streams at bandwidth / max(k, streams) (the memory saturates with `streams`
+    CTAs in flight; fewer each go at one CTA's rate). So the time is sum over the call of
+    d(tokens per unit) x max(k, streams): the total KV where k >= streams throughout, streams x
+    the longest unit for a lone one, and the partial tail of a skewed batch in between (as its
+    shorter units finish, the rest run with the memory underused)."""
+    lens = np.asarray(unit_lens, dtype=np.float64)
+    if lens.size <= slots:  # one wave: units end in order of length
+        desc = np.sort(lens)[::-1]
+        drops = desc - np.append(desc[1:], 0.0)
+        k = np.arange(1, desc.size + 1, dtype=np.float64)
+        return float((drops * np.maximum(k, streams)).sum())
+    ends = [float(v) for v in lens[:slots]]
+    heapq.heapify(ends)
+    done, t, nxt = 0.0, 0.0, slots
+    while ends:
+        end = heapq.heappop(ends)
+        t += (end - done) * max(len(ends) + 1.0, streams)
+        done = end
+        if nxt < lens.size:
+            heapq.heappush(ends, done + float(lens[nxt]))
+            nxt += 1
+    return t
+
+
+def xqa_unit_tokens(kv_len: int, sub_seqs: int, tile_tokens: int) -> list[int]:
+    """KV tokens of each of a request's `sub_seqs` CTAs: sub-sequence j takes the tiles j,
+    j + sub_seqs, ... (mha.cu / mha_sm90.cu stride the tiles by the sub-sequence count)."""
+    tiles = max(1, math.ceil(kv_len / tile_tokens))
+    out = []
+    for j in range(sub_seqs):
+        mine = max(0, math.ceil((tiles - j) / sub_seqs))
+        last = mine > 0 and (tiles - 1) % sub_seqs == j
+        out.append(mine * tile_tokens - (tiles * tile_tokens - kv_len if last else 0))
+    return out
+
+
+def _xqa_split_exact(kv_lens: Sequence[int], h: int, num_sms: int, kv_dtype: str) -> Split:
+    """XQA's plan on the requests' lengths: the grid's sub-sequences per request from the
+    longest (`xqa_sub_seqs`, `xqa_sm90_sub_seqs`), each CTA's tokens (`xqa_unit_tokens`). The
+    SM90 fp8 kernel splits a request only with >= 2 tiles (multiBlockMinNbTiles) and into at
+    most its tiles; the generic kernel gives every request the grid's count."""
+    n, mx = len(kv_lens), max(kv_lens)
+    fp8 = kv_dtype == "fp8_e4m3"
+    tile = _XQA_TILE_TOKENS["mha_sm90" if fp8 else "mha"]
+    sub = (xqa_sm90_sub_seqs if fp8 else xqa_sub_seqs)(n * h, num_sms, mx, tile)
+    units: list[int] = []
+    chain = 1
+    for kv_len in kv_lens:
+        tiles = max(1, math.ceil(kv_len / tile))
+        mine = (min(tiles, sub) if tiles >= 2 else 1) if fp8 else sub
+        units.extend(xqa_unit_tokens(kv_len, mine, tile))
+        chain = mine if kv_len == mx else chain
+    return Split(
+        float(sum(kv_lens)), float(max(units)), float(len(units) * h), float(chain), tuple(units)
+    )
 
 
 def _flashinfer_split_exact(
