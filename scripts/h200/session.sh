@@ -27,10 +27,27 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: L, M or N (older stages are in git history)}
+stage=${1:?stage: P, M (or L, N) (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 case $stage in
+P)  # session 7 after refusals left ~1,400 s: the issue-blocking steps of L and N in one call
+  # (MLA and gpt-oss extras dropped); eight files come back: 7 results + the log
+  for f in brief fp8 replay-calibration; do
+    gunzip -c "results/h200-$f.jsonl.gz" > "$OUT/h200-$f.jsonl"
+  done
+  step 40 brief $RUN --suite brief $ALL --resume --out "$OUT/h200-brief.jsonl"
+  step 140 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
+  R5="-b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa -b sdpa:cudnn"
+  step 60 calibration $RUN --suite replay-calibration $R5 --resume \
+    --out "$OUT/h200-replay-calibration.jsonl"
+  step 150 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
+    --max-time-ms 60 --out "$OUT/h200-replay-validation.json"
+  step 95 engines-traces $RUN --suite traces -b vllm -b sglang \
+    --out "$OUT/h200-traces-engines.jsonl"
+  step 65 engines-p1 $RUN --suite brief -b sglang --page-size 1 \
+    --out "$OUT/h200-brief-engines-p1.jsonl"
+  ;;
 L)  # session 7, call 1: finish brief, fp8, MLA, gpt-oss; replay calibration and validation
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   for f in brief fp8 mla gptoss replay-calibration; do  # resume targets, committed gzipped
