@@ -125,7 +125,7 @@ def test_an_interrupted_validation_writes_the_steps_timed_so_far(
 
         return timer, lambda: None, "fake GPU"
 
-    import attnbench.cli.replay as cli_replay
+    import attnbench.cli.replay_validate as cli_replay
 
     monkeypatch.setattr(validate, "gpu_timer", fake_gpu_timer)
     monkeypatch.setattr(cli_replay, "_check_live_device", lambda device: None)
