@@ -97,3 +97,19 @@ def dies_mid_tune(slot: WorkerSlot, run_id: str, cfg: MeasureConfig, conn: Conne
             tuned["details"] = {"budget_s": job.tune.budget_s}
             conn.send(RowDone(job.job_id, tuned))
         conn.send(JobDone(job.job_id))
+
+
+def leaves_after_each_row(
+    slot: WorkerSlot, run_id: str, cfg: MeasureConfig, conn: Connection
+) -> None:
+    """Answers one variant and exits without JobDone: what a worker does when a variant's error
+    poisoned its CUDA context (`sweep.DeviceLost`). The job's other variants must go to a fresh
+    worker."""
+    conn.send(Ready({"name": "fake"}, {"copy_bandwidth_gbps": 1.0}))
+    job = conn.recv()
+    if job is None:
+        return
+    backend = job.backends[0]
+    conn.send(Started(job.job_id, backend))
+    conn.send(Planned(job.job_id, backend))
+    conn.send(RowDone(job.job_id, row(run_id, job, backend, 10)))

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,37 @@ def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     rows = read_results(out).rows
     assert sorted(r.spec.kv_lens[0] for r in rows) == [32, 48, 64]
+
+
+def test_a_poisoned_context_stops_the_case_in_a_worker_not_in_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After an error row, a worker (stop_when_poisoned) checks the CUDA context and stops the
+    case when it is poisoned (DeviceLost), so the other variants are not run in it; in-process
+    callers (replay-validate, fidelity) keep going and get a row per variant."""
+    import attnbench.run.sweep as sweep
+    from attnbench.backends import select_backends
+    from attnbench.measure.config import MeasureConfig
+    from attnbench.measure.hardware import detect
+    from attnbench.results import ResultRow
+    from attnbench.workload.spec import WorkloadSpec
+
+    def poisoned(row: ResultRow) -> None:
+        raise sweep.DeviceLost(f"{row.backend}: {row.reason}")
+
+    monkeypatch.setattr(sweep, "check_device_alive", poisoned)
+    spec = WorkloadSpec(
+        kind="decode", num_qo_heads=2, num_kv_heads=1, head_dim=16, kv_lens=(32, 48),
+        qo_lens=(1, 1), dtype="bfloat16",
+    )  # fmt: skip
+    backends = select_backends(["faulty:raise", "reference"])
+    seen: list[ResultRow] = []
+    ctx = sweep.SweepContext(
+        run_id="t", info=detect("cpu"), measure_cfg=MeasureConfig(timer="fake"),
+        on_row=seen.append, stop_when_poisoned=True,
+    )  # fmt: skip
+    with pytest.raises(sweep.DeviceLost):
+        sweep.run_case(spec, backends, ctx)
+    assert [(r.backend, r.status) for r in seen] == [("faulty:raise", "error")]
+    rows = sweep.run_case(spec, backends, replace(ctx, stop_when_poisoned=False))
+    assert [(r.backend, r.status) for r in rows] == [("faulty:raise", "error"), ("reference", "ok")]

@@ -268,6 +268,12 @@ def test_flashinfer_multi_token_rows_on_decode_paths() -> None:
     assert _route("cudnn", make_spec("append")).q_len_per_req == 4
     assert _route("xqa", make_spec("append")).q_len_per_req == 4
     assert _route("xqa", make_spec("decode")).q_len_per_req == 1
+    long = make_spec("append", kv_lens=(8192,), qo_lens=(8192,))
+    why = route("xqa", long, H200)
+    assert isinstance(why, Unsupported)
+    assert "at most 1024 query rows" in why.reason
+    at_bound = make_spec("append", kv_lens=(2048,), qo_lens=(1024,))
+    assert _route("xqa", at_bound).q_len_per_req == 1024
 
 
 def test_flashinfer_fa3_quantises_the_query_for_fp8_kv() -> None:

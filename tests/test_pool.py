@@ -140,3 +140,14 @@ def test_a_silent_worker_is_given_up_after_the_ready_timeout() -> None:
     _run_bounded(pool, jobs, limit_s=30)
     assert [r.status for r in rows] == ["error"]
     assert "did not start within 0.5 s" in rows[0].reason
+
+
+def test_a_worker_that_leaves_after_a_poisoned_row_hands_the_rest_to_a_fresh_one() -> None:
+    """DeviceLost: the worker exits after its error row; each other variant of the case runs
+    once, on fresh workers, and no row is lost or repeated."""
+    rows: list[ResultRow] = []
+    pool = _pool(pool_workers.leaves_after_each_row, 1, rows)
+    jobs = _jobs(3, ("a", "b", "c"))
+    _run_bounded(pool, jobs, limit_s=60)
+    _one_row_each(rows, jobs)
+    assert all(r.status == "ok" for r in rows)

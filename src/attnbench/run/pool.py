@@ -25,8 +25,10 @@ Failure handling (parent side):
 - a worker that dies (or stays silent for `ready_timeout_s`) before it is ready,
   `MAX_START_FAILURES` times in a row: its slot is given up; with no slot left, every case
   not yet run becomes an `error` row that says why, and the pool returns;
-- an `error` row that mentions a CUDA error: the worker exits after the case (its context may
-  be poisoned) and a fresh one takes its place.
+- an `error` row that left the CUDA context poisoned (a sticky error: illegal address...):
+  the worker exits at once (`sweep.DeviceLost`), the case's other variants go back to the
+  queue and a fresh worker takes its place (they would only fail in that context); any other
+  error row that mentions a CUDA error: the worker exits after the case.
 """
 
 from __future__ import annotations

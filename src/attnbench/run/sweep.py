@@ -60,6 +60,10 @@ class SweepContext:
     switches from the plan time limit to the run time limit."""
     planned_families: set[tuple[str, tuple[object, ...]]] = field(default_factory=set)
     """(variant, shape family) pairs planned in this process already (see `shape_family`)."""
+    stop_when_poisoned: bool = False
+    """After an `error` row, raise DeviceLost if the CUDA context is poisoned, rather than run
+    the case's other variants in it (each would fail): worker processes set it, and the pool
+    hands those variants to a fresh worker."""
     free_memory: Callable[[torch.device], int | None] | None = None
     """Bytes free where the case's tensors go (default `workload.memory.free_bytes`; a
     result of None means unknown: nothing is refused)."""
@@ -148,11 +152,28 @@ def run_case(spec: WorkloadSpec, backends: list[Backend], ctx: SweepContext) -> 
         return rows
 
     for b in runnable:
-        emit(run_backend(spec, b, inputs, oracle, ctx))
+        row = run_backend(spec, b, inputs, oracle, ctx)
+        emit(row)
         _free()
+        if row.status == "error" and ctx.stop_when_poisoned:
+            check_device_alive(row)
     del inputs, oracle
     _free()
     return rows
+
+
+class DeviceLost(RuntimeError):
+    """A run left the GPU unusable (sticky CUDA error): later runs in this process would fail."""
+
+
+def check_device_alive(row: ResultRow) -> None:
+    """After an `error` row on CUDA, raise DeviceLost if the context is poisoned."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return
+    try:
+        torch.cuda.synchronize()
+    except Exception as exc:  # sticky error: illegal address, device-side assert...
+        raise DeviceLost(f"{row.backend} {row.details.get('knobs')}: {row.reason}; {exc}") from exc
 
 
 def runnable_on(

@@ -30,7 +30,14 @@ from attnbench.backends.base import Backend
 from attnbench.backends.reference import reference_attention
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
-from attnbench.run.sweep import SweepContext, failure_row, run_backend, runnable_on
+from attnbench.run.sweep import (
+    DeviceLost,
+    SweepContext,
+    check_device_alive,
+    failure_row,
+    run_backend,
+    runnable_on,
+)
 from attnbench.run.tune_search import (
     DEFAULT_OPTIONS,
     FINAL_OVERHEAD_S,
@@ -252,20 +259,6 @@ def make_trial(
         return run_backend(spec, backend, inputs, oracle, replace(ctx, measure_cfg=cfg), knobs)
 
     return trial
-
-
-class DeviceLost(RuntimeError):
-    """A trial left the GPU unusable (sticky CUDA error): later trials would only fail."""
-
-
-def check_device_alive(row: ResultRow) -> None:
-    """After an `error` trial on CUDA, raise DeviceLost if the context is poisoned."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-        return
-    try:
-        torch.cuda.synchronize()
-    except Exception as exc:  # sticky error: illegal address, device-side assert...
-        raise DeviceLost(f"{row.backend} {row.details.get('knobs')}: {row.reason}; {exc}") from exc
 
 
 def free_memory() -> None:

@@ -217,13 +217,18 @@ def worker_main(
     if slot.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.gpu)
     from attnbench.measure.hardware import detect, measure_ceilings
-    from attnbench.run.sweep import SweepContext
-    from attnbench.run.tune import DeviceLost
+    from attnbench.run.sweep import DeviceLost, SweepContext
 
     info = detect("cuda:0" if slot.gpu is not None else "cpu")
     ceilings = measure_ceilings(info, quick=info.kind == "cpu")
     conn.send(Ready(info.as_dict(), ceilings.as_dict()))
-    base = SweepContext(run_id=run_id, info=info, measure_cfg=measure_cfg, ceilings=ceilings)
+    base = SweepContext(
+        run_id=run_id,
+        info=info,
+        measure_cfg=measure_cfg,
+        ceilings=ceilings,
+        stop_when_poisoned=True,
+    )
     sink = _PipeSink(conn, slot)
     while True:
         try:
