@@ -7,8 +7,10 @@
 # FlashInfer's JIT compiles cost 15-100 s per kernel module and ate most of session 5's steps:
 # carry the kernels compiled last time as jit-cache.txz (git-ignored, 7.4 MB; rebuilt from the
 # jit-cache.tgz.part* a call returns by scripts/h200/jit_cache.sh) and unpack it first:
-#   tar xJf jit-cache.txz -C /tmp; source .device/setup.sh; trap - EXIT; ATTNBENCH_GIT_SHA=... \
+#   tar xJf jit-cache.txz -C /tmp; source .device/setup.sh; trap - EXIT; ATTNBENCH_GIT_SHA=<sha> \
 #     bash scripts/h200/session.sh L
+# Give the commit literally (`git rev-parse --short HEAD` here, not on the device): in session 7
+# the device's copy of .git was stale and `$(git rev-parse ...)` there named an older commit.
 # with carry [".device", "jit-cache.txz"] (tree ~6.3 MB + site 51.9 MB + cache <= 8 MB under the
 # 64 MiB carry limit). `trap - EXIT` stops setup.sh from returning the cache (two of the eight
 # files that come back); leave it out on the last call of a session to rebuild jit-cache.txz.
