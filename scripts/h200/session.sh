@@ -29,57 +29,41 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: P, M (or L, N) (older stages are in git history)}
+stage=${1:?stage: Q, R or S (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 case $stage in
-P)  # session 7 after refusals left ~1,400 s: the issue-blocking steps of L and N in one call
-  # (MLA and gpt-oss extras dropped); eight files come back: 7 results + the log
-  for f in brief fp8 replay-calibration; do
+Q)  # session 8, call 1: finish fp8 and the replay calibration, the live validation at full
+  # length (60 steps), SGLang's default page size 1 on the traces
+  for f in fp8 replay-calibration; do
     gunzip -c "results/h200-$f.jsonl.gz" > "$OUT/h200-$f.jsonl"
   done
-  step 40 brief $RUN --suite brief $ALL --resume --out "$OUT/h200-brief.jsonl"
-  step 140 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
+  step 60 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
   R5="-b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa -b sdpa:cudnn"
-  step 60 calibration $RUN --suite replay-calibration $R5 --resume \
+  step 80 calibration $RUN --suite replay-calibration $R5 --resume \
     --out "$OUT/h200-replay-calibration.jsonl"
-  step 150 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
+  step 330 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
     --max-time-ms 60 --out "$OUT/h200-replay-validation.json"
-  step 95 engines-traces $RUN --suite traces -b vllm -b sglang \
-    --out "$OUT/h200-traces-engines.jsonl"
-  step 65 engines-p1 $RUN --suite brief -b sglang --page-size 1 \
-    --out "$OUT/h200-brief-engines-p1.jsonl"
+  step 60 engines-traces-p1 $RUN --suite traces -b sglang --page-size 1 \
+    --out "$OUT/h200-traces-engines-p1.jsonl"
   ;;
-L)  # session 7, call 1: finish brief, fp8, MLA, gpt-oss; replay calibration and validation
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
-  for f in brief fp8 mla gptoss replay-calibration; do  # resume targets, committed gzipped
-    gunzip -c "results/h200-$f.jsonl.gz" > "$OUT/h200-$f.jsonl"
-  done
-  step 50 brief $RUN --suite brief $ALL --resume --out "$OUT/h200-brief.jsonl"
-  step 180 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
-  step 80 mla $RUN --suite mla --resume --out "$OUT/h200-mla.jsonl"
-  step 60 gptoss $RUN --suite gptoss -b flash-attn:fa3 -b flashinfer:xqa -b flashinfer:fa2 \
-    -b flashinfer:tc -b sdpa:cudnn -b flex --resume --out "$OUT/h200-gptoss.jsonl"
-  R5="-b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa -b sdpa:cudnn"
-  step 60 calibration $RUN --suite replay-calibration $R5 --resume \
-    --out "$OUT/h200-replay-calibration.jsonl"
-  step 150 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
-    --max-time-ms 60 --out "$OUT/h200-replay-validation.json"
+R)  # session 8, call 2 (chained): the GPU tests in two halves (one run of all 167 did not fit
+  # in a call: FlashInfer's compiles), the kernel part of the FP8 study
+  GPU="python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --durations=15"
+  A="tests/test_cudnn.py tests/test_fidelity.py tests/test_flash_attn.py tests/test_flashinfer.py"
+  B="tests/test_flex.py tests/test_fp8study.py tests/test_gpu_core.py tests/test_mla.py"
+  B="$B tests/test_replay_live.py tests/test_sdpa.py tests/test_suites.py tests/test_windows.py"
+  step 250 gpu-tests-a bash -c "timeout -s INT 245 $GPU $A > $OUT/h200-gpu-tests-a.txt 2>&1; \
+    tail -25 $OUT/h200-gpu-tests-a.txt"
+  step 200 gpu-tests-b bash -c "timeout -s INT 195 $GPU $B > $OUT/h200-gpu-tests-b.txt 2>&1; \
+    tail -25 $OUT/h200-gpu-tests-b.txt"
+  step 130 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
   ;;
-M)  # session 7, call 2 (chained): the full GPU test pass, FP8 numerics, XQA without PDL
-  step 430 gpu-tests bash -c "timeout -s INT 420 python3 -m pytest -m gpu -q -p no:cacheprovider \
-    -rfE --durations=25 tests > $OUT/h200-gpu-tests.txt 2>&1; tail -45 $OUT/h200-gpu-tests.txt"
-  step 70 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
-  step 60 xqa-no-pdl $AB fidelity --ncu --cases sm-activity -b flashinfer:xqa \
-    --knob enable_pdl=false --out "$OUT/h200-sm-activity-xqa-no-pdl.json"
-  ;;
-N)  # session 7, call 3 (chained, what budget is left): engine variants on the traces and at
-  # SGLang's default page size 1, tuning resumed
-  step 100 engines-traces $RUN --suite traces -b vllm -b sglang \
-    --out "$OUT/h200-traces-engines.jsonl"
-  step 80 engines-p1 $RUN --suite brief -b sglang --page-size 1 \
-    --out "$OUT/h200-brief-engines-p1.jsonl"
-  # The README's command on this machine with its kernels compiled (the default suite, `all`)
+S)  # session 8, call 3 (what budget is left): XQA's knobs tuned on the ragged suite, and the
+  # README's command (the default suite) with its kernels compiled
+  cp results/h200-tune-ragged.jsonl "$OUT/"
+  step 120 tune-xqa $AB tune --device cuda --budget-s 80 --resume -b flashinfer:xqa \
+    --suite ragged --out "$OUT/h200-tune-ragged.jsonl"
   step 200 default-warm $AB run --out /tmp/default.jsonl  # `step` logs its wall time
   ;;
 esac

@@ -1,0 +1,84 @@
+"""The ranges the README's "What the H200 measured" quotes, computed from the committed files
+(every ok row, the unfavourable ones included), so each figure there can be re-derived:
+
+    python scripts/readme_figures.py [results folder]
+
+- paging: paged FA3 (`flash-attn:fa3`) / contiguous FA3 (`flash-attn:fa3-contiguous`) latency per
+  case, per file and over all;
+- FA3 vs FlashInfer: paged FA3 / the fastest FlashInfer variant on the same case, per kind, how
+  often FA3 is faster, and which FlashInfer variant wins where FlashInfer does.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from attnbench.results import read_results
+
+ENGINE_PREFIXES = ("vllm:", "sglang:")
+SUITES = (
+    "brief", "paged64", "ragged", "traces", "brief70b-paged", "fp8", "gqa", "trees",
+    "shared-prefix",
+)  # fmt: skip
+"""The files of the paged-FA3 comparison (not the replay calibration, the tuning files, the
+pre-paging 70B file or the model studies, which the README quotes on their own)."""
+
+
+def load(folder: Path) -> pd.DataFrame:
+    frames = []
+    for path in [p for name in SUITES for p in sorted(folder.glob(f"h200-{name}.jsonl*"))]:
+        rows = [r for r in read_results(path).rows if r.status == "ok" and r.latency_us]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "file": path.name.split(".")[0],
+                    "case": [r.case_id for r in rows],
+                    "kind": [r.spec.kind for r in rows],
+                    "backend": [r.backend for r in rows],
+                    "latency_us": [r.latency_us for r in rows],
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def paging(df: pd.DataFrame) -> None:
+    wide = df.pivot_table(index=["file", "case"], columns="backend", values="latency_us")
+    if "flash-attn:fa3-contiguous" not in wide:
+        return
+    r = (wide["flash-attn:fa3"] / wide["flash-attn:fa3-contiguous"]).dropna()
+    print(f"paging cost (paged / contiguous FA3): {r.min():.2f}-{r.max():.2f}x over {r.size} pairs")
+    for f, g in r.groupby(level="file"):
+        print(f"  {f}: {g.min():.2f}-{g.max():.2f} ({g.size})")
+
+
+def fa3_vs_flashinfer(df: pd.DataFrame) -> None:
+    fi = df[df["backend"].str.startswith("flashinfer:") & ~df["backend"].str.contains(r"\+")]
+    best = fi.loc[fi.groupby(["file", "case"])["latency_us"].idxmin()].set_index(["file", "case"])
+    fa3 = df[df["backend"] == "flash-attn:fa3"].set_index(["file", "case"])
+    both = fa3.join(best.add_suffix("_fi"), how="inner")
+    both["ratio"] = both["latency_us"] / both["latency_us_fi"]
+    print("paged FA3 / fastest FlashInfer variant on the same case:")
+    for kind, g in both.groupby("kind"):
+        fastest = Counter(g["backend_fi"])
+        print(
+            f"  {kind}: {g['ratio'].min():.2f}-{g['ratio'].max():.2f}x, FA3 faster in "
+            f"{int((g['ratio'] < 1).sum())} of {len(g)}; the fastest FlashInfer variant "
+            f"{dict(fastest.most_common())}"
+        )
+
+
+def main() -> None:
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results")
+    df = load(folder)
+    df = df[~df["backend"].str.startswith(ENGINE_PREFIXES)]
+    paging(df)
+    fa3_vs_flashinfer(df)
+
+
+if __name__ == "__main__":
+    main()
