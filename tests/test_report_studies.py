@@ -212,6 +212,18 @@ def test_fidelity_is_judged_against_ncu_and_names_a_cause_per_row() -> None:
     cause = disagreement_cause(faster, [faster, retimed])
     assert cause.startswith("programmatic dependent launch:")
     assert "enable_pdl=False the engine measures 571.0 us, -0.3% vs ncu" in cause
+    # the H200's A/B (session 7): PDL off leaves the engine where it was; not PDL, and where
+    # ncu's own time of the call moved as much as the gap, its spread is named
+    same = {**case("d", "flashinfer:xqa", 546.7, 544.0, 568.5), "knobs": {"enable_pdl": False}}
+    cause = disagreement_cause(faster, [kernel_timing(same)])
+    assert cause.startswith("not programmatic dependent launch: re-timed with enable_pdl=False")
+    assert "(+0.3% vs PDL on)" in cause
+    assert "on-chip state" in cause
+    long4 = kernel_timing(case("d", "flashinfer:xqa", 827.0, 826.0, 874.2))
+    moved = {**case("d", "flashinfer:xqa", 825.1, 826.0, 819.3), "knobs": {"enable_pdl": False}}
+    cause = disagreement_cause(long4, [kernel_timing(moved)])
+    assert "ncu's time of the same call moved -6.3%" in cause
+    assert "run-to-run spread is as large as the disagreement" in cause
     slower_steady = kernel_timing(case("d", "flash-attn:fa3", 600.0, 598.0, 560.0))
     assert disagreement_cause(slower_steady) == "not explained by the clocks recorded with the row"
 

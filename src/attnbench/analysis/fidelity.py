@@ -143,13 +143,8 @@ def disagreement_cause(t: KernelTiming, others: Sequence[KernelTiming] = ()) -> 
     pdl_off = next(
         (o for o in others if o.case == t.case and o.backend == f"{t.backend} {PDL_OFF}"), None
     )
-    if t.ncu_diff < 0 and pdl_off is not None and pdl_off.agrees and pdl_off.engine_us:
-        return (
-            "programmatic dependent launch: the library launches this kernel with PDL, so in "
-            "the engine's back-to-back calls it starts before the previous kernel ends; ncu "
-            f"serialises launches. Re-timed with enable_pdl=False the engine measures "
-            f"{pdl_off.engine_us:.1f} us, {100 * (pdl_off.ncu_diff or 0):+.1f}% vs ncu"
-        )
+    if t.ncu_diff < 0 and pdl_off is not None and pdl_off.engine_us and t.engine_us:
+        return _pdl_ab(t, pdl_off)
     if t.ncu_diff > 0 and t.power_capped:
         return (
             f"power cap: NVML reported {', '.join(t.slowdowns)} in {t.throttled_samples} of "
@@ -157,6 +152,12 @@ def disagreement_cause(t: KernelTiming, others: Sequence[KernelTiming] = ()) -> 
             f"{t.sm_mhz_min:.0f} MHz); ncu replays one kernel at a time with idle gaps between "
             "passes and keeps the boost clock. The engine's time is the sustained-load one, "
             "what a serving GPU sees"
+        )
+    if t.ncu_diff < 0 and not t.throttled_samples and t.backend.endswith(PDL_OFF):
+        return (
+            "the engine is faster than ncu with no clock slowdown and PDL off: on-chip state "
+            "kept between the engine's back-to-back calls, which ncu's cache flush before each "
+            "pass removes, or ncu's one-call sample, are the candidates left"
         )
     if t.ncu_diff < 0 and not t.throttled_samples:
         return (
@@ -166,6 +167,40 @@ def disagreement_cause(t: KernelTiming, others: Sequence[KernelTiming] = ()) -> 
             "between calls, which only the engine's back-to-back calls see"
         )
     return "not explained by the clocks recorded with the row"
+
+
+def _pdl_ab(t: KernelTiming, off: KernelTiming) -> str:
+    """The cause of an engine faster than ncu, from the same case re-timed with PDL off: PDL
+    where turning it off slows the engine by at least half the gap; where it leaves the engine
+    unchanged, not PDL, and whether ncu's own time of the call moved as much between the runs."""
+    if not (t.engine_us and off.engine_us and t.ncu_diff is not None):
+        return ""
+    shift = off.engine_us / t.engine_us - 1
+    retimed = f"re-timed with enable_pdl=False the engine measures {off.engine_us:.1f} us"
+    if shift >= -t.ncu_diff / 2 and off.agrees:
+        return (
+            "programmatic dependent launch: the library launches this kernel with PDL, so in "
+            "the engine's back-to-back calls it starts before the previous kernel ends; ncu "
+            f"serialises launches. {retimed[0].upper()}{retimed[1:]}, "
+            f"{100 * (off.ncu_diff or 0):+.1f}% vs ncu"
+        )
+    text = f"not programmatic dependent launch: {retimed} ({100 * shift:+.1f}% vs PDL on)"
+    if t.ncu_us and off.ncu_us:
+        moved = off.ncu_us / t.ncu_us - 1
+        text += (
+            f", while ncu's time of the same call moved {100 * moved:+.1f}% between the two runs "
+            f"({t.ncu_us:.1f} -> {off.ncu_us:.1f} us)"
+        )
+        if abs(moved) >= abs(t.ncu_diff) / 2:
+            return text + (
+                ": ncu times one call per kernel, and its run-to-run spread is as large as the "
+                "disagreement"
+            )
+    return text + (
+        "; the engine stays faster than ncu with steady clocks: on-chip state kept between the "
+        "engine's back-to-back calls, which ncu's cache flush before each pass removes, is the "
+        "candidate left"
+    )
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
