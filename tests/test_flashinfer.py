@@ -23,6 +23,7 @@ from attnbench.backends.flashinfer_common import (
     workspace,
     xqa_causal_mask,
 )
+from attnbench.backends.flashinfer_refusal import library_refusal
 from attnbench.backends.flashinfer_rules import (
     CUDA_CORE_DECODE_GROUP_SIZES,
     VARIANTS,
@@ -30,7 +31,6 @@ from attnbench.backends.flashinfer_rules import (
     cascade_levels,
     cascade_shared_pages,
     is_chain,
-    library_refusal,
     resolve_knobs,
     route,
 )

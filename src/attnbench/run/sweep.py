@@ -307,7 +307,7 @@ def run_backend(
     except UnsupportedCase as exc:
         return _row(ctx, spec, backend, "unsupported", str(exc))
     except Exception as exc:
-        from attnbench.backends.flashinfer_rules import library_refusal
+        from attnbench.backends.flashinfer_refusal import library_refusal
 
         if (refusal := library_refusal(str(exc))) is not None:  # "Unsupported group_size: 7"
             return _row(ctx, spec, backend, "unsupported", refusal)
