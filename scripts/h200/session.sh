@@ -65,6 +65,8 @@ S)  # session 8, call 3 (what budget is left): XQA's knobs tuned on the ragged s
   step 120 tune-xqa $AB tune --device cuda --budget-s 80 --resume -b flashinfer:xqa \
     --suite ragged --out "$OUT/h200-tune-ragged.jsonl"
   step 200 default-warm $AB run --out /tmp/default.jsonl  # `step` logs its wall time
+  # SM activity again, ncu now averaging 3 calls per kernel (one call's time varied 6%)
+  step 120 sm-activity $AB fidelity --ncu --cases sm-activity --out "$OUT/h200-sm-activity.json"
   ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"
