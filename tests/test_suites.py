@@ -151,3 +151,23 @@ def test_gqa_suite_covers_every_group_size_mqa_and_qwen25_7b() -> None:
     assert {s.kind for s in specs} == {"decode"}
     assert {(s.dtype, s.kv_dtype, s.head_dim) for s in specs} == {("bfloat16", "bfloat16", 128)}
     assert Counter(s.lengths for s in specs) == {"ctx4096": 19, "mixed(256..16384)": 19}
+
+
+def test_replay_calibration_covers_live_replay_shapes() -> None:
+    # 116 decode rows of the grid plus 20 live-replay shapes; prefill and append as in `replay`
+    specs = _specs("replay-calibration")
+    assert Counter(s.kind for s in specs) == {"decode": 136, "prefill": 5, "append": 6}
+    assert {(s.num_qo_heads, s.num_kv_heads, s.head_dim, s.page_size) for s in specs} == {
+        (8, 1, 128, 16)
+    }
+    decode = [s for s in specs if s.kind == "decode"]
+    # tiny contexts at batch 1 and a few requests: below the grid's shortest (256)
+    tiny = [s for s in decode if max(s.kv_lens) < 256]
+    assert {s.batch_size for s in tiny} == {1, 2, 4, 8}
+    assert min(min(s.kv_lens) for s in tiny) <= 32
+    # a padded kernel's band between the SMs (132) and 256 requests, longest 64k and 128k
+    band = [s for s in decode if 132 < s.batch_size < 256]
+    assert {(s.batch_size, max(s.kv_lens)) for s in band} == {
+        (n, mx) for n in (136, 168, 200) for mx in (65536, 131072)
+    }
+    assert max(_kv_bytes(s) for s in specs) < KV_BUDGET_BYTES
