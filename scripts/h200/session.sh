@@ -33,16 +33,17 @@ stage=${1:?stage: Q, R or S (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 case $stage in
-Q)  # session 8, call 1: finish fp8 and the replay calibration, the live validation at full
+Q)  # session 8, call 1: finish fp8 and the replay calibration (29 cases: 9 long prefills and
+  # appends, 20 decode cases where live steps fell outside it), the live validation at full
   # length (60 steps), SGLang's default page size 1 on the traces
   for f in fp8 replay-calibration; do
     gunzip -c "results/h200-$f.jsonl.gz" > "$OUT/h200-$f.jsonl"
   done
   step 60 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
   R5="-b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa -b sdpa:cudnn"
-  step 80 calibration $RUN --suite replay-calibration $R5 --resume \
+  step 120 calibration $RUN --suite replay-calibration $R5 --resume \
     --out "$OUT/h200-replay-calibration.jsonl"
-  step 330 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
+  step 300 validation $AB replay-validate "$OUT/h200-replay-calibration.jsonl" --steps 60 $R5 \
     --max-time-ms 60 --out "$OUT/h200-replay-validation.json"
   step 60 engines-traces-p1 $RUN --suite traces -b sglang --page-size 1 \
     --out "$OUT/h200-traces-engines-p1.jsonl"
