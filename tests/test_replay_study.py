@@ -73,3 +73,25 @@ def test_padded_twins_cost_more_under_skew() -> None:
         assert r.ratio_decode_step_ms_p50 > 1.5  # 64 agents of 256..64k: padding reads ~5x
         assert r.ratio_itl_ms_p50 > 1.0
         assert not math.isnan(r.padded_itl_ms_p99)
+
+
+def test_the_automatic_hybrid_does_not_pick_a_model_fitted_on_two_rows() -> None:
+    """A variant with two decode rows at half fa2's time (the H200 had such SDPA flash rows)
+    would win by cost; its error is unknown, so the hybrid keeps to models on >= 5 rows."""
+    from attnbench.replay.study import MIN_ROWS_TO_CHOOSE
+
+    base = rr.rows()
+    few = [
+        r.model_copy(update={"backend": "sdpa:flash", "latency_us": 0.5 * (r.latency_us or 0)})
+        for r in base
+        if r.backend == "flashinfer:fa2" and r.spec.kind == "decode"
+    ][:2]
+    models, padded = fit_models(base + few, KEY)
+    assert models["sdpa:flash"].decode is not None
+    assert models["sdpa:flash"].decode.n_rows == 2 < MIN_ROWS_TO_CHOOSE
+    reqs = load_requests("azure-code", limit=150)
+    sched = SchedulerConfig(kv_pages=DEP.kv_pages, max_batch=256)
+    gemm = GemmRoofline(DEP, rr.COPY_GBPS, rr.MATMUL_TFLOPS)
+    study = run_study(reqs, sched, models, padded, gemm, StudyOptions(rate_scales=(1.0,)))
+    hybrids = [c.name for c in study.candidates if c.kind == "hybrid"]
+    assert hybrids == ["hybrid(prefill flash-attn:fa3, decode flashinfer:fa2)"]

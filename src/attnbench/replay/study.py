@@ -98,12 +98,21 @@ def _total_us(model: AttentionCostModel, f: StepFeatures, part: str) -> float:
     return float(model.prefill_us(f.n_prefill, f.q_prefill, f.pairs_prefill).sum())
 
 
+MIN_ROWS_TO_CHOOSE = 5
+"""Rows a part's model needs before the replay picks it by cost (hybrid, a single's prefill):
+with fewer, its held-out error is unknown or rests on two or three rows, and an extrapolated
+cheap model (SDPA flash decode fitted on 2 rows) won the automatic hybrid."""
+
+
 def best_on(models: dict[str, AttentionCostModel], f: StepFeatures, part: str) -> str | None:
-    """The variant with the least total `part` attention time over the steps `f`."""
+    """The variant with the least total `part` attention time over the steps `f`, among those
+    whose `part` model rests on MIN_ROWS_TO_CHOOSE rows or more (all of them when none does)."""
     have = {name: m for name, m in models.items() if getattr(m, part) is not None and not m.padded}
-    if not have:
+    supported = {n: m for n, m in have.items() if getattr(m, part).n_rows >= MIN_ROWS_TO_CHOOSE}
+    pool = supported or have
+    if not pool:
         return None
-    return min(sorted(have), key=lambda n: _total_us(have[n], f, part))
+    return min(sorted(pool), key=lambda n: _total_us(pool[n], f, part))
 
 
 def _reference_steps(
