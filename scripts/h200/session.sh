@@ -60,10 +60,15 @@ R)  # session 8, call 2 (chained): the GPU tests in two halves (one run of all 1
     tail -25 $OUT/h200-gpu-tests-b.txt"
   step 130 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
   ;;
-S)  # session 8, call 3 (what budget is left): XQA's knobs tuned on the ragged suite, and the
-  # README's command (the default suite) with its kernels compiled
+S)  # session 8, call 3 (what budget is left): live validation at fp8 KV, XQA's knobs tuned on
+  # the ragged suite, the README's command (the default suite) with its kernels compiled
   cp results/h200-tune-ragged.jsonl "$OUT/"
-  step 120 tune-xqa $AB tune --device cuda --budget-s 80 --resume -b flashinfer:xqa \
+  # the live validation with an fp8 KV cache, what `recommend` picks (FA3 fp8)
+  gunzip -c results/h200-replay-calibration.jsonl.gz > /tmp/calibration.jsonl
+  step 150 validation-fp8 $AB replay-validate /tmp/calibration.jsonl --steps 60 --kv-dtype \
+    fp8_e4m3 -b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa \
+    --max-time-ms 60 --out "$OUT/h200-replay-validation-fp8.json"
+  step 100 tune-xqa $AB tune --device cuda --budget-s 80 --resume -b flashinfer:xqa \
     --suite ragged --out "$OUT/h200-tune-ragged.jsonl"
   step 200 default-warm $AB run --out /tmp/default.jsonl  # `step` logs its wall time
   # SM activity again, ncu now averaging 3 calls per kernel (one call's time varied 6%)
