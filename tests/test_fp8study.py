@@ -4,6 +4,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -238,20 +239,51 @@ def test_kernel_study_plumbing_with_a_fake_kernel(monkeypatch: pytest.MonkeyPatc
     )
     records, skipped = kernel_mod.kernel_study(cfg)
     assert skipped is None
+    # per-tensor scales first (e4m3, then e5m2), the per-(token, head) modules last
     assert [(r["format"], r["scheme"], r["variant"]) for r in records] == [
-        (f, s, v)
-        for f in ("e4m3", "e5m2")
-        for s, v in (
-            ("tensor", "flashinfer:fa2"),
-            ("tensor", "flashinfer:tc"),
-            ("token", "flashinfer:tc"),
-        )
+        ("e4m3", "tensor", "flashinfer:fa2"),
+        ("e4m3", "tensor", "flashinfer:tc"),
+        ("e5m2", "tensor", "flashinfer:fa2"),
+        ("e5m2", "tensor", "flashinfer:tc"),
+        ("e4m3", "token", "flashinfer:tc"),
+        ("e5m2", "token", "flashinfer:tc"),
     ]
     for r in records:
         assert r["status"] == "ok", r["reason"]
         # the fake kernel is exact up to bf16 output rounding; quantisation error is fp8's
         assert r["kernel"]["rel_l2_err"] < 0.01 < r["quant"]["rel_l2_err"]
         assert r["bf16_kernel"]["rel_l2_err"] < 0.01
+
+
+def test_a_run_cut_during_the_kernel_part_keeps_the_records_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step limit while FlashInfer compiles the e5m2 modules: the e4m3 records are already
+    in the checkpointed document, marked partial."""
+
+    calls: list[int] = []
+
+    def slow_compile(inputs: Any, use_tensor_cores: bool, kv_cache_sf: Any = None) -> Any:
+        if inputs.kv_cache.dtype == torch.float8_e5m2:
+            raise KeyboardInterrupt  # the limit, while the e5m2 module compiles
+        calls.append(1)
+        return _fake_decode(inputs, use_tensor_cores, kv_cache_sf)
+
+    monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: None)
+    monkeypatch.setattr(kernel_mod, "flashinfer_decode", slow_compile)
+    cfg = replace(
+        TINY, kernel=True, num_qo_heads=4, num_kv_heads=2, kernel_shapes=(("tiny", 2, "40,70"),)
+    )
+    saved: list[dict[str, Any]] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_study(cfg, lambda doc: saved.append(json.loads(json.dumps(doc, default=str))))
+    last = saved[-1]
+    assert not last["complete"]
+    assert last["kernel_skipped"].startswith("partial")
+    assert [(r["format"], r["variant"]) for r in last["kernel"]] == [
+        ("e4m3", "flashinfer:fa2"),
+        ("e4m3", "flashinfer:tc"),
+    ]
 
 
 def test_kernel_study_skips_with_a_reason_on_cpu() -> None:

@@ -96,7 +96,10 @@ def fp8(
             write_study(partial, path)
         except OSError as exc:
             fail(f"--out={path}: writing the study failed: {exc.strerror or exc}")
-        saved.append(", ".join(k.removesuffix("_s") for k in partial["timings"]))
+        parts = [k.removesuffix("_s") for k in partial["timings"]]
+        if not partial["complete"] and partial["kernel"]:
+            parts[-1] = f"{len(partial['kernel'])} kernel records"
+        saved.append(", ".join(parts))
 
     try:
         doc = run_study(cfg, checkpoint)

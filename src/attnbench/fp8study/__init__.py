@@ -110,7 +110,13 @@ def run_study(
     t0 = time.perf_counter()
     doc["kernel_skipped"] = "disabled (--no-kernel)"
     if cfg.kernel:
-        doc["kernel"], doc["kernel_skipped"] = kernel_study(cfg)
+        doc["kernel_skipped"] = "partial: the run stopped during the kernel part"
+
+        def kept(rec: dict[str, Any]) -> None:  # each record on disk as soon as it is measured
+            doc["kernel"].append(rec)
+            _part_done(doc, cfg, "kernel_s", t0, checkpoint)
+
+        _, doc["kernel_skipped"] = kernel_study(cfg, kept)
     doc["complete"] = True
     _part_done(doc, cfg, "kernel_s", t0, None)
     return doc

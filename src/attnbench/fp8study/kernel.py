@@ -16,6 +16,7 @@ FlashInfer is imported lazily; without CUDA or FlashInfer the study records why 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -123,61 +124,81 @@ def _spec(cfg: StudyConfig, kv_lens: tuple[int, ...], kv_dtype: str) -> Workload
     )
 
 
-def kernel_study(cfg: StudyConfig) -> tuple[list[dict[str, Any]], str | None]:
-    """(records, None), or ([], reason) when the kernel cannot run here."""
+def kernel_study(
+    cfg: StudyConfig, on_record: Callable[[dict[str, Any]], None] | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """(records, None), or ([], reason) when the kernel cannot run here. `on_record` gets each
+    record as it is measured, so a run cut short keeps what it finished. Order: the per-tensor
+    scheme in each format, then the per-(token, head) one, each over every shape: e4m3's
+    per-tensor kernels (the ones a serving deployment uses, and those a warm FlashInfer cache
+    holds) come first, the modules that must still be JIT-compiled (e5m2, token-head scales)
+    later."""
     reason = kernel_unavailable(cfg.device)
     if reason is not None:
         return [], reason
+    records: list[dict[str, Any]] = []
+    for scheme in ("tensor", "token"):
+        for fmt_name in cfg.formats:
+            for label, batch_size, lengths in cfg.kernel_shapes:
+                for rec in _shape_records(cfg, scheme, fmt_name, label, batch_size, lengths):
+                    records.append(rec)
+                    if on_record is not None:
+                        on_record(rec)
+    return records, None
+
+
+def _shape_records(
+    cfg: StudyConfig, scheme: str, fmt_name: str, label: str, batch_size: int, lengths: str
+) -> list[dict[str, Any]]:
+    """One shape and format under one scaling scheme: per-tensor scales on both decode
+    kernels, or per-(token, head) scales on the tensor-core path."""
     from attnbench.backends.reference import reference_attention
     from attnbench.workload.inputs import make_inputs
     from attnbench.workload.lengths import parse_lengths
 
-    records: list[dict[str, Any]] = []
-    for label, batch_size, lengths in cfg.kernel_shapes:
-        kv_lens = parse_lengths(lengths, batch_size, cfg.seed)[0].kv_lens
-        for fmt_name in cfg.formats:
-            fmt = fp8_format(fmt_name)
-            spec = _spec(cfg, kv_lens, f"fp8_{fmt.name}")
-            inputs = make_inputs(spec, cfg.device, keep_high_precision=True)
-            kv_source = inputs.extras.pop("kv_cache_hp")
-            source = replace(inputs, kv_cache=kv_source, k_scale=1.0, v_scale=1.0)
-            ref_source = reference_attention(source)
-            shape = {
-                "shape": label,
-                "batch_size": len(kv_lens),
-                "lengths": lengths,
-                "max_kv_len": max(kv_lens),
-                "format": fmt.name,
-            }
-            # per-tensor scales: both decode kernels
-            ref_fp8 = reference_attention(inputs)
-            base = {
-                **shape,
-                "scheme": "tensor",
-                "k_scale": inputs.k_scale,
-                "v_scale": inputs.v_scale,
-                "quant": error_metrics(ref_fp8, ref_source),
-            }
-            for variant, tensor_cores in KERNEL_VARIANTS.items():
-                records.append(
-                    _measure(variant, tensor_cores, inputs, None, source, ref_fp8, ref_source, base)
-                )
-            del ref_fp8
-            # per-(token, head) scales: the tensor-core path
-            stored, sf, dequant = token_head_quantize(kv_source, fmt.dtype)
-            # the per-tensor k_scale/v_scale must not apply to these caches
-            token_inputs = replace(inputs, kv_cache=stored, k_scale=1.0, v_scale=1.0)
-            ref_token = reference_attention(replace(token_inputs, kv_cache=dequant))
-            del dequant
-            base = {**shape, "scheme": "token", "quant": error_metrics(ref_token, ref_source)}
-            records.append(
-                _measure(
-                    "flashinfer:tc", True, token_inputs, sf, source, ref_token, ref_source, base
-                )
+    kv_lens = parse_lengths(lengths, batch_size, cfg.seed)[0].kv_lens
+    fmt = fp8_format(fmt_name)
+    spec = _spec(cfg, kv_lens, f"fp8_{fmt.name}")
+    inputs = make_inputs(spec, cfg.device, keep_high_precision=True)
+    kv_source = inputs.extras.pop("kv_cache_hp")
+    source = replace(inputs, kv_cache=kv_source, k_scale=1.0, v_scale=1.0)
+    ref_source = reference_attention(source)
+    shape = {
+        "shape": label,
+        "batch_size": len(kv_lens),
+        "lengths": lengths,
+        "max_kv_len": max(kv_lens),
+        "format": fmt.name,
+    }
+    out: list[dict[str, Any]] = []
+    if scheme == "tensor":
+        ref_fp8 = reference_attention(inputs)
+        base = {
+            **shape,
+            "scheme": "tensor",
+            "k_scale": inputs.k_scale,
+            "v_scale": inputs.v_scale,
+            "quant": error_metrics(ref_fp8, ref_source),
+        }
+        for variant, tensor_cores in KERNEL_VARIANTS.items():
+            out.append(
+                _measure(variant, tensor_cores, inputs, None, source, ref_fp8, ref_source, base)
             )
-            del inputs, token_inputs, stored, sf, source, ref_source, ref_token
-            torch.cuda.empty_cache()
-    return records, None
+        del ref_fp8
+    else:
+        stored, sf, dequant = token_head_quantize(kv_source, fmt.dtype)
+        # the per-tensor k_scale/v_scale must not apply to these caches
+        token_inputs = replace(inputs, kv_cache=stored, k_scale=1.0, v_scale=1.0)
+        ref_token = reference_attention(replace(token_inputs, kv_cache=dequant))
+        del dequant
+        base = {**shape, "scheme": "token", "quant": error_metrics(ref_token, ref_source)}
+        out.append(
+            _measure("flashinfer:tc", True, token_inputs, sf, source, ref_token, ref_source, base)
+        )
+        del token_inputs, stored, sf, ref_token
+    del inputs, source, ref_source
+    torch.cuda.empty_cache()
+    return out
 
 
 def _measure(
