@@ -29,7 +29,7 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: Q, R or S (older stages are in git history)}
+stage=${1:?stage: Q, R, S or T (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 case $stage in
@@ -73,6 +73,16 @@ S)  # session 8, call 3 (what budget is left): live validation at fp8 KV, XQA's 
   step 200 default-warm $AB run --out /tmp/default.jsonl  # `step` logs its wall time
   # SM activity again, ncu now averaging 3 calls per kernel (one call's time varied 6%)
   step 120 sm-activity $AB fidelity --ncu --cases sm-activity --out "$OUT/h200-sm-activity.json"
+  ;;
+T)  # session 8, call 4 (426 s left): the fp8 suite's last case (its fp16-query / fp8-KV
+  # FlashInfer module is too big to carry compiled), the GPU tests after flex
+  gunzip -c results/h200-fp8.jsonl.gz > "$OUT/h200-fp8.jsonl"
+  step 140 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
+  GPU="python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --durations=10"
+  B="tests/test_fp8study.py tests/test_gpu_core.py tests/test_mla.py tests/test_replay_live.py"
+  B="$B tests/test_sdpa.py tests/test_suites.py tests/test_windows.py"
+  step 165 gpu-tests-c bash -c "timeout -s INT 160 $GPU $B > $OUT/h200-gpu-tests-c.txt 2>&1; \
+    tail -25 $OUT/h200-gpu-tests-c.txt"
   ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"
