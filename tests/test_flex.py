@@ -93,6 +93,30 @@ def test_compiled_on_cpu(ctx: SweepContext) -> None:
     assert rows[0].plan_us > 0  # the block mask rebuild
 
 
+@pytest.mark.parametrize(
+    ("total_q", "group_size", "backend"),
+    [
+        (70, 4, "TRITON"),  # the H200 failure: prefill of 70 rows, group 4 -> a 512-row tile
+        (16, 16, "TRITON"),  # decode of 16 requests, 16 q heads per kv head -> 256 rows
+        (16, 8, "AUTO"),  # 128 rows: fits the block mask's Q block
+        (3, 4, "AUTO"),  # small decode: flex-decoding's 16-row tile
+        (127, 1, "AUTO"),
+        (200, 4, "AUTO"),  # 128 rows or more: Inductor's main kernel already
+    ],
+)
+def test_main_kernel_is_asked_for_where_flex_decoding_has_no_tile(
+    total_q: int, group_size: int, backend: str
+) -> None:
+    assert flex.flex_kernel_backend(total_q, group_size) == backend
+
+
+def test_main_kernel_option_names_a_backend_this_torch_knows() -> None:
+    from torch.nn.attention.flex_attention import FlexKernelOptions
+
+    (key,) = flex._main_kernel_option()
+    assert key in FlexKernelOptions.__annotations__
+
+
 def test_check_reasons() -> None:
     b = flex.FlexBackend()
     cpu = DeviceInfo("cpu", 0, "cpu", None, 2, 0, 0)

@@ -15,6 +15,12 @@ eager implementation would time a different (score-materialising) algorithm.
 
 Knobs: `compiled` (False: eager reference implementation, for tests), `block_m`/`block_n`
 (kernel_options BLOCK_M/BLOCK_N on GPU; 0 = the library's choice).
+
+Under 128 query rows Inductor lowers to its flex-decoding kernel, which packs a KV head's
+query group into one tile of BLOCK_M = next_pow2(total_q x group) rows; above the block mask's
+128-row Q block it finds no valid config (`NoValidChoicesError`, H200, torch 2.11: prefill of
+70 rows x group 4, decode of 16 x group 16). `flex_kernel_backend` then asks for the main
+Triton kernel (BACKEND="TRITON"), and the row says which kernel ran.
 """
 
 from __future__ import annotations
@@ -39,6 +45,18 @@ from attnbench.workload.spec import WorkloadSpec
 EAGER_SCORES_BUDGET_BYTES = 4 << 30
 """The eager implementation materialises fp32 scores `[Hq, total_q, total_kv]`."""
 RECOMPILE_LIMIT = 512
+Q_BLOCK_SIZE = 128
+"""`create_block_mask`'s default Q (and KV) block: the sparse tile the kernels step over."""
+
+
+def flex_kernel_backend(total_q: int, group_size: int, q_block_size: int = Q_BLOCK_SIZE) -> str:
+    """The kernel_options BACKEND to ask for: "AUTO" (Inductor picks), or "TRITON" where its
+    flex-decoding kernel would need a query tile of next_pow2(total_q x group_size) rows that
+    does not divide the block mask's Q block (torch's lowering then has no valid choice)."""
+    if total_q >= q_block_size:
+        return "AUTO"  # the main kernel already
+    rows = max(1 << max(total_q * group_size - 1, 0).bit_length(), 16)
+    return "AUTO" if q_block_size % rows == 0 else "TRITON"
 
 
 def flex_available() -> str | None:
@@ -214,6 +232,8 @@ class FlexBackend:
             for knob, option in (("block_m", "BLOCK_M"), ("block_n", "BLOCK_N")):
                 if chosen[knob]:
                     options[option] = int(str(chosen[knob]))
+        main_kernel = compiled and dev.type == "cuda"
+        main_kernel &= flex_kernel_backend(spec.total_q, spec.group_size) != "AUTO"
         eager = cast(Callable[..., Any], flex_attention)
         fn: Callable[..., Any] = compiled_flex() if compiled else eager
         kw: dict[str, Any] = {
@@ -223,8 +243,8 @@ class FlexBackend:
         }
         if score_mod is not None:
             kw["score_mod"] = score_mod
-        if options:
-            kw["kernel_options"] = options
+        if options or main_kernel:
+            kw["kernel_options"] = options | (_main_kernel_option() if main_kernel else {})
 
         def run() -> torch.Tensor:
             out: torch.Tensor = fn(q4, k4, v4, **kw)
@@ -247,6 +267,8 @@ class FlexBackend:
         if spec.sinks:
             details["sinks"] = "score_mod-key"
         details.update({k.lower(): v for k, v in options.items()})
+        if main_kernel:
+            details["flex_kernel"] = "main (flex-decoding has no valid tile)"
         return PlannedRun(
             run=run,
             resolved="flex" + ("" if compiled else "-eager"),
@@ -255,6 +277,16 @@ class FlexBackend:
             graph_safe=compiled and dev.type == "cuda",
             replan=replan,
         )
+
+
+def _main_kernel_option() -> dict[str, Any]:
+    """Ask Inductor for the main flex_attention kernel: BACKEND="TRITON" (torch >= 2.10), the
+    legacy FORCE_USE_FLEX_ATTENTION before it."""
+    from torch.nn.attention.flex_attention import FlexKernelOptions
+
+    if "BACKEND" in getattr(FlexKernelOptions, "__annotations__", {}):
+        return {"BACKEND": "TRITON"}
+    return {"FORCE_USE_FLEX_ATTENTION": True}
 
 
 def _mask_name(spec: WorkloadSpec, ids: TokenIds) -> str:
