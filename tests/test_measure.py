@@ -77,3 +77,34 @@ def test_cpu_timer_calls_flush_outside_timing() -> None:
 def test_fake_timer_cycles() -> None:
     t = FakeTimer([1.0, 2.0])
     assert t.time(lambda: None, 5, None) == [1.0, 2.0, 1.0, 2.0, 1.0]
+
+
+def test_cuda_event_timer_spins_the_gpu_before_each_warm_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Warm L2: a GPU spin precedes each event pair, so a short call is not timed at the host's
+    launch rate; cold L2: the flush takes that place (no spin)."""
+    from attnbench.measure import timers
+
+    log: list[str] = []
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            self.t = 0.0
+
+        def record(self) -> None:
+            log.append("event")
+
+        def elapsed_time(self, end: object) -> float:
+            return 0.001
+
+    monkeypatch.setattr(timers.torch.cuda, "Event", Event)
+    monkeypatch.setattr(timers.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(timers.torch.cuda, "_sleep", lambda cycles: log.append(f"spin{cycles}"))
+    timer = timers.CudaEventTimer()
+    assert timer.time(lambda: log.append("call"), 2, None) == [1.0, 1.0]
+    spin = f"spin{timers.SPACER_CYCLES}"
+    assert log == [spin, "event", "call", "event"] * 2
+    log.clear()
+    timer.time(lambda: log.append("call"), 1, lambda: log.append("flush"))
+    assert log == ["flush", "event", "call", "event"]

@@ -7,7 +7,11 @@
 - `FakeTimer`: scripted samples, runs nothing; makes the pipeline testable without a GPU.
 
 Before each timed call the `flush` callback (if any) runs outside the timed region, e.g. a
-memset of twice the L2 size for cold-cache timing.
+memset of twice the L2 size for cold-cache timing. Without one (warm L2), the CUDA timers put a
+GPU spin (`torch.cuda._sleep`, ~50 us) there instead, so the host enqueues the event pair and the
+call while the GPU is busy: otherwise a call shorter than its own host launch time is timed at
+the launch rate (H200: a 15 MB `x.sum()` read 30 us warm but 20 us cold, the GPU idling between
+back-to-back launches). The flush's memset plays that part in cold-cache timing.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Protocol
 
 import torch
 
+SPACER_CYCLES = 100_000
+"""GPU clock cycles of the warm-L2 spin before each timed call: ~50 us at 1.98 GHz."""
 Fn = Callable[[], object]
 Flush = Callable[[], None] | None
 
@@ -67,6 +73,8 @@ class CudaEventTimer:
         for start, end in zip(starts, ends, strict=True):
             if flush is not None:
                 flush()
+            else:
+                torch.cuda._sleep(SPACER_CYCLES)
             start.record()
             fn()
             end.record()
