@@ -10,7 +10,7 @@ Before each timed call the `flush` callback (if any) runs outside the timed regi
 memset of twice the L2 size for cold-cache timing. Without one (warm L2), the CUDA timers put a
 GPU spin (`torch.cuda._sleep`, ~50 us) there instead, so the host enqueues the event pair and the
 call while the GPU is busy: otherwise a call shorter than its own host launch time is timed at
-the launch rate (H200: a 15 MB `x.sum()` read 30 us warm but 20 us cold, the GPU idling between
+the launch rate (H200: a 30 MB `x.sum()` read 30 us warm but 20 us cold, the GPU idling between
 back-to-back launches). The flush's memset plays that part in cold-cache timing.
 """
 
