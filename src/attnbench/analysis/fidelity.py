@@ -140,6 +140,24 @@ def disagreement_cause(t: KernelTiming, others: Sequence[KernelTiming] = ()) -> 
     (or nothing was judged)."""
     if not t.disagrees or t.ncu_diff is None:
         return ""
+    return _cause(t, others) + _cupti_note(t)
+
+
+def _cupti_note(t: KernelTiming) -> str:
+    """Where the engine is faster than ncu but the torch profiler's CUPTI trace of the same
+    back-to-back calls agrees with it: the kernels ran that fast; the gap is ncu's replay."""
+    p = t.profiler_diff
+    if t.ncu_diff is None or t.ncu_diff >= 0 or p is None or abs(p) > FIDELITY_TOLERANCE:
+        return ""
+    return (
+        f". The torch profiler (CUPTI) timed the same calls at {t.profiler_us:.1f} us, "
+        f"{100 * p:+.1f}% from the engine: the kernels themselves ran that fast, and the gap is "
+        "ncu's replay of one call at a time"
+    )
+
+
+def _cause(t: KernelTiming, others: Sequence[KernelTiming]) -> str:
+    assert t.ncu_diff is not None
     pdl_off = next(
         (o for o in others if o.case == t.case and o.backend == f"{t.backend} {PDL_OFF}"), None
     )
