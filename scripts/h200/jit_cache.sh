@@ -4,6 +4,8 @@
 #   bash scripts/h200/jit_cache.sh /work/.device/<n>      # the call's files_at folder
 # Leaves out sources, objects and the modules cheapest to compile again (see session.sh), then
 # prints the carry total (tracked tree + .device + cache) against the 64 MiB limit.
+# Without objects ninja rebuilds every module it is asked for: scripts/h200/jit_aot.sh, run once
+# the cache is unpacked, makes FlashInfer load the carried .so files as AOT modules instead.
 set -euo pipefail
 parts=${1:?folder holding jit-cache.tgz.part*}
 work=$(mktemp -d)
