@@ -21,6 +21,7 @@ WORKLOAD_SUITES = (
     "gqa",
     "mla",
     "gptoss",
+    "replay-calibration-fp8",
 )
 KV_BUDGET_BYTES = 40e9
 """The largest case's KV cache must leave room on the 139 GiB H200 for backend copies."""

@@ -200,7 +200,7 @@ def run_replay(
         )
     models, padded = fit_for(loaded, key)
     at = f"{key.describe()} ({dep.model} at tp {dep.tp})"
-    suite = f"`attnbench run --suite replay --model {dep.model} --tp {dep.tp}`"
+    suite = calibration_command(dep)
     if not models:
         have = shapes_in(loaded.rows)
         raise ReplayError(
@@ -211,7 +211,7 @@ def run_replay(
         if not any(getattr(m, part) for m in models.values()):
             raise ReplayError(
                 f"no {part} rows of shape {at} on {loaded.gpu}: a replay needs both decode and "
-                f"prefill; run e.g. {suite}"
+                f"prefill rows of its KV dtype; run e.g. {suite}"
             )
     keep = _select(models, cfg.backends)
     singles = tuple(sorted(keep))
@@ -301,6 +301,36 @@ def run_replay(
         provenance=provenance(),
     )
     return ReplayOutcome(doc, study)
+
+
+CALIBRATED = Deployment()
+"""The deployment the `replay-calibration` suites measure (Llama-3.1-70B at TP 8, bf16, page
+16); their decode grid also runs with an fp8 e4m3 KV cache."""
+
+
+def calibration_command(dep: Deployment) -> str:
+    """The `attnbench run` that measures the rows a replay of `dep` lacks (for error messages):
+    the `replay` suite at `dep`'s model, tp and dtypes; at the calibrated shape with an fp8 e4m3
+    KV cache, first the `replay-calibration-fp8` suite, whose rows complete `replay-calibration`'s
+    fp8 decode grid (the prefill model is fitted on rows of the deployment's own KV dtype: bf16
+    prefill rows do not price fp8 prefill)."""
+    flags = [f"--model {dep.model}", f"--tp {dep.tp}"]
+    for flag, value, usual in (
+        ("--dtype", dep.dtype, CALIBRATED.dtype),
+        ("--kv-dtype", dep.kv_dtype, CALIBRATED.kv_dtype),
+        ("--page-size", dep.page_size, CALIBRATED.page_size),
+    ):
+        if value != usual:
+            flags.append(f"{flag} {value}")
+    generic = f"`attnbench run --suite replay {' '.join(flags)}`"
+    shape = (dep.model, dep.tp, dep.dtype, dep.page_size)
+    calibrated = (CALIBRATED.model, CALIBRATED.tp, CALIBRATED.dtype, CALIBRATED.page_size)
+    if shape == calibrated and dep.kv_dtype == "fp8_e4m3":
+        return (
+            "`attnbench run --suite replay-calibration-fp8` and pass its results beside the "
+            f"`replay-calibration` rows (their decode grid has fp8 KV), or {generic}"
+        )
+    return generic
 
 
 def shape_key(dep: Deployment) -> ShapeKey:
