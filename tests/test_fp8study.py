@@ -10,16 +10,22 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from attnbench.backends import flash_attn as fa
+from attnbench.backends.fa_calls import setup as fa3_setup
+from attnbench.backends.flashinfer_common import quantize_query
 from attnbench.backends.reference import reference_attention
 from attnbench.cli import app
-from attnbench.fp8study import StudyConfig, load_study, run_study, write_study
+from attnbench.fp8study import StudyConfig, kernel_fa3, load_study, run_study, write_study
 from attnbench.fp8study import kernel as kernel_mod
 from attnbench.fp8study.data import DATA_KINDS, make_qkv
 from attnbench.fp8study.errors import dense_attention, error_metrics, error_study
 from attnbench.fp8study.needle import NeedleTarget, needle_key, needle_study, target_logits
 from attnbench.fp8study.summary import summarize
+from attnbench.fp8study.tables import kernel_table, summary_table
+from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs, make_inputs
 from attnbench.workload.spec import WorkloadSpec
+from test_flash_attn import fake_lib
 
 TINY = StudyConfig(
     data_kinds=("random", "small"),
@@ -231,28 +237,169 @@ def _fake_decode(
     return out, "fake-tc" if use_tensor_cores else "fake"
 
 
+H200 = DeviceInfo("cuda", 0, "NVIDIA H200", (9, 0), 132, 60 << 20, 141 << 30)
+TINY_KERNEL = replace(
+    TINY, kernel=True, num_qo_heads=4, num_kv_heads=2, kernel_shapes=(("tiny", 2, "40,70"),)
+)
+
+
+def _fake_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FA3 through the backend's own check, plan and run on the CPU: test_flash_attn's torch
+    emulation of FA3's API (it dequantises q, K and V with the descales it is given) as the
+    library, and check() judging the case as on an H200."""
+    lib = fake_lib()
+    check = fa.FlashAttnBackend.check
+    monkeypatch.setattr(kernel_mod, "cuda_unavailable", lambda device: None)
+    monkeypatch.setattr(kernel_fa3, "fa3_unavailable", lambda device: None)
+    monkeypatch.setattr(fa, "load_fa3", lambda: lib)
+    monkeypatch.setattr(
+        fa.FlashAttnBackend, "check", lambda self, spec, device: check(self, spec, H200)
+    )
+
+
 def test_kernel_study_plumbing_with_a_fake_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: None)
     monkeypatch.setattr(kernel_mod, "flashinfer_decode", _fake_decode)
-    cfg = replace(
-        TINY, kernel=True, num_qo_heads=4, num_kv_heads=2, kernel_shapes=(("tiny", 2, "40,70"),)
-    )
-    records, skipped = kernel_mod.kernel_study(cfg)
+    _fake_fa3(monkeypatch)
+    records, skipped = kernel_mod.kernel_study(TINY_KERNEL)
     assert skipped is None
-    # per-tensor scales first (e4m3, then e5m2), the per-(token, head) modules last
-    assert [(r["format"], r["scheme"], r["variant"]) for r in records] == [
-        ("e4m3", "tensor", "flashinfer:fa2"),
-        ("e4m3", "tensor", "flashinfer:tc"),
-        ("e5m2", "tensor", "flashinfer:fa2"),
-        ("e5m2", "tensor", "flashinfer:tc"),
-        ("e4m3", "token", "flashinfer:tc"),
-        ("e5m2", "token", "flashinfer:tc"),
+    # per-tensor scales first (e4m3, then e5m2; FA3 after FlashInfer on each shape), the
+    # per-(token, head) modules last
+    assert [(r["format"], r["scheme"], r["variant"], r["status"]) for r in records] == [
+        ("e4m3", "tensor", "flashinfer:fa2", "ok"),
+        ("e4m3", "tensor", "flashinfer:tc", "ok"),
+        ("e4m3", "tensor", "flash-attn:fa3", "ok"),
+        ("e5m2", "tensor", "flashinfer:fa2", "ok"),
+        ("e5m2", "tensor", "flashinfer:tc", "ok"),
+        ("e5m2", "tensor", "flash-attn:fa3", "unsupported"),
+        ("e4m3", "token", "flashinfer:tc", "ok"),
+        ("e5m2", "token", "flashinfer:tc", "ok"),
     ]
     for r in records:
-        assert r["status"] == "ok", r["reason"]
-        # the fake kernel is exact up to bf16 output rounding; quantisation error is fp8's
+        if r["status"] != "ok":
+            continue
+        # the fake kernels are exact up to bf16 output rounding; quantisation error is fp8's
         assert r["kernel"]["rel_l2_err"] < 0.01 < r["quant"]["rel_l2_err"]
         assert r["bf16_kernel"]["rel_l2_err"] < 0.01
+    fa3, e5m2 = records[2], records[5]
+    assert fa3["resolved"] == "fa3"
+    assert fa3["bf16_resolved"] == "fa3"
+    assert fa3["details"]["kv_cache"] == "paged"
+    assert fa3["q_scale"] > 0
+    assert fa3["k_scale"] == records[0]["k_scale"]  # one fp8 cache for every kernel
+    assert fa3["quant"] == records[0]["quant"]
+    # the query's rounding is its own entry, not kernel error
+    assert fa3["kernel"]["rel_l2_err"] < 0.01 < fa3["q_quant"]["rel_l2_err"]
+    assert fa3["total"]["rel_l2_err"] > fa3["quant"]["rel_l2_err"]
+    assert "q_quant" not in records[0]
+    # e5m2: a record that says why, not a silent gap
+    assert "e5m2" in e5m2["reason"]
+    assert "e4m3 only" in e5m2["reason"]
+    assert "kernel" not in e5m2
+    assert e5m2["quant"]["rel_l2_err"] > 0
+
+
+def test_fa3_error_split_keeps_query_quantisation_apart() -> None:
+    """FA3 reads an fp8 query: the kernel is judged against the fp64 reference on the
+    dequantised fp8 q and K/V, and the query's rounding is `q_quant`."""
+    spec = WorkloadSpec(
+        kind="decode",
+        num_qo_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        kv_lens=(300, 77),
+        qo_lens=(1, 1),
+        kv_dtype="fp8_e4m3",
+    )
+    inputs = make_inputs(spec, keep_high_precision=True)
+    source = replace(inputs, kv_cache=inputs.extras.pop("kv_cache_hp"), k_scale=1.0, v_scale=1.0)
+    ref_source, ref_fp8 = reference_attention(source), reference_attention(inputs)
+    q8, q_scale, q_eff = quantize_query(inputs.q, spec.kv_dtype)
+    # the backend's fp8 setup quantises the query with this very function
+    knobs = {"num_splits": 0, "pack_gqa": None, "scheduler_metadata": False}
+    s = fa3_setup(fake_lib(), spec, inputs, knobs, "paged")
+    assert s.q_scale == q_scale
+    assert torch.equal(s.q.float(), q8.float())
+    ref_q8 = reference_attention(inputs, q=q_eff)
+    # a kernel exact on what it read (fp8 q and K/V) up to its bf16 output
+    out = reference_attention(inputs, q=q_eff, accum_dtype=torch.float32).to(torch.bfloat16)
+    errs = kernel_fa3.fa3_errors(out, ref_q8, ref_fp8, ref_source)
+    kernel, q_quant = errs["kernel"]["rel_l2_err"], errs["q_quant"]["rel_l2_err"]
+    assert kernel < 0.005 < q_quant
+    # against the K/V-only reference (FlashInfer's) the query's rounding would pass as kernel
+    kv_only = error_metrics(out, ref_fp8)["rel_l2_err"]
+    assert kv_only > 4 * kernel
+    assert kv_only == pytest.approx(q_quant, rel=0.2)
+    quant = error_metrics(ref_fp8, ref_source)["rel_l2_err"]
+    assert errs["total"]["rel_l2_err"] <= 1.05 * (quant + q_quant + kernel)
+    # an unrounded query has no query error
+    assert (
+        error_metrics(reference_attention(inputs, q=inputs.q.float()), ref_fp8)["max_abs_err"] == 0
+    )
+
+
+def test_kernel_study_records_why_fa3_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No importable FA3 build: FlashInfer's records as before, and the reason FA3 is missing."""
+    monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: None)
+    monkeypatch.setattr(kernel_mod, "flashinfer_decode", _fake_decode)
+    monkeypatch.setattr(kernel_mod, "cuda_unavailable", lambda device: None)
+    monkeypatch.setattr(fa, "load_fa3", lambda: "FlashAttention-3 not installed: pip install x")
+    real = kernel_fa3.fa3_unavailable
+    assert real("cuda") == "FlashAttention-3 not installed: pip install x"
+    # the study's device is the CPU here: ask as for a CUDA device
+    monkeypatch.setattr(kernel_fa3, "fa3_unavailable", lambda device: real("cuda"))
+    saved: list[dict[str, Any]] = []
+    doc = run_study(replace(TINY_KERNEL, needle_lengths=(64,)), saved.append)
+    assert doc["kernel_skipped"] == "flash-attn:fa3: FlashAttention-3 not installed: pip install x"
+    assert {r["variant"] for r in doc["kernel"]} == {"flashinfer:fa2", "flashinfer:tc"}
+    assert len(doc["kernel"]) == 6
+
+
+def test_kernel_study_runs_fa3_without_flashinfer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: "no flashinfer here")
+    _fake_fa3(monkeypatch)
+    records, skipped = kernel_mod.kernel_study(TINY_KERNEL)
+    assert skipped == "flashinfer: no flashinfer here"
+    assert [(r["format"], r["scheme"], r["variant"], r["status"]) for r in records] == [
+        ("e4m3", "tensor", "flash-attn:fa3", "ok"),
+        ("e5m2", "tensor", "flash-attn:fa3", "unsupported"),
+    ]
+
+
+def test_kernel_tables_show_fa3_beside_flashinfer() -> None:
+    from rich.console import Console
+
+    base = {"shape": "ctx", "batch_size": 2, "format": "e4m3", "scheme": "tensor"}
+    kernel = [
+        {**base, "variant": "flashinfer:tc", "status": "ok", "reason": "", "resolved": "fa2"}
+        | {"quant": {"rel_l2_err": 0.04}, "kernel": {"rel_l2_err": 0.003}},
+        {**base, "variant": "flash-attn:fa3", "status": "ok", "reason": "", "resolved": "fa3"}
+        | {"quant": {"rel_l2_err": 0.04}, "q_quant": {"rel_l2_err": 0.027}}
+        | {"kernel": {"rel_l2_err": 0.025}, "total": {"rel_l2_err": 0.05}},
+        {**base, "format": "e5m2", "variant": "flash-attn:fa3", "status": "unsupported"}
+        | {"reason": "FlashAttention has no fp8_e5m2 kernels (its fp8 path is e4m3 only)"},
+    ]
+    errors = [
+        {"data": "a", "format": f, "scheme": "tensor", "rel_l2_err": 0.04, "cosine": 0.99}
+        for f in ("e4m3", "e5m2")
+    ]
+    rows = summarize(errors, [], kernel, recall_bound=0.99, rel_l2_bound=0.05)
+    assert rows[0]["kernel_rel_l2_err_by_variant"] == {
+        "flashinfer:tc": 0.003,
+        "flash-attn:fa3": 0.025,
+    }
+    assert rows[0]["kernel_rel_l2_err_max"] == 0.025
+    assert rows[1]["kernel_rel_l2_err_by_variant"] == {}
+    doc = {"kernel": kernel, "summary": rows, "settings": {"rel_l2_bound": 0.05}}
+    doc["settings"]["recall_bound"] = 0.99
+    console = Console(width=300, record=True)
+    console.print(kernel_table(doc))
+    console.print(summary_table(doc))
+    text = console.export_text()
+    assert "flash-attn:fa3" in text
+    assert "2.700%" in text  # FA3's query quantisation, its own column
+    assert "unsupported: FlashAttention has no fp8_e5m2" in text
+    assert "flashinfer:tc 0.300%, flash-attn:fa3 2.500%" in text
 
 
 def test_a_run_cut_during_the_kernel_part_keeps_the_records_measured(
@@ -290,7 +437,8 @@ def test_kernel_study_skips_with_a_reason_on_cpu() -> None:
     records, reason = kernel_mod.kernel_study(replace(TINY, kernel=True))
     assert records == []
     assert reason is not None
-    assert "not CUDA" in reason
+    assert reason.count("not CUDA") == 1  # one cause for FlashInfer and FA3, said once
+    assert "not CUDA" in (kernel_fa3.fa3_unavailable("cpu") or "")
 
 
 def test_study_document_round_trips_as_strict_json(tmp_path: Path) -> None:
@@ -363,13 +511,16 @@ def test_fp8_suite_compares_kv_dtypes() -> None:
 
 
 @pytest.mark.gpu
-def test_flashinfer_fp8_kernel_error_is_below_quantisation_error() -> None:
+def test_flashinfer_fp8_kernel_error_is_below_quantisation_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     pytest.importorskip("flashinfer")
+    monkeypatch.setattr(kernel_fa3, "fa3_unavailable", lambda device: "FA3: its own test")
     cfg = replace(
         StudyConfig.small("cuda:0"), kernel_shapes=(("ctx1024", 8, "1024"), ("mixed", 8, "mixed"))
     )
     records, skipped = kernel_mod.kernel_study(cfg)
-    assert skipped is None
+    assert skipped == "flash-attn:fa3: FA3: its own test"
     by = {(r["format"], r["scheme"], r["variant"], r["shape"]): r for r in records}
     assert len(by) == 2 * 3 * 2
     for key in (
@@ -382,6 +533,34 @@ def test_flashinfer_fp8_kernel_error_is_below_quantisation_error() -> None:
         assert r["kernel"]["rel_l2_err"] < r["quant"]["rel_l2_err"]
     # every record is a value: ok, or an error/mismatch with a reason
     assert all(r["status"] == "ok" or r["reason"] for r in records)
+
+
+@pytest.mark.gpu
+def test_fa3_fp8_kernel_error_is_below_quantisation_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """FA3's fp8 paged decode on the H200 (FlashInfer left out: no JIT compiles here)."""
+    pytest.importorskip("flash_attn_interface")
+    monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: "its own test")
+    cfg = replace(
+        StudyConfig.small("cuda:0"), kernel_shapes=(("ctx1024", 8, "1024"), ("mixed", 8, "mixed"))
+    )
+    records, skipped = kernel_mod.kernel_study(cfg)
+    assert skipped == "flashinfer: its own test"
+    by = {(r["format"], r["shape"]): r for r in records}
+    assert len(records) == len(by) == 2 * 2
+    assert {r["variant"] for r in records} == {"flash-attn:fa3"}
+    for shape in ("ctx1024", "mixed"):
+        r = by["e4m3", shape]
+        assert r["status"] == "ok", r["reason"]
+        assert r["resolved"] == "fa3"
+        assert r["details"]["kv_cache"] == "paged"
+        assert r["kernel"]["rel_l2_err"] < r["quant"]["rel_l2_err"]
+        assert 0 < r["q_quant"]["rel_l2_err"] < r["quant"]["rel_l2_err"]
+        assert r["bf16_kernel"]["rel_l2_err"] < 0.01
+        e5m2 = by["e5m2", shape]
+        assert e5m2["status"] == "unsupported"
+        assert "e5m2" in e5m2["reason"]
 
 
 def test_cli_fp8_cut_short_keeps_the_finished_parts(

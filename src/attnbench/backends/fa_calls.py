@@ -15,9 +15,9 @@ import torch
 
 from attnbench.backends import kvgather
 from attnbench.backends.fa_lib import FlashLib
+from attnbench.backends.flashinfer_common import quantize_query
 from attnbench.backends.merge import masked_attention_lse, merge_states
-from attnbench.workload.inputs import AttentionInputs, torch_dtype, tree_ancestor_mask
-from attnbench.workload.quant import per_tensor_scale, quantize
+from attnbench.workload.inputs import AttentionInputs, tree_ancestor_mask
 from attnbench.workload.spec import WorkloadSpec
 
 PartCall = Callable[[], tuple[torch.Tensor, torch.Tensor]]
@@ -276,10 +276,8 @@ def setup(
     s = Setup(lib, spec, inputs, knobs, q=inputs.q, layout=layout)
     if lib.generation == 3:
         s.details["scheduler_metadata"] = METADATA_IN_RUN  # until a call computes it in plan
-    if spec.is_fp8:
-        fp8 = torch_dtype(spec.kv_dtype)
-        s.q_scale = per_tensor_scale(inputs.q, fp8)
-        s.q = quantize(inputs.q, s.q_scale, fp8)
+    if spec.is_fp8:  # FA3's fp8 path takes an fp8 query: one per-tensor scale (a pure function)
+        s.q, s.q_scale, _ = quantize_query(inputs.q, spec.kv_dtype)
         s.details["q_scale"] = s.q_scale
         s.details["out_dtype"] = "bfloat16"
     return s

@@ -78,6 +78,7 @@ FA3_KNOBS: dict[str, tuple[object, ...]] = {
 }
 """`flash-attn:fa3-contiguous` and `-cascade`: also the copy's layout (`api`: a contiguous
 KV cache with lengths, or varlen over packed K/V)."""
+FP8_E5M2_REASON = "FlashAttention has no fp8_e5m2 kernels (its fp8 path is e4m3 only)"
 
 
 def cascade_prefix_len(spec: WorkloadSpec) -> int:
@@ -275,7 +276,7 @@ def _check_build(lib: FlashLib, spec: WorkloadSpec, device: DeviceInfo) -> str |
     if lib.generation == 2 and device.sm < 80:
         return f"FlashAttention-2 needs sm80+; this GPU is sm{device.sm}"
     if spec.kv_dtype == "fp8_e5m2":
-        return "FlashAttention has no fp8_e5m2 kernels (its fp8 path is e4m3 only)"
+        return FP8_E5M2_REASON
     if spec.is_fp8 and not lib.fp8:
         hint = " (FA2 is fp16/bf16 only)" if lib.generation == 2 else ""
         return f"{lib.label} has no fp8 kernels{hint}"

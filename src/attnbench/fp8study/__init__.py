@@ -6,8 +6,10 @@ Three parts, each kept apart so an error is attributed to its cause:
   (data kind, format, scheme), with underflow/saturation/subnormal counts.
 - `needle`: retrieval. A needle key/value planted at many depths and context lengths; does the
   attention's top-1 still land on it, and how close is the output to its value?
-- `kernel`: kernel error (CUDA + FlashInfer only). FlashInfer's fp8 paged decode vs the fp64
-  reference on the same dequantised cache, per-tensor scales.
+- `kernel`: kernel error (CUDA with FlashInfer and/or FA3). FlashInfer's fp8 paged decode vs
+  the fp64 reference on the same dequantised cache (per-tensor and per-(token, head) scales),
+  and FA3's (per-tensor, e4m3) vs the fp64 reference on its dequantised fp8 query and cache, the
+  query's own quantisation error recorded apart (`kernel_fa3`).
 
 `run_study` returns one JSON-ready document (settings, provenance, every record and a summary).
 """
@@ -52,7 +54,7 @@ class StudyConfig:
     needle_targets: tuple[str, ...] = ("max+0.1", "max+1", "lse+0")
     needle_heads: int = 4
     needle_trials: int = 2
-    # kernel study (CUDA + FlashInfer)
+    # kernel study (CUDA + FlashInfer and/or FA3)
     kernel: bool = True
     kernel_shapes: tuple[tuple[str, int, str], ...] = (
         ("ctx1024", 8, "1024"),

@@ -1,4 +1,4 @@
-"""Kernel error of FlashInfer's fp8 paged decode, kept apart from quantisation error.
+"""Kernel error of FlashInfer's and FA3's fp8 paged decode, kept apart from quantisation error.
 
 For each shape and fp8 format, `make_inputs` builds a bf16 paged KV cache (the *source*) and an
 fp8 copy with per-tensor scales (real = stored * k_scale, what `run(k_scale=, v_scale=)` takes).
@@ -11,12 +11,16 @@ page_size, num_kv_heads]` for NHD; real = stored * sf), the brief's "per-token d
     total error        = FlashInfer fp8 decode vs fp64 reference on the bf16 source
     bf16 kernel error  = FlashInfer on the bf16 source vs its fp64 reference (16-bit baseline)
 
-FlashInfer is imported lazily; without CUDA or FlashInfer the study records why it skipped.
+FlashAttention-3's fp8 decode (`flash-attn:fa3`, per-tensor scales, e4m3 only; it quantises
+the query too, measured apart) runs beside them on each shape: `kernel_fa3`.
+
+Both libraries are imported lazily; without CUDA, FlashInfer or FA3 the study records why it
+skipped (`kernel_study`'s reason) and runs whichever of the two it can.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -35,17 +39,26 @@ KERNEL_VARIANTS: dict[str, bool] = {"flashinfer:fa2": False, "flashinfer:tc": Tr
 """Variant (named as the sweep names it) -> `use_tensor_cores` of
 BatchDecodeWithPagedKVCacheWrapper(backend="fa2"): the CUDA-core decode kernel, or the
 tensor-core (fa2 prefill template) one. Both dequantise fp8 K/V to the query dtype and keep q
-unquantised (FA3's fp8 path would need an fp8 query, i.e. extra query error). The per-token
-scale layout runs on the tensor-core path only (FlashInfer forces it)."""
+unquantised (FA3's fp8 path quantises q too: `kernel_fa3` measures that error apart). The
+per-token scale layout runs on the tensor-core path only (FlashInfer forces it)."""
 KvScales = tuple[torch.Tensor, torch.Tensor]
+
+
+def cuda_unavailable(device: str | torch.device) -> str | None:
+    """None when `device` is a usable CUDA device, else why not (one wording for FlashInfer and
+    FA3, so a run without CUDA records the reason once)."""
+    if torch.device(device).type != "cuda":
+        return f"device {device} is not CUDA (the fp8 decode kernels run on NVIDIA GPUs)"
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    return None
 
 
 def kernel_unavailable(device: str | torch.device) -> str | None:
     """None when FlashInfer's fp8 decode can run on `device`, else why not."""
-    if torch.device(device).type != "cuda":
-        return f"device {device} is not CUDA (FlashInfer's decode runs on NVIDIA GPUs)"
-    if not torch.cuda.is_available():
-        return "CUDA is not available"
+    reason = cuda_unavailable(device)
+    if reason is not None:
+        return reason
     try:
         import flashinfer  # noqa: F401
     except Exception as exc:  # ImportError, or a broken CUDA/JIT install
@@ -127,32 +140,53 @@ def _spec(cfg: StudyConfig, kv_lens: tuple[int, ...], kv_dtype: str) -> Workload
 def kernel_study(
     cfg: StudyConfig, on_record: Callable[[dict[str, Any]], None] | None = None
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """(records, None), or ([], reason) when the kernel cannot run here. `on_record` gets each
-    record as it is measured, so a run cut short keeps what it finished. Order: the per-tensor
-    scheme in each format, then the per-(token, head) one, each over every shape: e4m3's
-    per-tensor kernels (the ones a serving deployment uses, and those a warm FlashInfer cache
-    holds) come first, the modules that must still be JIT-compiled (e5m2, token-head scales)
-    later."""
-    reason = kernel_unavailable(cfg.device)
-    if reason is not None:
-        return [], reason
+    """(records, None), or (records, why a library was skipped), or ([], why) when no kernel
+    can run here. `on_record` gets each record as it is measured, so a run cut short keeps
+    what it finished. Order: the per-tensor scheme in each format, then the per-(token, head)
+    one, each over every shape (per shape: FlashInfer's variants, then FA3): e4m3's per-tensor
+    kernels (the ones a serving deployment uses, and those a warm FlashInfer cache holds) come
+    first, the modules that must still be JIT-compiled (e5m2, token-head scales) later."""
+    from attnbench.fp8study import kernel_fa3
+
+    cuda = cuda_unavailable(cfg.device)
+    skipped = {
+        "flashinfer": kernel_unavailable(cfg.device),
+        kernel_fa3.FA3_VARIANT: cuda or kernel_fa3.fa3_unavailable(cfg.device),
+    }
+    reasons = {lib: why for lib, why in skipped.items() if why is not None}
+    reason = "; ".join(f"{lib}: {why}" for lib, why in reasons.items()) or None
+    if len(reasons) == len(skipped):  # nothing runs here; no CUDA is one cause, said once
+        causes = set(reasons.values())
+        return [], causes.pop() if len(causes) == 1 else reason
+    running = set(skipped) - set(reasons)
     records: list[dict[str, Any]] = []
     for scheme in ("tensor", "token"):
+        if scheme == "token" and "flashinfer" in reasons:
+            continue  # only FlashInfer takes per-(token, head) scales
         for fmt_name in cfg.formats:
             for label, batch_size, lengths in cfg.kernel_shapes:
-                for rec in _shape_records(cfg, scheme, fmt_name, label, batch_size, lengths):
+                shape = (label, batch_size, lengths)
+                for rec in _shape_records(cfg, scheme, fmt_name, *shape, running):
                     records.append(rec)
                     if on_record is not None:
                         on_record(rec)
-    return records, None
+    return records, reason
 
 
 def _shape_records(
-    cfg: StudyConfig, scheme: str, fmt_name: str, label: str, batch_size: int, lengths: str
-) -> list[dict[str, Any]]:
-    """One shape and format under one scaling scheme: per-tensor scales on both decode
-    kernels, or per-(token, head) scales on the tensor-core path."""
+    cfg: StudyConfig,
+    scheme: str,
+    fmt_name: str,
+    label: str,
+    batch_size: int,
+    lengths: str,
+    libraries: set[str],
+) -> Iterator[dict[str, Any]]:
+    """One shape and format under one scaling scheme, each record as it is measured:
+    per-tensor scales on both FlashInfer decode kernels and FA3, or per-(token, head) scales
+    on FlashInfer's tensor-core path. `libraries`: those that run here."""
     from attnbench.backends.reference import reference_attention
+    from attnbench.fp8study.kernel_fa3 import FA3_VARIANT, fa3_record
     from attnbench.workload.inputs import make_inputs
     from attnbench.workload.lengths import parse_lengths
 
@@ -161,7 +195,8 @@ def _shape_records(
     spec = _spec(cfg, kv_lens, f"fp8_{fmt.name}")
     inputs = make_inputs(spec, cfg.device, keep_high_precision=True)
     kv_source = inputs.extras.pop("kv_cache_hp")
-    source = replace(inputs, kv_cache=kv_source, k_scale=1.0, v_scale=1.0)
+    source_spec = _spec(cfg, kv_lens, "bfloat16")
+    source = replace(inputs, spec=source_spec, kv_cache=kv_source, k_scale=1.0, v_scale=1.0)
     ref_source = reference_attention(source)
     shape = {
         "shape": label,
@@ -170,7 +205,6 @@ def _shape_records(
         "max_kv_len": max(kv_lens),
         "format": fmt.name,
     }
-    out: list[dict[str, Any]] = []
     if scheme == "tensor":
         ref_fp8 = reference_attention(inputs)
         base = {
@@ -180,10 +214,13 @@ def _shape_records(
             "v_scale": inputs.v_scale,
             "quant": error_metrics(ref_fp8, ref_source),
         }
-        for variant, tensor_cores in KERNEL_VARIANTS.items():
-            out.append(
-                _measure(variant, tensor_cores, inputs, None, source, ref_fp8, ref_source, base)
-            )
+        if "flashinfer" in libraries:
+            for variant, tensor_cores in KERNEL_VARIANTS.items():
+                yield _measure(
+                    variant, tensor_cores, inputs, None, source, ref_fp8, ref_source, base
+                )
+        if FA3_VARIANT in libraries:
+            yield fa3_record(base, inputs, source, ref_fp8, ref_source)
         del ref_fp8
     else:
         stored, sf, dequant = token_head_quantize(kv_source, fmt.dtype)
@@ -192,13 +229,10 @@ def _shape_records(
         ref_token = reference_attention(replace(token_inputs, kv_cache=dequant))
         del dequant
         base = {**shape, "scheme": "token", "quant": error_metrics(ref_token, ref_source)}
-        out.append(
-            _measure("flashinfer:tc", True, token_inputs, sf, source, ref_token, ref_source, base)
-        )
+        yield _measure("flashinfer:tc", True, token_inputs, sf, source, ref_token, ref_source, base)
         del token_inputs, stored, sf, ref_token
     del inputs, source, ref_source
     torch.cuda.empty_cache()
-    return out
 
 
 def _measure(

@@ -33,7 +33,9 @@ def summarize(
     Row fields: worst relative L2 error and lowest cosine of the attention output over data
     kinds (and which kind), largest underflow/saturation fractions of K and V, needle recall
     per target (pooled over every cell, and the worst cell with its length and depth), the
-    worst FlashInfer kernel error (schemes the kernel ran), and `within_bounds`: worst rel L2
+    worst kernel error (schemes a kernel ran: `kernel_rel_l2_err_max` over every variant,
+    `kernel_rel_l2_err_by_variant` per variant, e.g. `flashinfer:tc`, `flash-attn:fa3`; FA3's
+    is against the reference on its fp8 query), and `within_bounds`: worst rel L2
     <= rel_l2_bound and every target's pooled recall >= recall_bound (`needle_recall_min` is
     the lowest pooled recall over targets).
     """
@@ -63,12 +65,13 @@ def summarize(
             "v_saturated_fraction_max": _stat_max(err_rows, "v", "saturated_fraction"),
             "needle": _needle_summary(needle_by.get((fmt, scheme), [])),
         }
-        kern = [
-            r["kernel"]["rel_l2_err"]
-            for r in kernel
-            if r.get("format") == fmt and r.get("scheme") == scheme and r.get("kernel")
-        ]
-        row["kernel_rel_l2_err_max"] = max(kern) if kern else None
+        by_variant: dict[str, float] = {}
+        for r in kernel:
+            if r.get("format") == fmt and r.get("scheme") == scheme and r.get("kernel"):
+                err, variant = float(r["kernel"]["rel_l2_err"]), str(r.get("variant", ""))
+                by_variant[variant] = max(err, by_variant.get(variant, err))
+        row["kernel_rel_l2_err_max"] = max(by_variant.values()) if by_variant else None
+        row["kernel_rel_l2_err_by_variant"] = by_variant
         worst_recall = min((t["recall"] for t in row["needle"].values()), default=1.0)
         row["needle_recall_min"] = worst_recall
         row["within_bounds"] = bool(
