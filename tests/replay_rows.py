@@ -2,7 +2,7 @@
 latency follows the replay cost model with known coefficients, so a fit must recover them.
 
     decode  us = c0 + c1 * seqs + c2 * kv_mb + c3 * crit_mb + c4 * splits + c5 * chain
-                 + c6 * ragged
+                 + c6 * ragged + c7 * odd + c8 * odd_seqs
             (the split-KV features of the backend's plan, `replay.kernelplan`, no tail term:
             streams = inf)
     prefill us = c0 + c1 * seqs + c2 * q_ktokens + c3 * gflop
@@ -30,13 +30,13 @@ SHAPE = dict(num_qo_heads=8, num_kv_heads=1, head_dim=128, page_size=16, dtype="
 COEFS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {
     # ragged-aware: ~3 TB/s, small skew term
     "flashinfer:fa2": (
-        (6.0, 0.05, 1e3 / 3000.0, 0.5, 0.01, 0.1, 0.0),
+        (6.0, 0.05, 1e3 / 3000.0, 0.5, 0.01, 0.1, 0.0, 0.0, 0.0),
         (10.0, 0.5, 0.3, 1e3 / 350.0),
         (15.0, 0.2),
     ),
     # faster per byte but a large per-CTA (longest work unit) term
     "flash-attn:fa3": (
-        (4.0, 0.02, 1e3 / 3300.0, 30.0, 0.02, 0.05, 0.0),
+        (4.0, 0.02, 1e3 / 3300.0, 30.0, 0.02, 0.05, 0.0, 0.0, 0.0),
         (12.0, 0.5, 0.2, 1e3 / 600.0),
         (0.0, 0.0),
     ),
@@ -55,8 +55,13 @@ def header(run_id: str = "replay-fake") -> Header:
     )
 
 
-def decode_us(backend: str, kv: list[int]) -> float:
-    c = COEFS[backend][0]
+PADDED = "sdpa:cudnn"
+PADDED_DECODE = (5.0, 0.02, 1e3 / 4000.0, 1.5, 0.05, 0.02, 7.0, 2.0, 0.05)
+"""A padded kernel's decode coefs: its mask (`ragged`) and odd-length mask (`odd`, `odd_seqs`)."""
+
+
+def decode_us(backend: str, kv: list[int], coefs: tuple[float, ...] | None = None) -> float:
+    c = COEFS[backend][0] if coefs is None else coefs
     h, d, page = SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["page_size"]
     plan = KernelPlan(family_of(backend), h, page, d, h * d * 2 * 2)
     f = plan.features(len(kv), sum(kv), max(kv), kv)
@@ -84,6 +89,40 @@ def decode_batches(seed: int = 0) -> list[list[int]]:
     return out
 
 
+def padded_decode_rows(odd_reach: int = 256) -> list[ResultRow]:
+    """`PADDED` decode rows following `PADDED_DECODE`: uniform batches (no mask), masked ones whose
+    longest is even, and masked ones whose longest is odd, the last only up to `odd_reach`
+    requests."""
+    rng = np.random.default_rng(1)
+    out = []
+    for n in (1, 2, 4, 8, 16, 64, 256):
+        for hi in (2048, 16384, 65536):
+            batches = [[hi] * n]
+            if n > 1:
+                rest = [int(v) for v in rng.integers(64, hi // 2, size=n - 1)]
+                batches.append([hi, *rest])
+                if n <= odd_reach:
+                    batches.append([hi - 1, *rest])
+            for kv in batches:
+                spec = WorkloadSpec(kind="decode", kv_lens=tuple(kv), qo_lens=(1,) * n, **SHAPE)
+                lat = decode_us(PADDED, kv, PADDED_DECODE)
+                out.append(_row(PADDED, spec, lat, 0.0))
+    return out
+
+
+def _row(backend: str, spec: WorkloadSpec, lat: float, plan: float) -> ResultRow:
+    return ResultRow(
+        run_id="replay-fake",
+        case_id=spec.case_id,
+        backend=backend,
+        status="ok",
+        spec=spec.model_dump(mode="json"),
+        latency_us=lat,
+        plan_us=plan,
+        details={"kv_cache": "paged"} if backend == "flash-attn:fa3" else {},
+    )
+
+
 def prefill_specs() -> list[WorkloadSpec]:
     out = []
     for lens in ([512], [2048], [8192], [1024] * 4, [4096, 512], [16384], [256] * 16):
@@ -108,18 +147,7 @@ def rows(
             lat = decode_us(b, list(s.kv_lens)) if s.kind == "decode" else prefill_us(b, s)
             if noise:
                 lat *= float(np.exp(rng.normal(0, noise)))
-            out.append(
-                ResultRow(
-                    run_id="replay-fake",
-                    case_id=s.case_id,
-                    backend=b,
-                    status="ok",
-                    spec=s.model_dump(mode="json"),
-                    latency_us=lat,
-                    plan_us=plan_us(b, s.batch_size) if s.kind == "decode" else 0.0,
-                    details={"kv_cache": "paged"} if b == "flash-attn:fa3" else {},
-                )
-            )
+            out.append(_row(b, s, lat, plan_us(b, s.batch_size) if s.kind == "decode" else 0.0))
     return out
 
 

@@ -76,8 +76,8 @@ def test_bounded_fit_recovers_a_known_model_and_never_exceeds_the_ceiling() -> N
             calls.append((n, n * hi, hi))
     feats = p.feature_matrix(*(np.array(c) for c in zip(*calls, strict=True)))
     x = np.column_stack([np.ones(len(calls)), [c[0] for c in calls], feats])
-    names = ("const", "seqs", "kv_mb", "crit_mb", "splits", "chain", "ragged")
-    true = np.array([12.0, 0.03, 1e3 / 4000.0, 15.0, 0.02, 0.1, 0.0])
+    names = ("const", "seqs", "kv_mb", "crit_mb", "splits", "chain", "ragged", "odd", "odd_seqs")
+    true = np.array([12.0, 0.03, 1e3 / 4000.0, 15.0, 0.02, 0.1, 0.0, 0.0, 0.0])
     y = x @ true
     fit = fit_linear(names, x, y, lower={"kv_mb": 1e3 / 4200.0})
     np.testing.assert_allclose(fit.coef, true, rtol=1e-6, atol=1e-9)
@@ -142,6 +142,19 @@ def test_tail_term_and_ragged_mask() -> None:
     assert cudnn.features(8, 8 * 4096, 4096)[4] == 0.0  # uniform: the maskless kernel
     assert cudnn.features(8, 8 * 4096 - 1, 4096)[4] == 1.0  # ragged: padded with a mask
     assert tc.features(8, 8 * 4096 - 1, 4096)[4] == 0.0
+
+
+def test_odd_length_mask() -> None:
+    cudnn, tc = plan("sdpa:cudnn"), plan("flashinfer:tc")
+    # (ragged, odd, odd_seqs): the mask's padded key length is the longest request
+    assert cudnn.features(8, 8 * 4095 - 1, 4095)[4:] == (1.0, 1.0, 8.0)
+    assert cudnn.features(8, 8 * 4096 - 1, 4096)[4:] == (1.0, 0.0, 0.0)
+    assert cudnn.features(8, 8 * 4095, 4095)[4:] == (0.0, 0.0, 0.0)  # uniform: no mask at all
+    lens = [4095, 100, 3000]
+    assert cudnn.features(3, sum(lens), 4095, lens)[5:] == (1.0, 3.0)
+    h4 = KernelPlan("padded", 4, 16, 128, 4 * BYTES)
+    assert h4.features(8, 8 * 4095 - 1, 4095)[6] == 32.0  # requests x KV heads
+    assert tc.features(8, 8 * 4095 - 1, 4095)[4:] == (0.0, 0.0, 0.0)  # not a padded kernel
 
 
 def test_in_flight_tokens_integrates_the_tail() -> None:

@@ -3,7 +3,7 @@
 Per layer, one call each (microseconds, non-negative least squares, relative error):
 
     decode  latency = c0 + c1 * seqs + c2 * kv_mb + c3 * crit_mb + c4 * splits + c5 * chain
-                      + c6 * ragged
+                      + c6 * ragged + c7 * odd + c8 * odd_seqs
     prefill latency = c0 + c1 * seqs + c2 * q_ktokens + c3 * gflop
     plan    plan_us = p0 + p1 * seqs          (host planning, once per step and call)
 
@@ -13,9 +13,9 @@ is more: the skew tail): 1e3 / c2 is the kernel's bandwidth in GB/s, bounded bel
 measured ceiling so no fit implies more bandwidth than the GPU was measured to deliver.
 `streams` (CTAs in flight that saturate the memory; for padded kernels also the plan's `chunk`)
 is chosen from `kernelplan.STREAMS_GRID` by the training fit (each held-out fold chooses again).
-Rows are fitted on their requests' lengths (`decode_lens_x`). crit_mb, splits, chain and
-ragged follow the variant's split-KV plan (`replay.kernelplan`: the longest work unit, the
-partial outputs a merge combines, those of the longest request, a padded kernel's masked path).
+Rows are fitted on their requests' lengths (`decode_lens_x`). The other features follow the
+variant's split-KV plan (`replay.kernelplan`: the longest work unit, the partial outputs a
+merge combines, those of the longest request, a padded kernel's masked path, its odd length).
 gflop = 4 x head_dim x q_heads x causal (query, key) pairs / 1e9: 1e3 / c3 is TFLOP/s.
 seqs = requests in the call (per-request work: page-table walks, q/o, partial merges); c0 =
 launch and fixed cost.
@@ -41,6 +41,7 @@ from attnbench.replay.fit import LinearFit, fit_linear, fit_linear_choice
 from attnbench.replay.kernelplan import (
     CHUNK_GRID,
     DEFAULT_NUM_SMS,
+    PLAN_FEATURES_OF_DECODE,
     STREAMS_GRID,
     KernelPlan,
     family_of,
@@ -50,7 +51,7 @@ from attnbench.replay.steps import FloatArray, IntArray
 from attnbench.results import ResultRow
 from attnbench.workload.spec import WorkloadSpec
 
-DECODE_FEATURES = ("const", "seqs", "kv_mb", "crit_mb", "splits", "chain", "ragged")
+DECODE_FEATURES = ("const", "seqs", *PLAN_FEATURES_OF_DECODE)
 PREFILL_FEATURES = ("const", "seqs", "q_ktokens", "gflop")
 PLAN_FEATURES = ("const", "seqs")
 _REDUCED = {

@@ -58,6 +58,12 @@ Features per call (one layer), all non-negative, that `costmodel` fits:
     chain      partial outputs the longest request merges beyond its first (its split count -
                1): merges run per request, one partial after another.
     ragged     1 for a padded kernel's ragged batch (the masked path), else 0.
+    odd        1 for such a masked call whose padded key length L (the longest request) is odd:
+               torch hands cuDNN the mask as a contiguous bf16 bias [n, 1, 1, L], every other
+               row of which then starts off a 4-byte boundary (H200 rows: ~2 us more a call).
+    odd_seqs   requests x KV heads of an `odd` call, a per-row cost (0 on the H200 rows); its
+               fitted range is how far odd rows reach, a call beyond it counts as extrapolated
+               (live steps of 74..210 requests with an odd longest took 1.1-2x their even peers).
 """
 
 from __future__ import annotations
@@ -75,7 +81,7 @@ from attnbench.replay.steps import FloatArray, IntArray
 FAMILIES = ("flashinfer-decode", "flashinfer-prefill", "fa3", "xqa", "padded", "ideal")
 DEFAULT_NUM_SMS = 132
 """H200 / H100 SXM; a result header's device.num_sms overrides it."""
-PLAN_FEATURES_OF_DECODE = ("kv_mb", "crit_mb", "splits", "chain", "ragged")
+PLAN_FEATURES_OF_DECODE = ("kv_mb", "crit_mb", "splits", "chain", "ragged", "odd", "odd_seqs")
 STREAMS_GRID = (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, math.inf)
 """The `streams` a fit may choose (CTAs in flight that saturate the memory: HBM bandwidth over
 one CTA's streaming rate, tens to hundreds on an H200); inf: the tail term off."""
@@ -188,7 +194,7 @@ class KernelPlan:
     def features(
         self, n: int, kv_total: int, kv_max: int, kv_lens: Sequence[int] | None = None
     ) -> tuple[float, ...]:
-        """(kv_mb, crit_mb, splits, chain, ragged) of one call (`kv_lens`: see `split`)."""
+        """`PLAN_FEATURES_OF_DECODE` of one call (`kv_lens`: see `split`)."""
         if n <= 0:
             return (0.0,) * len(PLAN_FEATURES_OF_DECODE)
         s = self.split(n, kv_total, kv_max, kv_lens)
@@ -202,12 +208,15 @@ class KernelPlan:
         else:
             streamed_mb = max(kv_mb, tail_mb)
         ragged = self.padded and kv_total < n * kv_max
+        odd = ragged and kv_max % 2 == 1
         return (
             streamed_mb,
             unit_mb,
             max(0.0, s.units - n * self.num_kv_heads),
             max(0.0, s.chain - 1.0),
             1.0 if ragged else 0.0,
+            1.0 if odd else 0.0,
+            float(n * self.num_kv_heads) if odd else 0.0,
         )
 
     def feature_matrix(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
