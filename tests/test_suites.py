@@ -155,9 +155,10 @@ def test_gqa_suite_covers_every_group_size_mqa_and_qwen25_7b() -> None:
 
 
 def test_replay_calibration_covers_live_replay_shapes() -> None:
-    # 116 decode rows of the grid plus 20 live-replay shapes; prefill and append as in `replay`
+    # 116 decode rows of the grid plus 20 live-replay shapes and 8 odd-longest probes; prefill
+    # and append as in `replay`
     specs = _specs("replay-calibration")
-    assert Counter(s.kind for s in specs) == {"decode": 136, "prefill": 5, "append": 6}
+    assert Counter(s.kind for s in specs) == {"decode": 144, "prefill": 5, "append": 6}
     assert {(s.num_qo_heads, s.num_kv_heads, s.head_dim, s.page_size) for s in specs} == {
         (8, 1, 128, 16)
     }
@@ -167,8 +168,13 @@ def test_replay_calibration_covers_live_replay_shapes() -> None:
     assert {s.batch_size for s in tiny} == {1, 2, 4, 8}
     assert min(min(s.kv_lens) for s in tiny) <= 32
     # a padded kernel's band between the SMs (132) and 256 requests, longest 64k and 128k
-    band = [s for s in decode if 132 < s.batch_size < 256]
+    band = [s for s in decode if 132 < s.batch_size < 256 and max(s.kv_lens) % 2 == 0]
     assert {(s.batch_size, max(s.kv_lens)) for s in band} == {
         (n, mx) for n in (136, 168, 200) for mx in (65536, 131072)
+    }
+    # SDPA cuDNN's odd-length padding mask from 72 to 200 requests (the live steps' slow regime)
+    odd = [s for s in decode if s.batch_size > 64 and max(s.kv_lens) % 2 == 1]
+    assert {(s.batch_size, max(s.kv_lens)) for s in odd} == {
+        (n, mx) for n in (72, 100, 136, 200) for mx in (65535, 131071)
     }
     assert max(_kv_bytes(s) for s in specs) < KV_BUDGET_BYTES

@@ -39,12 +39,17 @@ U)  # session 9, call 1: the fp8 suite's last case (FlashInfer's fp16-query / fp
   # the committed calibration lacks (fp8 prefill/append and the live steps' tiny and large
   # batches), then 60 live steps x 4 fp8-capable variants
   gunzip -c results/h200-fp8.jsonl.gz > "$OUT/h200-fp8.jsonl"
-  step 130 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
-  gunzip -c results/h200-replay-calibration.jsonl.gz > /tmp/calibration.jsonl
+  step 120 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
+  gunzip -c results/h200-replay-calibration.jsonl.gz > "$OUT/h200-replay-calibration.jsonl"
+  # the 8 odd-longest cases (SDPA cuDNN's unaligned padding mask, 72..200 requests)
+  R5="-b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa -b sdpa:cudnn"
+  step 90 calibration-odd $RUN --suite replay-calibration $R5 --resume \
+    --out "$OUT/h200-replay-calibration.jsonl"
+  cp "$OUT/h200-replay-calibration.jsonl" /tmp/calibration.jsonl
   F4="-b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa"
   step 150 calibration-fp8 $RUN --suite replay-calibration-fp8 $F4 --resume \
     --out "$OUT/h200-replay-calibration-fp8.jsonl"
-  step 240 validation-fp8 $AB replay-validate /tmp/calibration.jsonl \
+  step 220 validation-fp8 $AB replay-validate /tmp/calibration.jsonl \
     "$OUT/h200-replay-calibration-fp8.jsonl" --steps 60 --kv-dtype fp8_e4m3 $F4 \
     --max-time-ms 60 --out "$OUT/h200-replay-validation-fp8.json"
   ;;
