@@ -29,7 +29,7 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: U, V, W or X (older stages are in git history)}
+stage=${1:?stage: U, V, W, X or Y (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 bash scripts/h200/jit_aot.sh  # else FlashInfer's ninja compiles every carried module again
@@ -68,6 +68,10 @@ X)  # session 9, what budget is left: the FP8 study with FA3's fp8 path, FlexAtt
     -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa --suite fp8 \
     --out "$OUT/h200-tune-fp8.jsonl"
   step 200 default-warm $AB run --out /tmp/default.jsonl  # `step` logs its wall time
+  ;;
+Y)  # the README command as a new user meets it: the first call on a fresh machine, with nothing
+  # compiled (carry only .device; no jit-cache.txz unpacked), its wall time logged by `step`
+  step 560 default-fresh $AB run --out "$OUT/h200-default-fresh.jsonl"
   ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"
