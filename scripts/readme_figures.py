@@ -31,7 +31,7 @@ pre-paging 70B file or the model studies, which the README quotes on their own).
 def load(folder: Path) -> pd.DataFrame:
     frames = []
     for path in [p for name in SUITES for p in sorted(folder.glob(f"h200-{name}.jsonl*"))]:
-        rows = [r for r in read_results(path).rows if r.status == "ok" and r.latency_us]
+        rows = read_results(path).rows
         frames.append(
             pd.DataFrame(
                 {
@@ -39,6 +39,7 @@ def load(folder: Path) -> pd.DataFrame:
                     "case": [r.case_id for r in rows],
                     "kind": [r.spec.kind for r in rows],
                     "backend": [r.backend for r in rows],
+                    "ok": [r.status == "ok" and bool(r.latency_us) for r in rows],
                     "latency_us": [r.latency_us for r in rows],
                 }
             )
@@ -56,12 +57,21 @@ def paging(df: pd.DataFrame) -> None:
         print(f"  {f}: {g.min():.2f}-{g.max():.2f} ({g.size})")
 
 
-def fa3_vs_flashinfer(df: pd.DataFrame) -> None:
-    fi = df[df["backend"].str.startswith("flashinfer:") & ~df["backend"].str.contains(r"\+")]
+def fa3_vs_flashinfer(every: pd.DataFrame) -> None:
+    """`every`: rows of any status (a refusal still counts as the variant measured)."""
+    df = every[every["ok"]]
+    raw = every[
+        every["backend"].str.startswith("flashinfer:") & ~every["backend"].str.contains(r"\+")
+    ]
+    fi = raw[raw["ok"]]
     best = fi.loc[fi.groupby(["file", "case"])["latency_us"].idxmin()].set_index(["file", "case"])
     fa3 = df[df["backend"] == "flash-attn:fa3"].set_index(["file", "case"])
     both = fa3.join(best.add_suffix("_fi"), how="inner")
     both["ratio"] = both["latency_us"] / both["latency_us_fi"]
+    # FlashInfer variants measured per case, against the most any case of that file has
+    variants = raw.groupby(["file", "case"])["backend"].nunique()
+    most = variants.groupby(level="file").transform("max")
+    both["partial"] = (variants < most).reindex(both.index)
     print("paged FA3 / fastest FlashInfer variant on the same case:")
     for kind, g in both.groupby("kind"):
         fastest = Counter(g["backend_fi"])
@@ -70,13 +80,17 @@ def fa3_vs_flashinfer(df: pd.DataFrame) -> None:
             f"{int((g['ratio'] < 1).sum())} of {len(g)}; the fastest FlashInfer variant "
             f"{dict(fastest.most_common())}"
         )
+        for (f, case), row in g[g["partial"]].iterrows():
+            print(
+                f"    fewer FlashInfer variants than elsewhere in {f}: {case} ({row['ratio']:.2f}x)"
+            )
 
 
 def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results")
     df = load(folder)
     df = df[~df["backend"].str.startswith(ENGINE_PREFIXES)]
-    paging(df)
+    paging(df[df["ok"]])
     fa3_vs_flashinfer(df)
 
 
