@@ -106,11 +106,12 @@ def padded_decode_rows(odd_reach: int = 256) -> list[ResultRow]:
             for kv in batches:
                 spec = WorkloadSpec(kind="decode", kv_lens=tuple(kv), qo_lens=(1,) * n, **SHAPE)
                 lat = decode_us(PADDED, kv, PADDED_DECODE)
-                out.append(_row(PADDED, spec, lat, 0.0))
+                out.append(result_row(PADDED, spec, lat, 0.0))
     return out
 
 
-def _row(backend: str, spec: WorkloadSpec, lat: float, plan: float) -> ResultRow:
+def result_row(backend: str, spec: WorkloadSpec, lat: float, plan: float) -> ResultRow:
+    """An ok row of `backend` on `spec`, as the sweep writes it (FA3's paged marker too)."""
     return ResultRow(
         run_id="replay-fake",
         case_id=spec.case_id,
@@ -147,7 +148,8 @@ def rows(
             lat = decode_us(b, list(s.kv_lens)) if s.kind == "decode" else prefill_us(b, s)
             if noise:
                 lat *= float(np.exp(rng.normal(0, noise)))
-            out.append(_row(b, s, lat, plan_us(b, s.batch_size) if s.kind == "decode" else 0.0))
+            plan = plan_us(b, s.batch_size) if s.kind == "decode" else 0.0
+            out.append(result_row(b, s, lat, plan))
     return out
 
 

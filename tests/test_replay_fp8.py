@@ -118,18 +118,8 @@ def _fp8_rows(kinds: tuple[str, ...]) -> list[ResultRow]:
             s = bf16.model_copy(update={"kv_dtype": FP8})
             decode = s.kind == "decode"
             lat = _decode_us(b, list(s.kv_lens)) if decode else _prefill_us(b, s)
-            out.append(
-                ResultRow(
-                    run_id="replay-fp8-fake",
-                    case_id=s.case_id,
-                    backend=b,
-                    status="ok",
-                    spec=s.model_dump(mode="json"),
-                    latency_us=lat,
-                    plan_us=rr.plan_us(b, s.batch_size) if decode else 0.0,
-                    details={"kv_cache": "paged"} if b == "flash-attn:fa3" else {},
-                )
-            )
+            plan = rr.plan_us(b, s.batch_size) if decode else 0.0
+            out.append(rr.result_row(b, s, lat, plan))
     return out
 
 
