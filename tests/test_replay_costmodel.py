@@ -98,26 +98,32 @@ def test_odd_length_mask_terms_are_recovered_and_bound_their_reach() -> None:
     assert m.decode is not None
     # the padded plan's chunk is not identifiable from these rows, the mask terms are
     assert m.decode.cv_rel_rmse < 1e-9
-    np.testing.assert_allclose(m.decode.coef[-3:], rr.PADDED_DECODE[-3:], rtol=1e-6)
+    np.testing.assert_allclose(m.decode.coef[-4:], rr.PADDED_DECODE[-4:], rtol=1e-6)
     even, odd = [65536, 300, 9000, 20000], [65535, 300, 9000, 20000]
     assert m.decode_lens_us(odd) == pytest.approx(rr.decode_us(rr.PADDED, odd, rr.PADDED_DECODE))
-    # one token shorter, 2 us + 0.05 us per request more
-    assert m.decode_lens_us(odd) - m.decode_lens_us(even) == pytest.approx(2.0 + 0.05 * 4, rel=1e-3)
+    # one token shorter, 2 us more
+    assert m.decode_lens_us(odd) - m.decode_lens_us(even) == pytest.approx(2.0, rel=1e-3)
+    many = [65535, *([300] * 99)]  # 100 requests: unsplit, L x (30 + 0.1 x 100) us per MB
+    row_mb = 65535 * 512 / 1e6
+    assert m.decode_lens_us(many) == pytest.approx(5.0 + 0.02 * 100 + 7.0 + 2.0 + 40.0 * row_mb)
     # the simulator's summary path sees the odd length too
     n, total = np.array([4]), np.array([sum(odd)])
     assert m.decode_us(n, total, np.array([65535]))[0] == pytest.approx(m.decode_lens_us(odd))
 
 
 def test_odd_calls_beyond_the_odd_rows_count_as_extrapolated() -> None:
-    models, _ = fit_models(rr.padded_decode_rows(odd_reach=16), KEY)
-    m = models[rr.PADDED]
-    assert m.decode is not None
-    n, mx = np.array([64, 64, 16]), np.array([65535, 65536, 65535])
+    n, mx = np.array([256, 256, 16]), np.array([65535, 65536, 65535])
     total = n * 20000
-    far = m.decode_extrapolation(n, total, mx)
-    assert far[0] == pytest.approx(64 / 16)  # odd, 4x the requests any odd row had
+    models, _ = fit_models(rr.padded_decode_rows(odd_reach=128), KEY)
+    far = models[rr.PADDED].decode_extrapolation(n, total, mx)
+    assert far[0] == pytest.approx(256 / 128)  # unsplit odd, 2x the padded MB of any odd row
     assert far[1] == 1.0  # the same batch with an even longest: inside the rows
     assert far[2] == 1.0
+    # no unsplit odd row at all: such a call is outside the rows, however small
+    models, _ = fit_models(rr.padded_decode_rows(odd_reach=16), KEY)
+    far = models[rr.PADDED].decode_extrapolation(n, total, mx)
+    assert far[0] == np.inf
+    assert far[1] == far[2] == 1.0
 
 
 def test_constant_feature_is_dropped_and_named() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from attnbench.replay.fit import fit_linear
 from attnbench.replay.kernelplan import (
+    PLAN_FEATURES_OF_DECODE,
     KernelPlan,
     fa3_num_splits,
     family_of,
@@ -76,8 +77,8 @@ def test_bounded_fit_recovers_a_known_model_and_never_exceeds_the_ceiling() -> N
             calls.append((n, n * hi, hi))
     feats = p.feature_matrix(*(np.array(c) for c in zip(*calls, strict=True)))
     x = np.column_stack([np.ones(len(calls)), [c[0] for c in calls], feats])
-    names = ("const", "seqs", "kv_mb", "crit_mb", "splits", "chain", "ragged", "odd", "odd_seqs")
-    true = np.array([12.0, 0.03, 1e3 / 4000.0, 15.0, 0.02, 0.1, 0.0, 0.0, 0.0])
+    names = ("const", "seqs", *PLAN_FEATURES_OF_DECODE)
+    true = np.array([12.0, 0.03, 1e3 / 4000.0, 15.0, 0.02, 0.1, 0.0, 0.0, 0.0, 0.0])
     y = x @ true
     fit = fit_linear(names, x, y, lower={"kv_mb": 1e3 / 4200.0})
     np.testing.assert_allclose(fit.coef, true, rtol=1e-6, atol=1e-9)
@@ -146,15 +147,23 @@ def test_tail_term_and_ragged_mask() -> None:
 
 def test_odd_length_mask() -> None:
     cudnn, tc = plan("sdpa:cudnn"), plan("flashinfer:tc")
-    # (ragged, odd, odd_seqs): the mask's padded key length is the longest request
-    assert cudnn.features(8, 8 * 4095 - 1, 4095)[4:] == (1.0, 1.0, 8.0)
-    assert cudnn.features(8, 8 * 4096 - 1, 4096)[4:] == (1.0, 0.0, 0.0)
-    assert cudnn.features(8, 8 * 4095, 4095)[4:] == (0.0, 0.0, 0.0)  # uniform: no mask at all
+    # (ragged, odd, odd_row_mb, odd_pad_mb): the mask's padded key length is the longest request
+    assert cudnn.features(8, 8 * 4095 - 1, 4095)[4:] == (1.0, 1.0, 0.0, 0.0)
+    assert cudnn.features(8, 8 * 4096 - 1, 4096)[4:] == (1.0, 0.0, 0.0, 0.0)
+    assert cudnn.features(8, 8 * 4095, 4095)[4:] == (0.0, 0.0, 0.0, 0.0)  # uniform: no mask
     lens = [4095, 100, 3000]
-    assert cudnn.features(3, sum(lens), 4095, lens)[5:] == (1.0, 3.0)
+    assert cudnn.features(3, sum(lens), 4095, lens)[5:] == (1.0, 0.0, 0.0)
+    assert tc.features(80, 80 * 4095 - 1, 4095)[4:] == (0.0, 0.0, 0.0, 0.0)  # not padded
+    # more than half the SMs' requests x KV heads: unsplit, costed by its own two terms only
+    row_mb = 4095 * BYTES / 1e6
+    assert cudnn.features(64, 64 * 4095 - 1, 4095)[6:] == (0.0, 0.0)  # 64 of 132: split
+    assert cudnn.features(72, 72 * 4095 - 1, 4095) == pytest.approx(
+        (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, row_mb, 72 * row_mb)
+    )
+    assert cudnn.features(72, 72 * 4096 - 1, 4096)[6:] == (0.0, 0.0)  # even: the usual path
     h4 = KernelPlan("padded", 4, 16, 128, 4 * BYTES)
-    assert h4.features(8, 8 * 4095 - 1, 4095)[6] == 32.0  # requests x KV heads
-    assert tc.features(8, 8 * 4095 - 1, 4095)[4:] == (0.0, 0.0, 0.0)  # not a padded kernel
+    assert h4.features(16, 16 * 4095 - 1, 4095)[6] == 0.0  # 64 requests x KV heads
+    assert h4.features(20, 20 * 4095 - 1, 4095)[6:] == pytest.approx((row_mb, 20 * 4 * row_mb))
 
 
 def test_in_flight_tokens_integrates_the_tail() -> None:

@@ -3,7 +3,7 @@
 Per layer, one call each (microseconds, non-negative least squares, relative error):
 
     decode  latency = c0 + c1 * seqs + c2 * kv_mb + c3 * crit_mb + c4 * splits + c5 * chain
-                      + c6 * ragged + c7 * odd + c8 * odd_seqs
+                      + c6 * ragged + c7 * odd + c8 * odd_row_mb + c9 * odd_pad_mb
     prefill latency = c0 + c1 * seqs + c2 * q_ktokens + c3 * gflop
     plan    plan_us = p0 + p1 * seqs          (host planning, once per step and call)
 

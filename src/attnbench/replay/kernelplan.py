@@ -61,9 +61,15 @@ Features per call (one layer), all non-negative, that `costmodel` fits:
     odd        1 for such a masked call whose padded key length L (the longest request) is odd:
                torch hands cuDNN the mask as a contiguous bf16 bias [n, 1, 1, L], every other
                row of which then starts off a 4-byte boundary (H200 rows: ~2 us more a call).
-    odd_seqs   requests x KV heads of an `odd` call, a per-row cost (0 on the H200 rows); its
-               fitted range is how far odd rows reach, a call beyond it counts as extrapolated
-               (live steps of 74..210 requests with an odd longest took 1.1-2x their even peers).
+    odd_row_mb one request's (one KV head's) padded KV MB, for an `odd` call of more than
+               half the SMs' requests x KV heads (`ODD_UNSPLIT_SEQS`), else 0.
+    odd_pad_mb such a call's padded KV MB (n x longest), else 0. The call is costed by these two
+               alone (its other plan features are 0): on the H200 rows (cuDNN 9.19, Llama-70B
+               at TP 8, one KV head) 64 odd requests run at the usual rate, while 72..200 take
+               L x (a + b x n) with L the padded length, 1.1-2.3x their even twins; b x n x L
+               is faster per padded byte than the memory, so it is not a bandwidth. Where
+               between 64 and 72 requests the switch lies is not measured. A call with these
+               beyond the odd rows counts as extrapolated.
 """
 
 from __future__ import annotations
@@ -72,22 +78,36 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from attnbench.replay.fa3plan import fa3_num_splits as fa3_num_splits
+from attnbench.replay.fa3plan import fa3_split
 from attnbench.replay.steps import FloatArray, IntArray
 
 FAMILIES = ("flashinfer-decode", "flashinfer-prefill", "fa3", "xqa", "padded", "ideal")
 DEFAULT_NUM_SMS = 132
 """H200 / H100 SXM; a result header's device.num_sms overrides it."""
-PLAN_FEATURES_OF_DECODE = ("kv_mb", "crit_mb", "splits", "chain", "ragged", "odd", "odd_seqs")
+PLAN_FEATURES_OF_DECODE = (
+    "kv_mb",
+    "crit_mb",
+    "splits",
+    "chain",
+    "ragged",
+    "odd",
+    "odd_row_mb",
+    "odd_pad_mb",
+)
 STREAMS_GRID = (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, math.inf)
 """The `streams` a fit may choose (CTAs in flight that saturate the memory: HBM bandwidth over
 one CTA's streaming rate, tens to hundreds on an H200); inf: the tail term off."""
 CHUNK_GRID = (2048.0, 1024.0, 512.0, 256.0, 128.0)
 """The smallest KV tokens per CTA a `padded` plan's fit may choose (cuDNN's split of a decode
 batch is not documented; 128 last, the default). Other plans follow their library's split."""
+
+ODD_UNSPLIT_SEQS = 0.5
+"""A `padded` call whose longest request is odd runs unsplit above this fraction of the SMs in
+requests x KV heads (H200: split at 64, unsplit from 72 of 132; SMs / 2 is assumed)."""
 
 _BLOCKS_PER_SM = {
     "flashinfer-decode": 4,
@@ -177,7 +197,7 @@ class KernelPlan:
                     self.family, n, total, mx, h, self.page_size, self.slots
                 )
         elif self.family == "fa3":
-            unit, units = _fa3_split(n, total, mx, h, self.head_dim, self.num_sms, kv_lens)
+            unit, units = fa3_split(n, total, mx, h, self.head_dim, self.num_sms, kv_lens)
         elif self.family == "xqa" and kv_lens is not None and len(kv_lens) == n:
             return _xqa_split_exact(kv_lens, h, self.num_sms, self.kv_dtype)
         elif self.family == "xqa":
@@ -186,10 +206,21 @@ class KernelPlan:
             else:
                 sub = xqa_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS["mha"])
             unit, units = float(math.ceil(mx / sub)), float(n * h * sub)
+        elif self.odd_unsplit(n, kv_total, kv_max):
+            unit, units = mx, float(n * h)
         else:
             units = max(float(n * h), min(float(self.slots), total * h / self.chunk))
             unit = min(mx, max(total * h / units, 1.0))
         return Split(total, unit, units, float(math.ceil(mx / max(unit, 1.0))))
+
+    def odd_mask(self, n: int, kv_total: int, kv_max: int) -> bool:
+        """A padded kernel's masked call whose padded key length (the longest) is odd."""
+        return self.padded and kv_total < n * kv_max and kv_max % 2 == 1
+
+    def odd_unsplit(self, n: int, kv_total: int, kv_max: int) -> bool:
+        """An `odd_mask` call too many requests x KV heads to be split (`ODD_UNSPLIT_SEQS`)."""
+        many = n * self.num_kv_heads > ODD_UNSPLIT_SEQS * self.num_sms
+        return many and self.odd_mask(n, kv_total, kv_max)
 
     def features(
         self, n: int, kv_total: int, kv_max: int, kv_lens: Sequence[int] | None = None
@@ -201,6 +232,8 @@ class KernelPlan:
         per_head_mb = self.kv_bytes_per_token / self.num_kv_heads / 1e6
         kv_mb = s.kv_tokens * self.kv_bytes_per_token / 1e6
         unit_mb = s.unit_tokens * per_head_mb
+        if self.odd_unsplit(n, kv_total, kv_max):  # its own two terms (module docstring)
+            return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, unit_mb, kv_mb)
         tail_mb = self.streams * unit_mb if math.isfinite(self.streams) else 0.0
         if s.unit_lens is not None and math.isfinite(self.streams):
             lens = np.tile(np.asarray(s.unit_lens, dtype=np.float64), self.num_kv_heads)
@@ -208,15 +241,15 @@ class KernelPlan:
         else:
             streamed_mb = max(kv_mb, tail_mb)
         ragged = self.padded and kv_total < n * kv_max
-        odd = ragged and kv_max % 2 == 1
         return (
             streamed_mb,
             unit_mb,
             max(0.0, s.units - n * self.num_kv_heads),
             max(0.0, s.chain - 1.0),
             1.0 if ragged else 0.0,
-            1.0 if odd else 0.0,
-            float(n * self.num_kv_heads) if odd else 0.0,
+            1.0 if self.odd_mask(n, kv_total, kv_max) else 0.0,
+            0.0,
+            0.0,
         )
 
     def feature_matrix(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
@@ -346,52 +379,3 @@ def _flashinfer_split_exact(
     chunk = min(lo, max_pages)
     units = float((-(-pages // chunk)).sum())
     return min(float(max(kv_lens)), float(chunk * page)), units * h
-
-
-def _fa3_block_n(head_dim: int) -> int:
-    """FA3's KV tile on sm90 (hopper/tile_size.h: 176 up to d128 when not causal, else 128)."""
-    return 176 if head_dim <= 128 else 128
-
-
-@lru_cache(maxsize=65536)
-def fa3_num_splits(total_mblocks: int, num_sms: int, num_n_blocks: int) -> int:
-    """hopper/heuristics.h num_splits_heuristic for decode (one m-block, not causal)."""
-    if total_mblocks >= 0.8 * num_sms or num_n_blocks <= 4:
-        return 1
-    max_splits = min(128, num_sms, num_n_blocks)
-    eff = []
-    for s in range(1, max_splits + 1):
-        waves = total_mblocks * s / num_sms
-        eff.append(waves / math.ceil(waves))
-    best = max(eff)
-    return next(s for s, e in enumerate(eff, start=1) if e >= 0.85 * best)
-
-
-def _fa3_split(
-    n: int,
-    total: float,
-    mx: float,
-    h: int,
-    head_dim: int,
-    num_sms: int,
-    kv_lens: Sequence[int] | None = None,
-) -> tuple[float, float]:
-    """(longest unit tokens, units): the static split of batch 1 (the dynamic scheduler's upper
-    bound), then per request ceil(blocks_i / blocks_per_sm) splits at most that (on the
-    requests' block counts when `kv_lens` is known, else on the summary)."""
-    bn = _fa3_block_n(head_dim)
-    nb_max = max(1, math.ceil(mx / bn))
-    splits = fa3_num_splits(h, num_sms, nb_max)
-    if splits == 1:
-        return mx, float(n * h)
-    exact = kv_lens is not None and len(kv_lens) == n
-    nb = np.maximum(1, -(-np.asarray(kv_lens if exact else [], dtype=np.int64) // bn))
-    blocks = float(nb.sum()) if exact else total / bn + n / 2.0
-    per_sm = max(1, math.ceil(blocks * 1.1 * h / num_sms))
-    longest = max(1, min(math.ceil(nb_max / per_sm), splits))
-    unit = min(mx, float(math.ceil(nb_max / longest) * bn))
-    if exact:
-        units = float(np.minimum(-(-nb // per_sm), splits).sum())
-    else:
-        units = max(float(n), min(float(n * splits), blocks / per_sm + n / 2.0))
-    return unit, units * h
