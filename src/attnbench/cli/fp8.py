@@ -25,11 +25,16 @@ def fp8(
         bool, Opt("--full", help="The full study (contexts to 64k; ~1 min on an H200).")
     ] = False,
     out: Annotated[
-        Path | None, Opt(help="Study JSON (default runs/<time>_<device>_fp8-<size>.json).")
+        Path | None,
+        Opt(
+            help="Study JSON (default runs/<time>_<device>_fp8-<size>.json); "
+            "`attnbench show FILE` prints a saved one again."
+        ),
     ] = None,
     seed: Annotated[int, Opt(min=0, max=MAX_SEED, help="Seed of the random data and needles.")] = 0,
     kernel: Annotated[
-        bool, Opt("--kernel/--no-kernel", help="Also run FlashInfer's fp8 decode (CUDA).")
+        bool,
+        Opt("--kernel/--no-kernel", help="Also run FlashInfer's and FA3's fp8 decode (CUDA)."),
     ] = True,
     needle_lengths: Annotated[
         str | None, Opt(help="Needle context lengths, e.g. 1024,65536 (overrides the size).")

@@ -1,5 +1,6 @@
 """`attnbench show FILE...`: every row of results files, readable at 80 columns and wider when
-the terminal is, then the summary `run` ends with. `print_summary` is that end of `run`."""
+the terminal is, then the summary `run` ends with. `print_summary` is that end of `run`. A saved
+fp8 study (`attnbench fp8 --out`, .json or .json.gz) prints as the study's tables."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 def show(
     files: Annotated[
         list[Path],
-        typer.Argument(help="Results files (.jsonl) to print.", metavar="FILE"),
+        typer.Argument(
+            help="Results files (.jsonl) or saved fp8 studies (.json) to print.", metavar="FILE"
+        ),
     ],
     show_all: Annotated[
         bool,
@@ -35,10 +38,14 @@ def show(
 ) -> None:
     """Print every row of results files: one heading per case, one line per variant (median,
     bandwidth, compute, fractions of the measured ceilings; more columns in a wider terminal),
-    failures with their reasons, then the summary."""
-    from attnbench.results import ResultsFileError, read_results
+    failures with their reasons, then the summary. An fp8 study: its tables (quantisation
+    error, needle recall, one row per kernel record, the summary)."""
+    from attnbench.results import ResultsFileError, is_document_path, read_results
 
     for path in files:
+        if is_document_path(path):
+            print_study(path, summary)
+            continue
         try:
             rf = read_results(path)
         except ResultsFileError as exc:
@@ -53,6 +60,37 @@ def show(
         print_rows(rf.rows, include_unsupported=show_all)
         if summary:
             print_summary(rf.rows, path, hint_all=not show_all)
+
+
+def print_study(path: Path, summary: bool = True) -> None:
+    """A saved fp8 study: a heading (device, commit, whether it finished), then its tables;
+    the kernel table has one row per record, FA3's error split beside FlashInfer's."""
+    from attnbench.fp8study import load_study
+    from attnbench.fp8study.tables import (
+        errors_table,
+        kernel_table,
+        needle_table,
+        study_heading,
+        summary_table,
+    )
+
+    try:
+        doc = load_study(path)
+    except OSError as exc:
+        fail(f"{path}: {exc.strerror or exc}")
+    except ValueError as exc:  # not JSON, or a JSON document other than an fp8 study
+        fail(f"{exc} (`attnbench show` reads results files and fp8 studies)")
+    console.print(f"{path}: {study_heading(doc)}", style="bold", markup=False, highlight=False)
+    if doc.get("errors"):
+        console.print(errors_table(doc))
+    if doc.get("needle"):
+        console.print(needle_table(doc))
+    if doc.get("kernel"):
+        console.print(kernel_table(doc))
+    if doc.get("kernel_skipped"):
+        note(f"{path}: kernel records: {doc['kernel_skipped']}")
+    if summary and doc.get("summary"):
+        console.print(summary_table(doc))
 
 
 def print_rows(rows: Sequence[ResultRow], include_unsupported: bool = False) -> None:

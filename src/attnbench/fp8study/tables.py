@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from attnbench.workload.capacity import CapacityRow
@@ -17,6 +20,25 @@ def _pct(x: float | None, digits: int = 2) -> str:
 
 def _sci(x: float | None) -> str:
     return "-" if x is None else f"{x:.2e}"
+
+
+def _cosine(x: float | None) -> str:
+    """NaN in memory, null once saved (strict JSON): `-` either way."""
+    return "-" if x is None or x != x else f"{x:.5f}"
+
+
+def study_heading(doc: dict[str, Any]) -> str:
+    """One line on a saved study: where and from which commit it ran, whether it finished."""
+    prov, settings = doc.get("provenance") or {}, doc.get("settings") or {}
+    where = prov.get("gpu") or settings.get("device") or "an unknown device"
+    parts = [f"fp8 study on {where}", f"git {prov.get('git_sha') or 'unknown'}"]
+    parts.append(f"{len(doc.get('kernel') or [])} kernel records")
+    if doc.get("complete") is False:  # absent in documents written before the key
+        done = ", ".join(k.removesuffix("_s") for k in doc.get("timings", {})) or "none"
+        parts.append(f"incomplete: the run stopped early (parts begun: {done})")
+    elif doc.get("complete"):
+        parts.append("complete")
+    return ", ".join(parts)
 
 
 def errors_table(doc: dict[str, Any]) -> Table:
@@ -35,7 +57,7 @@ def errors_table(doc: dict[str, Any]) -> Table:
             _pct(r["rel_l2_err"]),
             _sci(r["max_abs_err"]),
             _sci(r["rmse"]),
-            f"{r['cosine']:.5f}",
+            _cosine(r["cosine"]),
             _pct(k.get("underflow_fraction"), 3),
             _pct(k.get("saturated_fraction"), 3),
             _pct(k.get("subnormal_fraction"), 2),
@@ -78,35 +100,65 @@ def needle_table(doc: dict[str, Any]) -> Table:
     return t
 
 
-def kernel_table(doc: dict[str, Any]) -> Table:
-    t = Table(
-        title="fp8 paged decode (FlashInfer, FA3): quantisation vs kernel error (rel L2); "
-        "FA3 quantises q too: q quant apart, its kernel error is against the fp64 reference "
-        "on the fp8 q and K/V"
-    )
-    for col in ("shape", "format", "scheme", "variant", "resolved", "status"):
-        t.add_column(col)
-    for col in ("quant", "q quant", "kernel", "total", "bf16 kernel"):
-        t.add_column(col, justify="right")
+KERNEL_LEGEND = (
+    "fp8 paged decode, kernel error apart from quantisation (rel L2 vs fp64 attention): "
+    "quant = the K/V's fp8 quantisation; q quant = the query's (FA3 quantises q to fp8 too; "
+    "FlashInfer keeps it bf16); kernel = the kernel vs fp64 attention on the very fp8 inputs it "
+    "read (FA3: fp8 q and K/V); total = the kernel vs fp64 attention on the bf16 source; "
+    "bf16 = the same kernel on the bf16 source (16-bit baseline)."
+)
+SCHEME_TITLES = {"tensor": "per-tensor scales", "token": "per-(token, head) scales"}
+
+
+def kernel_table(doc: dict[str, Any]) -> Group:
+    """The kernel records, one table per (format, scheme), one row per (shape, variant):
+    FlashInfer's kernel error beside FA3's split (q quant, kernel, total). A record that did not
+    run is marked `[n]`; each distinct status and reason is listed once, in full, below."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in doc["kernel"]:
+        groups[r["format"], r.get("scheme", "tensor")].append(r)
+    notes: dict[str, int] = {}
+    tables = [_kernel_group(fmt, scheme, rows, notes) for (fmt, scheme), rows in groups.items()]
+    footnotes = [Text(f"[{n}] {why}") for why, n in notes.items()]
+    spaced = [part for table in tables for part in (Text(), table)]
+    return Group(Text(KERNEL_LEGEND), *spaced, *([Text()] if footnotes else []), *footnotes)
+
+
+def _kernel_group(
+    fmt: str, scheme: str, records: list[dict[str, Any]], notes: dict[str, int]
+) -> Table:
+    """`notes`: footnote text -> number, shared by every group (numbered as first seen)."""
+    title = f"{fmt}, {SCHEME_TITLES.get(scheme, f'{scheme} scales')}"
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column("shape", no_wrap=True)
+    t.add_column("variant")
+    for col in ("quant", "q quant", "kernel", "total", "bf16"):
+        t.add_column(col, justify="right", no_wrap=True)
+
+    def noted(cell: str, note: str) -> Text:
+        number = notes.setdefault(note, len(notes) + 1)
+        return Text(f"{cell} [{number}]")
+
+    for r in records:
 
         def rel(key: str, rec: dict[str, Any] = r) -> str:
             m = rec.get(key)
-            return _pct(m["rel_l2_err"], 3) if m else "-"
+            return _pct(m["rel_l2_err"], 3) if m and m.get("rel_l2_err") is not None else "-"
 
-        status = r["status"] if not r.get("reason") else f"{r['status']}: {r['reason'][:60]}"
+        variant = Text(r["variant"])
+        if r["status"] != "ok" or r.get("reason"):
+            variant = noted(r["variant"], f"{r['status']}: {r.get('reason') or 'no reason given'}")
+        bf16: str | Text = rel("bf16_kernel")
+        if r.get("bf16_reason"):
+            bf16 = noted(str(bf16), f"bf16 run failed: {r['bf16_reason']}")
         t.add_row(
             f"{r['shape']} bs{r['batch_size']}",
-            r["format"],
-            r.get("scheme", "tensor"),
-            r["variant"],
-            r.get("resolved", ""),
-            status,
+            variant,
             rel("quant"),
             rel("q_quant"),
             rel("kernel"),
             rel("total"),
-            rel("bf16_kernel"),
+            bf16,
         )
     return t
 
@@ -132,7 +184,7 @@ def summary_table(doc: dict[str, Any]) -> Table:
             r["format"],
             r["scheme"],
             "-" if rel is None or rel != rel else f"{_pct(rel)} ({r['rel_l2_err_max_data']})",
-            "-" if r["cosine_min"] != r["cosine_min"] else f"{r['cosine_min']:.5f}",
+            _cosine(r["cosine_min"]),
             _pct(r["k_underflow_fraction_max"], 3),
             _pct(max(r["k_saturated_fraction_max"], r["v_saturated_fraction_max"]), 3),
             needle or "-",
