@@ -6,17 +6,23 @@
 - paging: paged FA3 (`flash-attn:fa3`) / contiguous FA3 (`flash-attn:fa3-contiguous`) latency per
   case, per file and over all;
 - FA3 vs FlashInfer: paged FA3 / the fastest FlashInfer variant on the same case, per kind, how
-  often FA3 is faster, and which FlashInfer variant wins where FlashInfer does.
+  often FA3 is faster, and which FlashInfer variant wins where FlashInfer does;
+- fp8 study kernel error: from `FP8_STUDIES` (the newest first; an older file adds only the
+  (shape, format, scheme, variant) records the newer lacks), the KV quantisation error per
+  format, FlashInfer's kernel error per variant, FA3's q-quant / kernel / total error, and each
+  file's commit and whether its run finished.
 """
 
 from __future__ import annotations
 
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from attnbench.fp8study import load_study
 from attnbench.results import read_results
 
 ENGINE_PREFIXES = ("vllm:", "sglang:")
@@ -26,6 +32,10 @@ SUITES = (
 )  # fmt: skip
 """The files of the paged-FA3 comparison (not the replay calibration, the tuning files, the
 pre-paging 70B file or the model studies, which the README quotes on their own)."""
+FP8_STUDIES = ("h200-fp8-study-fa3.json.gz", "h200-fp8-study.json.gz")
+"""The H200 fp8 studies, newest first: the FA3 run stopped in its kernel part, so the older
+complete run supplies the records it lacks (e5m2 with per-(token, head) scales)."""
+FA3_VARIANT = "flash-attn:fa3"
 
 
 def load(folder: Path) -> pd.DataFrame:
@@ -86,12 +96,98 @@ def fa3_vs_flashinfer(every: pd.DataFrame) -> None:
             )
 
 
+def fp8_kernel_records(folder: Path) -> list[dict[str, Any]]:
+    """Every kernel record of `FP8_STUDIES` present in `folder`, each (shape, format, scheme,
+    variant) once, from the newest file that has it."""
+    kept: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for name in FP8_STUDIES:
+        path = folder / name
+        if not path.is_file():
+            print(f"  {name}: not in {folder}")
+            continue
+        doc = load_study(path)
+        records = doc["kernel"]
+        new = {
+            key: r
+            for r in records
+            if (key := (r["shape"], r["format"], r.get("scheme", "tensor"), r["variant"]))
+            not in kept
+        }
+        kept.update(new)
+        print(
+            f"  {name}: git_sha {doc['provenance'].get('git_sha')}, complete "
+            f"{doc.get('complete')}, {len(records)} kernel records ({len(new)} used)"
+        )
+    return list(kept.values())
+
+
+def _pct_range(values: list[float]) -> str:
+    if not values:
+        return "- (0)"
+    return f"{100 * min(values):.2f}-{100 * max(values):.2f}% ({len(values)})"
+
+
+def _rel(records: list[dict[str, Any]], metric: str) -> list[float]:
+    values = [(r.get(metric) or {}).get("rel_l2_err") for r in records]
+    return [v for v in values if v is not None]
+
+
+def _by_scheme(records: list[dict[str, Any]], metric: str) -> str:
+    """`tensor 0.27-0.32% (6), token 0.28-0.35% (6)`: the range of each scaling scheme."""
+    schemes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        schemes[r.get("scheme", "tensor")].append(r)
+    return ", ".join(f"{k} {_pct_range(_rel(rs, metric))}" for k, rs in schemes.items())
+
+
+def fp8_kernel_errors(folder: Path) -> None:
+    """Ranges (min-max over the committed records, with their count) of the fp8 study's kernel
+    part: rel L2 error against fp64 attention."""
+    print("fp8 study kernel error (rel L2 vs fp64 attention; min-max (records)):")
+    records = fp8_kernel_records(folder)
+    if not records:
+        return
+    by_format: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_format[r["format"]].append(r)
+    for fmt, recs in by_format.items():
+        # quant is one value per (shape, format, scheme), repeated in each variant's record
+        shared = list({(r["shape"], r.get("scheme", "tensor")): r for r in recs}.values())
+        print(
+            f"  KV quant {fmt}: {_pct_range(_rel(shared, 'quant'))}; {_by_scheme(shared, 'quant')}"
+        )
+    ok = [r for r in records if r["status"] == "ok"]
+    variants = dict.fromkeys(r["variant"] for r in records)
+    for variant in [v for v in variants if v != FA3_VARIANT]:
+        recs = [r for r in ok if r["variant"] == variant]
+        print(
+            f"  {variant} kernel: {_pct_range(_rel(recs, 'kernel'))} "
+            f"({_by_scheme(recs, 'kernel')}); bf16 kernel {_pct_range(_rel(recs, 'bf16_kernel'))}"
+        )
+    fa3 = [r for r in ok if r["variant"] == FA3_VARIANT]
+    if fa3:
+        print(
+            f"  {FA3_VARIANT} ({', '.join(sorted({r['format'] for r in fa3}))}): q quant "
+            f"{_pct_range(_rel(fa3, 'q_quant'))}, kernel {_pct_range(_rel(fa3, 'kernel'))}, "
+            f"total {_pct_range(_rel(fa3, 'total'))}; bf16 kernel "
+            f"{_pct_range(_rel(fa3, 'bf16_kernel'))}"
+        )
+    not_ok = Counter(
+        (r["variant"], r["format"], r["status"], r.get("reason", ""))
+        for r in records
+        if r["status"] != "ok"
+    )
+    for (variant, fmt, status, reason), n in not_ok.items():
+        print(f"  {variant} {fmt}: {status} in {n} records ({reason})")
+
+
 def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results")
     df = load(folder)
     df = df[~df["backend"].str.startswith(ENGINE_PREFIXES)]
     paging(df[df["ok"]])
     fa3_vs_flashinfer(df)
+    fp8_kernel_errors(folder)
 
 
 if __name__ == "__main__":
