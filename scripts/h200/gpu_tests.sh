@@ -80,8 +80,9 @@ for g in "$@"; do
   rc=$?
   {
     echo "=== group $g: -m '${MARK[$g]}' $(echo ${FILES[$g]}): exit $rc after $((SECONDS - t0)) s"
-    echo "=== FlashInfer modules JIT-compiled in group $g (none: all loaded from the cache):"
-    compiled_since "$stamp"
+    echo "=== FlashInfer modules JIT-compiled in group $g:"
+    compiled=$(compiled_since "$stamp")
+    echo "${compiled:-none (all loaded from the cache or already compiled)}"
   } >> "$log"
   rm -f "$stamp"
   tail -"${TAIL:-25}" "$log"

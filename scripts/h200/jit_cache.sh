@@ -13,7 +13,9 @@ trap 'rm -rf "$work"' EXIT
 cat "$parts"/jit-cache.tgz.part* | tar xzf - -C "$work"
 tar cf - -C "$work" --exclude='*.o' --exclude='*.ninja*' --exclude='*.d' --exclude='*.cu' \
   --exclude='*.cuh' --exclude='*e5m2*' --exclude='*token_head_sf*' --exclude=fmha_cudnn_gen \
-  --exclude='*q_f16_dtype_kv_e4m3*' --exclude=flashinfer_jit.log flashinfer-ws |
+  --exclude='*q_f16_dtype_kv_e4m3*' --exclude='*spec_q_seq_len_1024*' \
+  --exclude='*spec_q_seq_len_8192*' --exclude='xqa_*head_dim_64_*' \
+  --exclude=flashinfer_jit.log flashinfer-ws |
   xz -9e -T1 > jit-cache.txz.new
 mv jit-cache.txz.new jit-cache.txz
 tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
