@@ -49,27 +49,25 @@ s10a)  # session 10, call 1, on a fresh machine: the README command as a new use
 s10b)  # session 10, call 2 (chained within 30 s, same machine): finish the fresh run if it was
   # cut (its wall time is the two steps' sum), then the same command again with every kernel
   # compiled: the warm wall time
-  step 300 default-fresh-resume $AB run --resume --out /tmp/h200-default-fresh.jsonl
+  step 240 default-fresh-resume $AB run --resume --out /tmp/h200-default-fresh.jsonl
   cp /tmp/h200-default-fresh.jsonl "$OUT/"
-  step 280 default-warm $AB run --out "$OUT/h200-default-warm.jsonl"
+  step 240 default-warm $AB run --out "$OUT/h200-default-warm.jsonl"
   ;;
 s10c)  # session 10, call 3 (chained): SDPA cuDNN's replay model (odd-length masks unsplit above
-  # 66 requests, 45a98ce) on 120 live steps it was not shaped on (--steps 120 draws 30 per trace
-  # at quantiles that miss the 15 of the 60-step run but the ends), then the GPU tests' group d
+  # 66 requests, 45a98ce) on 120 live steps it was not shaped on (drawn from cuDNN's own replay:
+  # 4 of the 120 batches are among the 60-step run's, 21 are odd calls above 66 requests), then
+  # the GPU tests' group d
   gunzip -c results/h200-replay-calibration.jsonl.gz > /tmp/calibration.jsonl
-  step 200 validation-cudnn $AB replay-validate /tmp/calibration.jsonl --steps 120 \
+  step 180 validation-cudnn $AB replay-validate /tmp/calibration.jsonl --steps 120 \
     -b sdpa:cudnn --max-time-ms 60 --out "$OUT/h200-replay-validation-cudnn.json"
   step 380 gpu-tests-d env GPU_TESTS_LIMIT=360 bash scripts/h200/gpu_tests.sh d
   ;;
-s10d)  # what time is left (or session 11): the fp8 suite's last case, the full FP8 study in one
-  # run (FA3's fp8 path and FlashInfer's per-token scales in one file), the fp8 suite's tuning
+s10d)  # what time is left (or session 11): the fp8 suite's last row (flashinfer:fa3 on the fp16
+  # query / fp8 KV case), then the full FP8 study in one run (FA3's fp8 path and FlashInfer's
+  # per-token scales in one file)
   gunzip -c results/h200-fp8.jsonl.gz > "$OUT/h200-fp8.jsonl"
   step 200 fp8 $RUN --suite fp8 $DEC -b flashinfer:fa3 --resume --out "$OUT/h200-fp8.jsonl"
-  step 250 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
-  cp results/h200-tune-fp8.jsonl "$OUT/"
-  step 130 tune-fp8 $AB tune --device cuda --budget-s 110 --resume -b flash-attn:fa3 \
-    -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:xqa --suite fp8 \
-    --out "$OUT/h200-tune-fp8.jsonl"
+  step 300 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
   ;;
 *) echo "unknown stage $stage (s10a, s10b, s10c, s10d; older ones are in git history)" >&2 ;;
 esac
