@@ -22,6 +22,7 @@ from attnbench.replay.validate import (
     measure,
     validation_document,
 )
+from attnbench.report.blocks import Text
 from attnbench.workload.spec import WorkloadSpec
 
 
@@ -171,6 +172,16 @@ def test_rescore_re_predicts_the_measured_steps_without_a_gpu(
     assert res.exit_code == 0, res.output
     new = json.loads(out.read_text())
     assert new["rescored_from"]["path"] == str(src)
+    from attnbench.replay.validation_doc import parse_validation
+    from attnbench.report.replay_validation import validation_blocks
+
+    vdoc = parse_validation(new, str(out))
+    assert vdoc.gpu == "fake"  # the GPU that measured the steps, not the machine that rescored
+    text = validation_blocks(out, vdoc, "rescored")[0]
+    assert isinstance(text, Text)
+    assert "on fake" in text.markdown
+    assert "Re-predicted" in text.markdown
+    assert "the steps measured in `old.json`" in text.markdown
     assert [s["measured_us"] for s in new["steps"]] == [s["measured_us"] for s in doc["steps"]]  # type: ignore[union-attr]
     assert [s["kv_lens"] for s in new["steps"]] == [
         list(d.spec.kv_lens) for d in drawn for _ in rr.COEFS

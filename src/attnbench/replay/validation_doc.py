@@ -81,11 +81,16 @@ class ValidationDocument(_Part):
     models: list[dict[str, Any]] = Field(default_factory=list)
     summary: dict[str, VariantError]
     steps: list[ValidatedStep]
+    rescored_from: dict[str, Any] | None = None
+    """`replay-validate --rescore`: the document whose measured steps were re-predicted (its
+    path and provenance); None for a document measured as it stands."""
 
     @property
     def gpu(self) -> str | None:
-        """The GPU the steps were timed on (None when the provenance does not name one)."""
-        gpu = self.provenance.get("gpu")
+        """The GPU the steps were timed on (None when the provenance does not name one); for a
+        rescored document, the GPU of the document it re-predicts."""
+        source = (self.rescored_from or {}).get("provenance") or self.provenance
+        gpu = source.get("gpu") if isinstance(source, dict) else None
         return str(gpu) if gpu else None
 
     def shape_of(self, backend: str) -> str | None:

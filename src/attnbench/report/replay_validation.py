@@ -49,7 +49,7 @@ def validation_blocks(path: Path, vdoc: ValidationDocument, label: str) -> list[
     text = Text(
         f"Replay cost models against live GPU steps{where} (`{path.name}`): decode steps drawn "
         f"from replays of {', '.join(vdoc.traces) or 'the traces'}, each timed with every "
-        f"variant. Target: median |error| <= {t.median_abs_err:.0%} and p90 <= "
+        f"variant.{_rescored(vdoc)} Target: median |error| <= {t.median_abs_err:.0%} and p90 <= "
         f"{t.p90_abs_err:.0%} over >= {t.steps} steps."
     )
     rows: list[list[object]] = [
@@ -89,3 +89,19 @@ def validation_blocks(path: Path, vdoc: ValidationDocument, label: str) -> list[
 
 def _pct1(v: float) -> str:
     return f"{100 * v:.1f}%" if math.isfinite(v) else "-"
+
+
+def _rescored(vdoc: ValidationDocument) -> str:
+    """For a `--rescore` document: whose measurements it re-predicts, with which commit."""
+    src = vdoc.rescored_from
+    if not src:
+        return ""
+    prov = src.get("provenance") or {}
+    measured = f" at {prov['git_sha']}" if isinstance(prov, dict) and prov.get("git_sha") else ""
+    now = vdoc.provenance.get("git_sha")
+    at = f" at {now}" if now else ""
+    name = Path(str(src.get("path", "?"))).name
+    return (
+        f" Re-predicted{at} without a GPU: the steps measured in `{name}`{measured}, with the"
+        " cost models refitted on the calibration rows."
+    )
