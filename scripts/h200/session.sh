@@ -12,9 +12,9 @@
 #   tar xJf jit-cache.txz -C /tmp; source .device/setup.sh; trap - EXIT; ATTNBENCH_GIT_SHA=<sha> \
 #     bash scripts/h200/session.sh s10b
 # with carry [".device", "jit-cache.txz"]. The carry limit is 64 MiB for the tracked tree
-# (7.5 MB at session 9's end), the site pack (51.9 MB) and the cache together: at 7.3 MB the
-# cache no longer fits, so session 10's stages do without it (s10a compiles on a fresh machine
-# what s10b/s10d use; group d's and the fp8 suite's modules were never in it).
+# (7.1 MB at session 9's end), the site pack (51.9 MB) and the cache (7.3 MB) together: 0.3 MB
+# to spare. Session 10 runs without it: s10a must start bare, s10b-s10d run on the machine s10a
+# warmed, and group d's and the fp8 suite's modules were never in it.
 # Give the commit literally (`git rev-parse --short HEAD` here, not on the device): in session 7
 # the device's copy of .git was stale and `$(git rev-parse ...)` there named an older commit.
 # `trap - EXIT` stops setup.sh from returning the JIT cache as jit-cache.tgz.part* (two or three
