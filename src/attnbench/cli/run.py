@@ -41,14 +41,20 @@ def run(
 def execute(cli: dict[str, Any], config_file: Path | None = None, verbose: bool = False) -> Path:
     """The whole `run` pipeline; returns the results path. Exits with one line on bad input,
     with EXIT_NOTHING_RAN when no (case, variant) could be measured."""
+    import time
+
     from attnbench.cli.show import print_summary
 
+    t0 = time.monotonic()
     outcome = execute_session(cli, config_file)
+    wall_s = time.monotonic() - t0
     rows = outcome.rows
     print_summary(rows, outcome.out_path, verbose=verbose)
     counts = {s: sum(r.status == s for r in rows) for s in {r.status for r in rows}}
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    console.print(f"rows: {summary} -> {escape(str(outcome.out_path))}", highlight=False)
+    console.print(
+        f"rows: {summary} in {wall_s:.0f} s -> {escape(str(outcome.out_path))}", highlight=False
+    )
     _exit_if_nothing_ran(rows, outcome.todo, outcome.resume, outcome.out_path, summary)
     return outcome.out_path
 
