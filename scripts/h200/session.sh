@@ -42,8 +42,9 @@ case $stage in
 s10a)  # session 10, call 1, on a fresh machine: the README command as a new user meets it,
   # nothing compiled (carry only .device, unpack no jit-cache.txz, keep setup.sh's EXIT trap so
   # the kernels it compiles come back as jit-cache.tgz.part*); `step` logs its wall time. Rows
-  # go to /tmp too, for s10b to resume on the same (warm) machine if 560 s do not suffice.
-  step 560 default-fresh $AB run --out /tmp/h200-default-fresh.jsonl
+  # go to /tmp too, for s10b to resume on the same (warm) machine if 520 s do not suffice (the
+  # call also unpacks the site, ~15 s, and packs the JIT cache on exit, within 600 s).
+  step 520 default-fresh $AB run --out /tmp/h200-default-fresh.jsonl
   cp /tmp/h200-default-fresh.jsonl "$OUT/"
   ;;
 s10b)  # session 10, call 2 (chained within 30 s, same machine): finish the fresh run if it was
