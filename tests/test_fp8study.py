@@ -510,16 +510,20 @@ def test_fp8_suite_compares_kv_dtypes() -> None:
     assert all(s.batch_size == 32 for s in decode_bf16)
 
 
+def _gpu_kernel_config() -> StudyConfig:
+    """The GPU kernel tests' study: small, on a uniform and a mixed batch of 8 requests."""
+    return replace(
+        StudyConfig.small("cuda:0"), kernel_shapes=(("ctx1024", 8, "1024"), ("mixed", 8, "mixed"))
+    )
+
+
 @pytest.mark.gpu
 def test_flashinfer_fp8_kernel_error_is_below_quantisation_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pytest.importorskip("flashinfer")
     monkeypatch.setattr(kernel_fa3, "fa3_unavailable", lambda device: "FA3: its own test")
-    cfg = replace(
-        StudyConfig.small("cuda:0"), kernel_shapes=(("ctx1024", 8, "1024"), ("mixed", 8, "mixed"))
-    )
-    records, skipped = kernel_mod.kernel_study(cfg)
+    records, skipped = kernel_mod.kernel_study(_gpu_kernel_config())
     assert skipped == "flash-attn:fa3: FA3: its own test"
     by = {(r["format"], r["scheme"], r["variant"], r["shape"]): r for r in records}
     assert len(by) == 2 * 3 * 2
@@ -542,10 +546,7 @@ def test_fa3_fp8_kernel_error_is_below_quantisation_error(
     """FA3's fp8 paged decode on the H200 (FlashInfer left out: no JIT compiles here)."""
     pytest.importorskip("flash_attn_interface")
     monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: "its own test")
-    cfg = replace(
-        StudyConfig.small("cuda:0"), kernel_shapes=(("ctx1024", 8, "1024"), ("mixed", 8, "mixed"))
-    )
-    records, skipped = kernel_mod.kernel_study(cfg)
+    records, skipped = kernel_mod.kernel_study(_gpu_kernel_config())
     assert skipped == "flashinfer: its own test"
     by = {(r["format"], r["shape"]): r for r in records}
     assert len(records) == len(by) == 2 * 2
