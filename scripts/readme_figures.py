@@ -31,7 +31,8 @@ SUITES = (
     "shared-prefix",
 )  # fmt: skip
 """The files of the paged-FA3 comparison (not the replay calibration, the tuning files, the
-pre-paging 70B file or the model studies, which the README quotes on their own)."""
+pre-paging 70B file, the model studies, which the README quotes on their own, or the default
+suite's wall-time runs, whose cases are the brief's)."""
 FP8_STUDIES = ("h200-fp8-study-fa3.json.gz", "h200-fp8-study.json.gz")
 """The H200 fp8 studies, newest first: the FA3 run stopped in its kernel part, so the older
 complete run supplies the records it lacks (e5m2 with per-(token, head) scales)."""
@@ -90,6 +91,12 @@ def fa3_vs_flashinfer(every: pd.DataFrame) -> None:
             f"{int((g['ratio'] < 1).sum())} of {len(g)}; the fastest FlashInfer variant "
             f"{dict(fastest.most_common())}"
         )
+        for end, idx in (("lowest", g["ratio"].idxmin()), ("highest", g["ratio"].idxmax())):
+            row = g.loc[idx]
+            print(
+                f"    {end}: {idx[1]} in {idx[0]}, FA3 {row['latency_us']:.1f} us vs "
+                f"{row['backend_fi']} {row['latency_us_fi']:.1f} us ({row['ratio']:.2f}x)"
+            )
         for (f, case), row in g[g["partial"]].iterrows():
             print(
                 f"    fewer FlashInfer variants than elsewhere in {f}: {case} ({row['ratio']:.2f}x)"

@@ -80,6 +80,7 @@ for g in "$@"; do
   rc=$?
   {
     echo "=== group $g: -m '${MARK[$g]}' $(echo ${FILES[$g]}): exit $rc after $((SECONDS - t0)) s"
+    echo "=== commit ${ATTNBENCH_GIT_SHA:-unknown (pass ATTNBENCH_GIT_SHA)}; $(date -u +%FT%TZ)"
     echo "=== FlashInfer modules JIT-compiled in group $g:"
     compiled=$(compiled_since "$stamp")
     echo "${compiled:-none (all loaded from the cache or already compiled)}"
