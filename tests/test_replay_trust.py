@@ -168,6 +168,42 @@ def test_a_validation_beside_the_rows_is_found(rows: Path, exact: dict, tmp_path
     assert doc.trust.validation == str(vpath)
 
 
+def test_beside_the_rows_each_variant_takes_the_newest_validation(
+    loose: dict, exact: dict, tmp_path: Path
+) -> None:
+    """A fresh measurement of one variant (after its model changed) replaces the older
+    document for that variant only; the others keep theirs."""
+    here = rr.write(tmp_path / "rows.jsonl", rr.rows(noise=0.03))
+    old = rv.write(
+        tmp_path / "replay" / "validation-a.json",
+        dict(loose, provenance={"gpu": rr.GPU, "time": "2026-01-01T00:00:00+00:00"}),
+    )
+    fresh_one = "flashinfer:fa2"
+    summary = exact["summary"]
+    assert isinstance(summary, dict)
+    assert fresh_one in summary
+    new = rv.write(
+        tmp_path / "replay" / "validation-b.json",
+        dict(
+            exact,
+            provenance={"gpu": rr.GPU, "time": "2026-02-01T00:00:00+00:00"},
+            summary={fresh_one: summary[fresh_one]},
+            steps=[s for s in exact["steps"] if s["backend"] == fresh_one],  # type: ignore[attr-defined]
+        ),
+    )
+    doc = run_replay(CFG, [here]).document
+    assert doc.trust is not None
+    assert doc.trust.validation == f"{old}; {new}"
+    by_variant = {t.decode_backend: t.validated for t in doc.trust.candidates}
+    assert set(by_variant) >= {fresh_one, "flash-attn:fa3"}
+    for name, v in by_variant.items():
+        assert v is not None, name
+        want = exact if name == fresh_one else loose
+        assert v.source == str(new if name == fresh_one else old)
+        assert v.p90_abs_err == pytest.approx(want["summary"][name]["p90_abs_err"])  # type: ignore[index]
+    assert any("per variant the newest of 2" in n for n in doc.trust.notes)
+
+
 def test_validation_of_another_gpu_or_shape_is_not_used(
     rows: Path, exact: dict, tmp_path: Path
 ) -> None:

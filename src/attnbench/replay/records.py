@@ -277,7 +277,8 @@ class ReplayTrust(DocModel):
     """How far to trust the replay, per candidate, and its rankings."""
 
     validation: str | None
-    """The validation document used (None: none found or given)."""
+    """The validation documents used, `; `-joined (per variant the newest found; None: none
+    found or given)."""
     candidates: list[CandidateTrust]
     rankings: list[Ranking]
     notes: list[str] = Field(default_factory=list)

@@ -99,18 +99,29 @@ def validated_errors(
     """Per variant, its validated error, where the validation applies to this replay: the
     same GPU (when the document names one) and the same shape as the replay's model; notes
     for what was left out."""
+    out, notes = _validated_errors(vdoc, source, shapes, gpu)
+    return out, [text for _, text in notes]
+
+
+def _validated_errors(
+    vdoc: ValidationDocument, source: str, shapes: Mapping[str, str], gpu: str
+) -> tuple[dict[str, ValidatedError], list[tuple[str | None, str]]]:
+    """`validated_errors`, each note with the variant it is about (None: the whole file)."""
     if vdoc.gpu is not None and vdoc.gpu != gpu:
-        return {}, [f"validation {source}: timed on {vdoc.gpu}, not {gpu}; not used"]
+        return {}, [(None, f"validation {source}: timed on {vdoc.gpu}, not {gpu}; not used")]
     out: dict[str, ValidatedError] = {}
-    notes: list[str] = []
+    notes: list[tuple[str | None, str]] = []
     for name, s in sorted(vdoc.summary.items()):
         if name not in shapes:
             continue
         theirs = vdoc.shape_of(name)
         if theirs is not None and theirs != shapes[name]:
             notes.append(
-                f"validation {source}: {name} was validated at {theirs}, not this replay's "
-                f"{shapes[name]}; not used for it"
+                (
+                    name,
+                    f"validation {source}: {name} was validated at {theirs}, not this "
+                    f"replay's {shapes[name]}; not used for it",
+                )
             )
             continue
         if s.measured == 0:
@@ -230,30 +241,43 @@ def assess(
 def choose_validation(
     explicit: Path | None, found: Sequence[Path], shapes: Mapping[str, str], gpu: str
 ) -> tuple[str | None, dict[str, ValidatedError], list[str]]:
-    """The validation document to use: `explicit` (ValidationDocumentError when it does not
-    read as one), else of those `found` beside the rows the one covering most variants (a
-    file that does not read is a note). (its path, validated errors per variant, notes)."""
+    """The validated error per variant: from `explicit` (ValidationDocumentError when it does
+    not read as one), else from those `found` beside the rows, per variant the newest document
+    (its provenance time; then the most steps) that validates it on this GPU and shape, so a
+    fresh measurement after a model change replaces an older one for the variants it covers (a
+    file that does not read is a note). (the documents used, `; `-joined, validated errors per
+    variant, notes)."""
     if explicit is not None:
         vdoc = load_validation(explicit)
         errs, notes = validated_errors(vdoc, str(explicit), shapes, gpu)
         if not errs:
             notes.append(f"validation {explicit}: no variant of this replay in it")
         return str(explicit), errs, notes
-    best: tuple[str | None, dict[str, ValidatedError], list[str]] = (None, {}, [])
+    newest: dict[str, tuple[tuple[str, int], ValidatedError]] = {}
     problems: list[str] = []
+    about: list[tuple[str | None, str]] = []
     for path in found:
         try:
             vdoc = load_validation(path)
         except ValidationDocumentError as exc:
             problems.append(str(exc))
             continue
-        errs, notes = validated_errors(vdoc, str(path), shapes, gpu)
-        if len(errs) > len(best[1]):
-            best = (str(path), errs, notes)
-    source, errs, notes = best
-    if source is not None and len(found) > 1:
-        notes.append(f"validation: used {source} of {len(found)} found beside the rows")
-    return source, errs, problems + notes
+        doc_errs, doc_notes = _validated_errors(vdoc, str(path), shapes, gpu)
+        about += doc_notes
+        when = str(vdoc.provenance.get("time") or "")
+        for name, err in doc_errs.items():
+            if name not in newest or (when, err.steps) > newest[name][0]:
+                newest[name] = ((when, err.steps), err)
+    chosen = {name: err for name, (_, err) in sorted(newest.items())}
+    used = sorted({err.source for err in chosen.values()})
+    kept = [text for name, text in about if name is None or name not in chosen]
+    if len(found) > 1 and chosen:
+        each = ", ".join(f"{name}: {err.source}" for name, err in chosen.items())
+        kept.append(
+            f"validation: per variant the newest of {len(found)} documents found beside the "
+            f"rows ({each})"
+        )
+    return ("; ".join(used) or None), chosen, problems + kept
 
 
 def ties(ranking: Ranking) -> dict[str, list[str]]:
