@@ -39,8 +39,11 @@ def test_committed_document_round_trips_key_for_key(path: Path) -> None:
     raw = json.loads(path.read_text())
     doc = load_document(path)
     back = json.loads(doc.to_json())
-    assert back.pop("provenance") is None  # written before replays recorded it
     assert back == raw
+    # every committed replay names the commit and libraries that produced it
+    assert raw["provenance"]["git_sha"] not in ("", "unknown")
+    assert not raw["provenance"]["git_sha"].endswith("-dirty")
+    assert "torch" in raw["provenance"]["libraries"]
     # typed fields carry what the string keys did
     assert doc.gpu == raw["gpu"] == "NVIDIA H200"
     assert doc.config.deployment.model == raw["config"]["model"]
@@ -114,7 +117,13 @@ def test_committed_document_renders_in_the_report(path: Path) -> None:
     text = " ".join(b.markdown for b in section.blocks if isinstance(b, Text))
     assert doc.trace.name in text
     assert (doc.live is not None) == ("Validated live" in text)
-    assert len(tables) == 2 + bool(doc.crossing) + bool(doc.padded_vs_ragged) + bool(doc.live)
+    ranked = doc.trust is not None and bool(doc.trust.rankings)
+    assert len(tables) == (
+        2 + bool(doc.crossing) + bool(doc.padded_vs_ragged) + bool(doc.live) + ranked
+    )
+    if doc.trust is not None:  # how far to trust each candidate, once each
+        for t in doc.trust.candidates:
+            assert text.count(f"- {t.candidate}: ") == 1, t.candidate
 
 
 def test_a_broken_document_is_one_line_naming_the_field(tmp_path: Path) -> None:
