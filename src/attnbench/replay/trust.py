@@ -95,18 +95,10 @@ def metric_ms(metrics: ServingMetrics, metric: str) -> float:
 
 def validated_errors(
     vdoc: ValidationDocument, source: str, shapes: Mapping[str, str], gpu: str
-) -> tuple[dict[str, ValidatedError], list[str]]:
+) -> tuple[dict[str, ValidatedError], list[tuple[str | None, str]]]:
     """Per variant, its validated error, where the validation applies to this replay: the
     same GPU (when the document names one) and the same shape as the replay's model; notes
-    for what was left out."""
-    out, notes = _validated_errors(vdoc, source, shapes, gpu)
-    return out, [text for _, text in notes]
-
-
-def _validated_errors(
-    vdoc: ValidationDocument, source: str, shapes: Mapping[str, str], gpu: str
-) -> tuple[dict[str, ValidatedError], list[tuple[str | None, str]]]:
-    """`validated_errors`, each note with the variant it is about (None: the whole file)."""
+    for what was left out, each with the variant it is about (None: the whole document)."""
     if vdoc.gpu is not None and vdoc.gpu != gpu:
         return {}, [(None, f"validation {source}: timed on {vdoc.gpu}, not {gpu}; not used")]
     out: dict[str, ValidatedError] = {}
@@ -249,20 +241,21 @@ def choose_validation(
     variant, notes)."""
     if explicit is not None:
         vdoc = load_validation(explicit)
-        errs, notes = validated_errors(vdoc, str(explicit), shapes, gpu)
+        errs, about = validated_errors(vdoc, str(explicit), shapes, gpu)
+        notes = [text for _, text in about]
         if not errs:
             notes.append(f"validation {explicit}: no variant of this replay in it")
         return str(explicit), errs, notes
     newest: dict[str, tuple[tuple[str, int], ValidatedError]] = {}
     problems: list[str] = []
-    about: list[tuple[str | None, str]] = []
+    about = []
     for path in found:
         try:
             vdoc = load_validation(path)
         except ValidationDocumentError as exc:
             problems.append(str(exc))
             continue
-        doc_errs, doc_notes = _validated_errors(vdoc, str(path), shapes, gpu)
+        doc_errs, doc_notes = validated_errors(vdoc, str(path), shapes, gpu)
         about += doc_notes
         when = str(vdoc.provenance.get("time") or "")
         for name, err in doc_errs.items():
