@@ -21,6 +21,7 @@ import torch
 
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
+from attnbench.measure.metrics import bandwidth_gbps
 from attnbench.results.provenance import provenance
 
 
@@ -89,7 +90,7 @@ def probe(gib: float, num_sms: int, cfg: MeasureConfig) -> list[dict[str, object
             rows.append({"gib": gib, "reader": name, "error": f"{type(exc).__name__}: {exc}"})
             continue
         moved = 2 * nbytes if name.startswith("torch copy_") else nbytes
-        gbps = moved / (m.stats.median_us * 1e3)
+        gbps = bandwidth_gbps(moved, m.stats.median_us)
         rows.append({"gib": gib, "reader": name, "median_us": m.stats.median_us,
                      "gbps": gbps, "repeats": m.stats.n})  # fmt: skip
         print(f"{gib:4.1f} GiB  {gbps:7.0f} GB/s  {name}", flush=True)
