@@ -33,9 +33,9 @@ SUITES = (
 """The files of the paged-FA3 comparison (not the replay calibration, the tuning files, the
 pre-paging 70B file, the model studies, which the README quotes on their own, or the default
 suite's wall-time runs, whose cases are the brief's)."""
-FP8_STUDIES = ("h200-fp8-study-fa3.json.gz", "h200-fp8-study.json.gz")
-"""The H200 fp8 studies, newest first: the FA3 run stopped in its kernel part, so the older
-complete run supplies the records it lacks (e5m2 with per-(token, head) scales)."""
+FP8_STUDIES = ("h200-fp8-study.json.gz",)
+"""The H200 fp8 studies, newest first (session 11's run at 30dc4b4 is complete: FlashInfer and
+FA3 in one file; the two partial runs before it are in git history)."""
 FA3_VARIANT = "flash-attn:fa3"
 
 
