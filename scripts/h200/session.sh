@@ -34,7 +34,7 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: s11a or s11d (older stages are in git history)}
+stage=${1:?stage: s11a, s11d or s11e (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 bash scripts/h200/jit_aot.sh  # else FlashInfer's ninja compiles every carried module again
@@ -54,7 +54,18 @@ s11d)  # what time is left: the full FP8 study in one run (FA3's fp8 path and Fl
   # per-token scales in one file)
   step 300 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
   ;;
-*) echo "unknown stage $stage (s11a, s11d; older ones are in git history)" >&2 ;;
+s11e)  # the read ceiling from the fastest plain reader (measure/stream_read.py, from the read
+  # probe): the device's facts, the reader's GPU tests, then the bf16 decode rows that passed
+  # the old ceilings (FA3 contiguous and cuDNN at 64k) against the new one, with paged FA3 and
+  # FlashInfer's tc and xqa (their modules come with the carried jit-cache.txz)
+  step 60 hw $AB hw --device cuda --out "$OUT/h200-hw.json"
+  step 150 read-tests python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
+    tests/test_stream_read.py tests/test_gpu_core.py
+  step 240 read-ceiling $RUN -k decode -l "1024,4096,16384,65536" --no-fp8-mode \
+    -b flash-attn:fa3-contiguous -b flash-attn:fa3 -b sdpa:cudnn -b flashinfer:tc \
+    -b flashinfer:xqa --out "$OUT/h200-read-ceiling.jsonl"
+  ;;
+*) echo "unknown stage $stage (s11a, s11d, s11e; older ones are in git history)" >&2 ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"
 } 2>&1 | tee "$OUT/log-$stage.txt"

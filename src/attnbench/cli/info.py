@@ -66,7 +66,7 @@ def hw(
     if out is not None:
         check_output_file(out, "--out")
     info = detect(dev)
-    with console.status("measuring copy bandwidth and matmul throughput"):
+    with console.status("measuring copy and read bandwidth and matmul throughput"):
         ceilings = measure_ceilings(info, quick=quick or info.kind == "cpu")
     table = Table(title=f"{info.name}", header_style="bold", show_header=False)
     table.add_column("fact")
