@@ -118,3 +118,15 @@ def test_python_dash_m() -> None:
         [sys.executable, "-m", "attnbench", "--help"], capture_output=True, text=True, check=True
     )
     assert "run" in out.stdout
+
+
+def test_hw_out_names_the_commit_and_the_read_ceilings_method(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "hw.json"
+    res = runner.invoke(app, ["hw", "--device", "cpu", "--quick", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    facts = json.loads(out.read_text())
+    assert facts["provenance"]["git_sha"]
+    assert facts["ceilings"]["read_bandwidth_gbps"] > 0
+    assert facts["ceilings"]["method"]["read"].startswith("torch sum fp32")

@@ -15,7 +15,7 @@ from attnbench.cli import app
 from attnbench.cli.export import EXPORT_COLUMNS
 from attnbench.cli.paths import RUNS_DIR, runs_dir
 from attnbench.report.listing import listing_lines
-from attnbench.report.summary import render_summary, summarize_rows
+from attnbench.report.summary import ceiling_fraction, render_summary, summarize_rows
 from attnbench.report.units import fmt_bandwidth, fmt_compute
 from attnbench.results import ResultRow, is_results_path, is_trials_name, read_results
 
@@ -111,6 +111,14 @@ def _case_rows() -> list[ResultRow]:
         update={"backend": "flashinfer:trtllm-gen", "status": "unsupported", "reason": "SM100"}
     )
     return [*rows, auto, broken, skipped]
+
+
+def test_bandwidth_fraction_is_of_the_read_ceiling_where_the_run_measured_one() -> None:
+    decode = row(spec("decode", [4096] * 8), "flash-attn:fa3")
+    assert decode.bandwidth_frac_measured is not None
+    assert ceiling_fraction(decode) == (decode.bandwidth_frac_measured, "copy")
+    read = decode.model_copy(update={"bandwidth_frac_read": 0.97})
+    assert ceiling_fraction(read) == (0.97, "read")
 
 
 def test_summary_names_winner_ratios_and_failures() -> None:

@@ -92,8 +92,13 @@ def hw(
     console.print(table)
     if out is not None:
         from attnbench.results import dumps
+        from attnbench.results.provenance import provenance
 
-        facts = {"device": info.as_dict(), "ceilings": ceilings.as_dict()}
+        facts = {
+            "provenance": provenance(),
+            "device": info.as_dict(),
+            "ceilings": ceilings.as_dict(),
+        }
         write_output(out, dumps(facts, indent=2), "--out")
 
 
