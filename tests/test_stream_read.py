@@ -6,8 +6,13 @@ import pytest
 import torch
 
 from attnbench.measure.config import MeasureConfig
-from attnbench.measure.hardware import detect, measure_ceilings, measure_read_ceiling
-from attnbench.measure.stream_read import BLOCK, reads_everything, triton_reader
+from attnbench.measure.hardware import detect, measure_ceilings
+from attnbench.measure.stream_read import (
+    BLOCK,
+    measure_read_ceiling,
+    reads_everything,
+    triton_reader,
+)
 
 
 def test_triton_reader_says_why_it_cannot_run_on_a_cpu_tensor() -> None:

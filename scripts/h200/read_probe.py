@@ -22,6 +22,7 @@ import torch
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
 from attnbench.measure.metrics import bandwidth_gbps
+from attnbench.measure.stream_read import one_block_sum_kernel
 from attnbench.results.provenance import provenance
 
 
@@ -41,13 +42,7 @@ def triton_readers(x: torch.Tensor, num_sms: int) -> dict[str, Callable[[], obje
             acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0, cache_modifier=".cg")
         tl.store(out_ptr + pid, tl.sum(acc))
 
-    @triton.jit  # type: ignore[untyped-decorator]
-    def one_block(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-        pid = tl.program_id(0)
-        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        v = tl.load(x_ptr + offs, mask=offs < n, other=0.0, cache_modifier=".cg")
-        tl.store(out_ptr + pid, tl.sum(v))
-
+    one_block = one_block_sum_kernel()  # the reader the read ceiling uses (stream_read.py)
     n = x.numel()
     out = torch.empty(n // 1024 + num_sms * 16, device=x.device, dtype=torch.float32)
 

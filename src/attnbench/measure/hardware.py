@@ -8,16 +8,11 @@ Spec-sheet peaks are kept beside them, never instead of them.
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from attnbench.measure import metrics
-
-if TYPE_CHECKING:
-    from attnbench.measure.config import MeasureConfig
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 
@@ -131,9 +126,9 @@ class Ceilings:
     copy_bandwidth_gbps: float
     """Device-to-device copy: (bytes read + bytes written) / median time."""
     read_bandwidth_gbps: float | None = None
-    """The fastest plain streaming read of a large buffer (a torch sum; on a GPU also a Triton
-    reader, `stream_read`): the ceiling of read-only kernels such as decode, which pass the copy
-    figure (no read/write turnaround)."""
+    """The fastest plain streaming read of a large buffer (`stream_read.measure_read_ceiling`: a
+    torch sum; on a GPU also a Triton reader): the ceiling of read-only kernels such as decode,
+    which pass the copy figure (no read/write turnaround)."""
     matmul_tflops: dict[str, float] = field(default_factory=dict)
     """Large square matrix product per input dtype (bfloat16, fp8_e4m3 where supported)."""
     method: dict[str, str] = field(default_factory=dict)
@@ -147,39 +142,12 @@ class Ceilings:
         return asdict(self)
 
 
-def measure_read_ceiling(nbytes: int, cfg: MeasureConfig, dev: torch.device) -> tuple[float, str]:
-    """The fastest plain reader of an `nbytes` fp32 buffer (a torch sum; on a GPU with Triton
-    also `stream_read`'s one-program-per-block kernel, once it is checked to read every
-    element): bytes read / median time, and which reader set it, with every reader's figure."""
-    from attnbench.measure.engine import measure
-    from attnbench.measure.stream_read import reads_everything, triton_reader
-
-    x = torch.empty(nbytes // 4, dtype=torch.float32, device=dev).normal_()
-    readers: dict[str, Callable[[], object]] = {"torch sum fp32": lambda: x.sum()}
-    notes = []
-    if dev.type == "cuda":
-        reader = triton_reader(x)
-        if isinstance(reader, str):
-            notes.append(reader)
-        elif not reads_everything(reader(), x):
-            notes.append("the Triton reader's sums do not match torch's: not used")
-        else:
-            readers["Triton one program per block"] = reader
-    gbps = {}
-    for name, fn in readers.items():
-        m = measure(fn, cfg, device=dev, graph_safe=False)
-        gbps[name] = metrics.bandwidth_gbps(nbytes, m.stats.median_us)
-    best = max(gbps, key=lambda k: gbps[k])
-    each = ", ".join(f"{k} {v:.0f} GB/s" for k, v in gbps.items())
-    note = "".join(f"; {n}" for n in notes)
-    return gbps[best], f"{best}: {nbytes >> 20} MiB fp32, bytes read / median ({each}){note}"
-
-
 def measure_ceilings(info: DeviceInfo, *, quick: bool = False) -> Ceilings:
     """Copy and read bandwidth and matmul TFLOP/s on `info`'s device, each the median of timed
     repeats."""
     from attnbench.measure.config import MeasureConfig
     from attnbench.measure.engine import measure
+    from attnbench.measure.stream_read import measure_read_ceiling
 
     dev = info.torch_device
     cuda = dev.type == "cuda"
@@ -197,7 +165,7 @@ def measure_ceilings(info: DeviceInfo, *, quick: bool = False) -> Ceilings:
     src = torch.empty(copy_bytes, dtype=torch.uint8, device=dev).random_(0, 255)
     dst = torch.empty_like(src)
     m = measure(lambda: dst.copy_(src), cfg, device=dev, graph_safe=False)
-    copy_gbps = 2 * copy_bytes / (m.stats.median_us * 1e3)
+    copy_gbps = metrics.bandwidth_gbps(2 * copy_bytes, m.stats.median_us)
     src = dst = torch.empty(0, device=dev)  # free the copy buffers before the matmuls
     read_bytes = copy_bytes
     if cuda and not quick and torch.cuda.mem_get_info(dev)[0] > 3 * (4 << 30):

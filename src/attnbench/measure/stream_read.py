@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from attnbench.measure import metrics
+
+if TYPE_CHECKING:
+    from attnbench.measure.config import MeasureConfig
 
 BLOCK = 8192
 """fp32 elements per Triton program (32 KiB); 4k-16k read alike in the probe."""
@@ -22,7 +27,8 @@ NUM_WARPS = 8
 
 
 @functools.cache
-def _one_block_kernel() -> Any:
+def one_block_sum_kernel() -> Any:
+    """The Triton kernel: program i stores the sum of elements [i * BLOCK, (i + 1) * BLOCK)."""
     import triton  # type: ignore[import-not-found]
     import triton.language as tl  # type: ignore[import-not-found]
 
@@ -43,7 +49,7 @@ def triton_reader(x: torch.Tensor) -> Callable[[], torch.Tensor] | str:
     if x.device.type != "cuda" or x.dtype != torch.float32 or not x.is_contiguous():
         return "the Triton reader takes a contiguous fp32 CUDA tensor"
     try:
-        kernel = _one_block_kernel()
+        kernel = one_block_sum_kernel()
     except ImportError as exc:
         return f"Triton is not installed ({exc})"
     n = x.numel()
@@ -63,3 +69,30 @@ def reads_everything(partial_sums: torch.Tensor, x: torch.Tensor) -> bool:
     got = partial_sums.double().sum().item()
     scale = x.abs().sum(dtype=torch.float64).item()
     return abs(got - want) <= 1e-5 * scale + 1e-6
+
+
+def measure_read_ceiling(nbytes: int, cfg: MeasureConfig, dev: torch.device) -> tuple[float, str]:
+    """The fastest plain reader of an `nbytes` fp32 buffer (a torch sum; on a GPU with Triton
+    also the one-program-per-block kernel, once it is checked to read every
+    element): bytes read / median time, and which reader set it, with every reader's figure."""
+    from attnbench.measure.engine import measure
+
+    x = torch.empty(nbytes // 4, dtype=torch.float32, device=dev).normal_()
+    readers: dict[str, Callable[[], object]] = {"torch sum fp32": lambda: x.sum()}
+    notes = []
+    if dev.type == "cuda":
+        reader = triton_reader(x)
+        if isinstance(reader, str):
+            notes.append(reader)
+        elif not reads_everything(reader(), x):
+            notes.append("the Triton reader's sums do not match torch's: not used")
+        else:
+            readers["Triton one program per block"] = reader
+    gbps = {}
+    for name, fn in readers.items():
+        m = measure(fn, cfg, device=dev, graph_safe=False)
+        gbps[name] = metrics.bandwidth_gbps(nbytes, m.stats.median_us)
+    best = max(gbps, key=lambda k: gbps[k])
+    each = ", ".join(f"{k} {v:.0f} GB/s" for k, v in gbps.items())
+    note = "".join(f"; {n}" for n in notes)
+    return gbps[best], f"{best}: {nbytes >> 20} MiB fp32, bytes read / median ({each}){note}"
