@@ -145,7 +145,8 @@ class Settings(BaseSettings):
     backends: Annotated[list[str], NoDecode] = ["all"]
     """Backends or variants (`flashinfer`, `flashinfer:tc`, `sdpa:math`...), or all."""
     out: Path | None = None
-    """Results file (JSONL); default results/<time>_<device>_<suite>.jsonl."""
+    """Results file (JSONL); default: a new file in runs/ (or $ATTNBENCH_RESULTS) named after
+    the time, the device and the suite."""
     resume: bool = False
     """Skip cases already finished in --out."""
 

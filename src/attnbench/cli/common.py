@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -12,10 +13,19 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-# Wide enough for result tables when output goes to a file or a CI log (rich assumes 80).
+
+def _width(stream: object) -> int | None:
+    """A terminal's own width; else `$COLUMNS` when set (`COLUMNS=80 attnbench show F | less`);
+    else 160, wide enough for result tables in a file or a CI log (rich would assume 80)."""
+    if getattr(stream, "isatty", lambda: False)():
+        return None
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else 160
+
+
 # No emoji codes: data such as `root:x:0` must not print as `root❌0`.
-console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
+console = Console(width=_width(sys.stdout), emoji=False)
+err_console = Console(stderr=True, width=_width(sys.stderr), emoji=False)
 
 EXIT_OK = 0
 """Measured, written or printed what was asked."""
@@ -43,8 +53,25 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
 
 def note(message: str) -> None:
-    """One plain-text line on stderr (square brackets in it are kept, not read as markup)."""
-    err_console.print(f"[yellow]note:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    """One plain-text message on stderr, wrapped at spaces to the terminal's width (square
+    brackets in it are kept, not read as markup)."""
+    err_console.print(f"[yellow]note:[/] {escape(message)}", highlight=False)
+
+
+def print_fitted(renderable: object, keys: int = 1, out: Console | None = None) -> None:
+    """A rich table split by columns into parts that fit the console `out` (default: the
+    one console; `keys` leading columns repeat in each part: `report.table.fit_columns`);
+    anything else printed as it is."""
+    from rich.table import Table
+
+    from attnbench.report.table import fit_columns
+
+    out = out or console
+    if not isinstance(renderable, Table):
+        out.print(renderable)
+        return
+    for part in fit_columns(renderable, out.width, out, keys=keys):
+        out.print(part)
 
 
 def check_output_file(path: Path, flag: str) -> None:

@@ -25,8 +25,8 @@ __all__ = ["WORKLOAD_FIELDS", "check_timer", "execute", "run"]
 
 
 @app.command(
-    help=f"Benchmark every installed backend on a suite; write results/<run>.jsonl and "
-    f"a table. {FLAGS_WIN}"
+    help="Benchmark every installed backend on a suite: each row goes to a results file "
+    f"(--out; default a new file in runs/), then the summary. {FLAGS_WIN}"
 )
 @with_run_options
 def run(

@@ -59,7 +59,8 @@ _OPTIONS: dict[str, Any] = {
     "device": Annotated[str | None, Opt(help="auto, cpu, cuda, cuda:N.")],
     "seed": Annotated[int | None, Opt(help="Seed of every random input.")],
     "out": Annotated[
-        Path | None, Opt(help="Results file (JSONL); default runs/<time>_<device>_<suite>.jsonl")
+        Path | None,
+        Opt(help="Results file (JSONL); default: a new runs/TIME_DEVICE_SUITE.jsonl."),
     ],
     "resume": Annotated[
         bool | None,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnbench.cli.app import app
-from attnbench.cli.common import console, fail, note
+from attnbench.cli.common import console, fail, note, print_fitted
 
 if TYPE_CHECKING:
     from attnbench.results import ResultRow
@@ -82,15 +82,16 @@ def print_study(path: Path, summary: bool = True) -> None:
         fail(f"{exc} (`attnbench show` reads results files and fp8 studies)")
     console.print(f"{path}: {study_heading(doc)}", style="bold", markup=False, highlight=False)
     if doc.get("errors"):
-        console.print(errors_table(doc))
+        print_fitted(errors_table(doc), 3, console)
     if doc.get("needle"):
-        console.print(needle_table(doc))
+        print_fitted(needle_table(doc), 3, console)
     if doc.get("kernel"):
-        console.print(kernel_table(doc))
+        for part in kernel_table(doc).renderables:
+            print_fitted(part, 2, console)
     if doc.get("kernel_skipped"):
         note(f"{path}: kernel records: {doc['kernel_skipped']}")
     if summary and doc.get("summary"):
-        console.print(summary_table(doc))
+        print_fitted(summary_table(doc), 2, console)
 
 
 def print_rows(rows: Sequence[ResultRow], include_unsupported: bool = False) -> None:

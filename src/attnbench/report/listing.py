@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from attnbench.report.table import STATUS_STYLE, pct, short_case
+from attnbench.report.table import STATUS_STYLE, cut_text, pct, short_case
 from attnbench.report.units import fmt_bandwidth, fmt_compute
 from attnbench.results import ResultRow
 
@@ -122,9 +122,7 @@ def _row_lines(r: ResultRow, columns: list[Column], widths: list[int], width: in
     name_w = widths[0]
     style = STATUS_STYLE.get(r.status, "")
     if r.status != "ok":
-        reason = " ".join(r.reason.split()) or "-"
-        if len(reason) > REASON_CHARS:
-            reason = reason[: REASON_CHARS - 1] + "…"
+        reason = cut_text(r.reason, REASON_CHARS) or "-"
         head = f"{r.backend.ljust(name_w)} {r.status.ljust(widths[1])} "
         parts = textwrap.wrap(
             head + reason,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnbench.analysis.compare import FAILED, Timing, estimate_ratio
-from attnbench.report.table import short_case
+from attnbench.report.table import cut_text, short_case
 from attnbench.results import ResultRow
 
 FLASHINFER_DEFAULT = "flashinfer:auto"
@@ -256,9 +256,7 @@ def render_summary(
     if summary.failures:
         lines += _wrap(f"Failed ({len(summary.failures)}):", width)
         for f in summary.failures:
-            reason = " ".join(f.reason.split())
-            if len(reason) > REASON_CHARS:
-                reason = reason[: REASON_CHARS - 1] + "…"
+            reason = cut_text(f.reason, REASON_CHARS)
             text = f"{f.status} {f.backend} on {f.label}" + (f": {reason}" if reason else "")
             lines += _wrap(text, width, "  ", "    ")
     return lines
