@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -86,6 +87,23 @@ def test_view_fits(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("path", SHOWN)
 def test_show_fits(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both renderings share one read of the file and one summary (the summary's significance
+    tests take seconds on the larger files)."""
+    import attnbench.report.summary as summary
+    import attnbench.results as results
+
+    read, summarize = results.read_results, summary.summarize_rows
+    files: dict[Path, Any] = {}
+    summaries: dict[int, Any] = {}
+
+    def read_once(p: Path) -> Any:
+        return files[p] if p in files else files.setdefault(p, read(p))
+
+    def summarize_once(rows: Any) -> Any:
+        return summaries.setdefault(id(rows), summarize(rows))
+
+    monkeypatch.setattr(results, "read_results", read_once)
+    monkeypatch.setattr(summary, "summarize_rows", summarize_once)
     monkeypatch.chdir(ROOT)
     check_fits(["show", path], monkeypatch)
 

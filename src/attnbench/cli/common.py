@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -46,6 +47,21 @@ EXIT_CODES_HELP = (
 )
 
 
+GIT_SHA_ENV = "ATTNBENCH_GIT_SHA"
+_GIT_REF = re.compile(r"[0-9A-Za-z][0-9A-Za-z._/+-]{0,99}")
+
+
+def check_git_sha_env() -> None:
+    """`ATTNBENCH_GIT_SHA` goes verbatim into every file header: refuse a value that is not
+    one commit name (hex, a ref such as v1.2 or main, `-dirty` allowed), before any work."""
+    value = os.environ.get(GIT_SHA_ENV)
+    if value and not _GIT_REF.fullmatch(value):
+        fail(
+            f"{GIT_SHA_ENV}={value!r} is not a commit name: allowed one line of letters, "
+            "digits and . _ / + - (e.g. 1a2b3c4d5e6f, 1a2b3c4d5e6f-dirty, v1.2), at most 100"
+        )
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print one clear line (no traceback) and exit. The message is plain text, not markup."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
@@ -72,6 +88,18 @@ def print_fitted(renderable: object, keys: int = 1, out: Console | None = None) 
         return
     for part in fit_columns(renderable, out.width, out, keys=keys):
         out.print(part)
+
+
+def check_input_file(path: Path, command: str) -> None:
+    """Fail unless `path` is a file to read: a folder or a missing path is one line saying
+    which (`show` and `export` read files; `report` and `recommend` take folders)."""
+    if path.is_dir():
+        fail(
+            f"{path}: is a folder; `attnbench {command}` reads results files: give them, "
+            f"e.g. `attnbench {command} {path / '*.jsonl*'}`"
+        )
+    if not path.exists():
+        fail(f"{path}: no such file")
 
 
 def check_output_file(path: Path, flag: str) -> None:

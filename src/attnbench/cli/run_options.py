@@ -154,4 +154,27 @@ def with_run_options(
     return command
 
 
+def check_resume_shape(path: Path, current: dict[str, Any], fields: tuple[str, ...]) -> None:
+    """`--resume` finishes the run that wrote `path`: refuse, before any work, settings whose
+    workload `fields` (or suite) differ from those in the file's first header, which would
+    mix two shapes in one file without a word."""
+    from attnbench.cli.common import fail
+    from attnbench.results import ResultsFileError, read_results
+
+    if not path.is_file():
+        return  # the resume check of the file itself says what is wrong
+    try:
+        headers = read_results(path).headers
+    except ResultsFileError:
+        return
+    before = headers[0].settings if headers else {}
+    for name in ("suite", *fields):
+        if name in before and name in current and before[name] != current[name]:
+            fail(
+                f"--resume: {path} was written with {name}={before[name]!r} and this run has "
+                f"{name}={current[name]!r}; resuming would mix two shapes in one file: run "
+                "with the file's settings, or write a new file (another --out)"
+            )
+
+
 assert set(_OPTIONS) == {f.name for f in fields(RunOptions)}, "one definition per option"

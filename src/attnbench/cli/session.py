@@ -25,6 +25,7 @@ from attnbench.cli.common import (
     note,
 )
 from attnbench.cli.paths import runs_dir
+from attnbench.cli.run_options import check_resume_shape
 
 if TYPE_CHECKING:
     from attnbench.cli.progress import LiveProgress
@@ -124,6 +125,8 @@ def execute_session(
     trials_path = trials_path_for(out_path) if tune is not None else None
     if trials_path is not None:
         paths.append((trials_path, f"{out_flag} (its trials file)"))
+    if settings.resume:  # the file's shape, before its finished rows are trusted
+        check_resume_shape(out_path, _header_settings(settings, suite_name), WORKLOAD_FIELDS)
     skip = _skip(paths, settings.resume)
     suffix = "+tuned" if tune is not None else ""
     todo = sum((s.case_id, b.name + suffix) not in skip for s in specs for b in backends)
@@ -140,7 +143,7 @@ def execute_session(
     )
     outcome = Outcome([], out_path, suite_name, info.name, todo, settings.resume)
     outcome.trials_path = trials_path
-    header_settings = settings.model_dump(mode="json") | {"suite": suite_name}
+    header_settings = _header_settings(settings, suite_name)
     if tune is not None:
         header_settings["tune"] = {
             "grid_limit": tune.grid_limit,
@@ -210,6 +213,10 @@ def execute_session(
                 EXIT_NOTHING_RAN,
             )
     return outcome
+
+
+def _header_settings(settings: Settings, suite_name: str) -> dict[str, Any]:
+    return settings.model_dump(mode="json") | {"suite": suite_name}
 
 
 def _skip(paths: list[tuple[Path, str]], resume: bool) -> set[tuple[str, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from rich.console import Console
@@ -23,7 +24,29 @@ STATUS_STYLE = {
     "error": "red",
     "oom": "magenta",
     "timeout": "magenta",
+    "invalid": "bold red",
 }
+
+
+INVALID = "invalid"
+"""How a view shows an `ok` row whose latency is no measurement (the file keeps `ok`)."""
+
+
+def valid_latency(value: float | None) -> bool:
+    """A latency that is a measurement: a positive finite number of microseconds."""
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def invalid(row: ResultRow) -> bool:
+    """An `ok` row whose latency is missing, NaN, infinite, zero or negative: invalid data."""
+    return row.status == "ok" and not valid_latency(row.latency_us)
+
+
+def invalid_reason(row: ResultRow) -> str:
+    return (
+        f"an ok row whose latency_us={row.latency_us} is not a positive finite number: "
+        "invalid data, not a measurement"
+    )
 
 
 def fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
