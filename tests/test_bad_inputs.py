@@ -41,7 +41,7 @@ ROW = (
 ROW_NEGATIVE = ROW.replace('"status": "ok", ', '"status": "ok", "latency_us": -5.0, ')
 RESUMED = (
     f'{{"type": "header", "schema_version": {SCHEMA_VERSION}, "run_id": "r", "provenance": {{}}, '
-    '"settings": {"suite": "custom", "batch_size": 32}}\n'
+    '"settings": {"suite": "custom", "num_heads": 64, "batch_size": 32}}\n'
 )
 TOO_MANY_WORKERS = str(usable_cpus() + 1)
 README_EXAMPLE = [
@@ -447,7 +447,7 @@ RUN = [
     case(
         ["run", *TINY, "--resume", "--out", "f.jsonl"],
         2,
-        "--resume: f.jsonl was written with batch_size=32 and this run has batch_size=1",
+        "--resume: f.jsonl was written with num_heads=64 and this run has num_heads=32",
         files={"f.jsonl": RESUMED},
         id="resume-other-shape",
     ),

@@ -154,10 +154,25 @@ def with_run_options(
     return command
 
 
-def check_resume_shape(path: Path, current: dict[str, Any], fields: tuple[str, ...]) -> None:
+SHAPE_FIELDS = (
+    "suite",
+    "model",
+    "tp",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "page_size",
+    "kv_layout",
+    "dtype",
+)
+"""What `--resume` must keep: the suite and the attention shape. The grid's axes (lengths,
+kinds, batch size, KV dtypes) may grow: `-l 16` resumed with `-l 16,32` adds the 32 cases."""
+
+
+def check_resume_shape(path: Path, current: dict[str, Any]) -> None:
     """`--resume` finishes the run that wrote `path`: refuse, before any work, settings whose
-    workload `fields` (or suite) differ from those in the file's first header, which would
-    mix two shapes in one file without a word."""
+    SHAPE_FIELDS differ from those in the file's first header, which would mix two shapes in
+    one file without a word."""
     from attnbench.cli.common import fail
     from attnbench.results import ResultsFileError, read_results
 
@@ -168,7 +183,7 @@ def check_resume_shape(path: Path, current: dict[str, Any], fields: tuple[str, .
     except ResultsFileError:
         return
     before = headers[0].settings if headers else {}
-    for name in ("suite", *fields):
+    for name in SHAPE_FIELDS:
         if name in before and name in current and before[name] != current[name]:
             fail(
                 f"--resume: {path} was written with {name}={before[name]!r} and this run has "

@@ -126,7 +126,7 @@ def execute_session(
     if trials_path is not None:
         paths.append((trials_path, f"{out_flag} (its trials file)"))
     if settings.resume:  # the file's shape, before its finished rows are trusted
-        check_resume_shape(out_path, _header_settings(settings, suite_name), WORKLOAD_FIELDS)
+        check_resume_shape(out_path, _header_settings(settings, suite_name))
     skip = _skip(paths, settings.resume)
     suffix = "+tuned" if tune is not None else ""
     todo = sum((s.case_id, b.name + suffix) not in skip for s in specs for b in backends)
