@@ -98,3 +98,10 @@ def test_options_list_each_alias_and_negative_form_on_its_own_line() -> None:
     assert any(ln.startswith("--num-qo-heads") for ln in lines), res.output
     assert any(ln.startswith("--no-fp8-mode") for ln in lines), res.output
     assert "…" not in res.output
+
+
+@pytest.mark.parametrize("name", ["replay", "replay-validate", "fidelity"])
+def test_other_commands_backend_options_do_not_claim_the_settings_default(name: str) -> None:
+    """`replay -b` is replay's own option: `all` is run's default, not its (it refuses `all`)."""
+    params = {p.name: p for p in _params(name)}
+    assert "[default: all]" not in (params["backend"].help or "").replace("\\", "")

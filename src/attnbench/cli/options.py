@@ -2,7 +2,8 @@
 
 - `run` and `tune` options that override a setting default to None (so the setting's own
   sources can apply): one without help text takes the setting's description, and its help
-  says the setting's default (the same text `attnbench config` prints).
+  says the setting's default (the same text `attnbench config` prints). Other commands'
+  options of the same name (`replay --backend`) are their own and keep their own help.
 - Every option gets a metavar (`INTEGER`, `TEXT`, `PATH`...; none for on/off flags) instead of
   Typer's type names such as `<list[str]>`.
 - Help texts are plain text: square brackets (`[defaults]`, `[[group]]`, `N[@LO-HI]`) are
@@ -26,6 +27,9 @@ from typing import Any, get_args
 from rich.markup import escape
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
+SETTINGS_COMMANDS = frozenset({"run", "tune"})
+"""The commands whose options are settings (`cli.run_options`): elsewhere a `--backend` or
+`--model` is the command's own option, and the setting's default is not its default."""
 SETTING_ALIASES = {"backend": "backends", "kind": "kinds"}
 """Option names that differ from their setting's name (repeatable flags are singular)."""
 METAVARS = {"integer": "INTEGER", "float": "NUMBER", "text": "TEXT", "path": "PATH"}
@@ -65,8 +69,14 @@ def document_params(command: Any, ctx: Any) -> None:
     _plain_help(command)
     _use_options_panel()
     fields: dict[str, Any] | None = None
+    from_settings = getattr(command, "name", None) in SETTINGS_COMMANDS
     for param in command.get_params(ctx):
-        if isinstance(param, TyperOption) and param.default is None and "--help" not in param.opts:
+        if (
+            from_settings
+            and isinstance(param, TyperOption)
+            and param.default is None
+            and "--help" not in param.opts
+        ):
             setting = SETTING_ALIASES.get(param.name or "", param.name or "")
             if fields is None:
                 fields = _setting_fields()
