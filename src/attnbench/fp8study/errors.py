@@ -16,7 +16,7 @@ from attnbench.fp8study.data import make_qkv
 from attnbench.workload.quant import Scheme, fp8_format, kv_schemes, quantize_calibrated
 
 if TYPE_CHECKING:
-    from attnbench.fp8study import StudyConfig
+    from attnbench.fp8study.config import StudyConfig
 
 CALIBRATION_SEED_OFFSET = 1_000_003
 

@@ -30,7 +30,7 @@ from attnbench.fp8study.errors import error_metrics
 from attnbench.workload.quant import FP8_MAX, fp8_format, quantize
 
 if TYPE_CHECKING:
-    from attnbench.fp8study import StudyConfig
+    from attnbench.fp8study.config import StudyConfig
     from attnbench.workload.inputs import AttentionInputs
     from attnbench.workload.spec import WorkloadSpec
 
