@@ -28,7 +28,13 @@ import torch
 from attnbench.backends.base import Backend, PlannedRun, Unsupported
 from attnbench.backends.reference import reference_attention
 from attnbench.results import ResultRow
-from attnbench.run.sweep import SweepContext, failure_row, run_backend, runnable_on
+from attnbench.run.sweep import (
+    SweepContext,
+    check_device_alive,
+    failure_row,
+    run_backend,
+    runnable_on,
+)
 from attnbench.workload.inputs import AttentionInputs, make_inputs, torch_dtype
 from attnbench.workload.quant import token_head_quantize
 from attnbench.workload.spec import WorkloadSpec
@@ -108,8 +114,10 @@ def error_case(
         if b.name in refused:
             emit(_with_errors(refused[b.name], dict(case.base)))
         elif b in runnable:
-            emit(_measure(spec, b, case, ctx, job))
+            emit(row := _measure(spec, b, case, ctx, job))
             _free()
+            if row.status == "error" and ctx.stop_when_poisoned:
+                check_device_alive(row)  # DeviceLost: the variants left go to a fresh worker
     del case
     _free()
     return rows
