@@ -74,7 +74,8 @@ def test_every_file_read_by_default_names_its_commit(monkeypatch: pytest.MonkeyP
         else:
             doc = read_json(p)
             shas = [(doc.get("provenance") or {}).get("git_sha") if isinstance(doc, dict) else None]
-        assert shas and all(s and s != "unknown" for s in shas), (p.name, shas)
+        assert shas, p.name
+        assert all(s and s != "unknown" for s in shas), (p.name, shas)
     for p in sorted(RESULTS.glob("*.txt")):  # GPU test reports: findings reads them
         assert re.search(r"^=== commit \S+", p.read_text(), re.M), p.name
 

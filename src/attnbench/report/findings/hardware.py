@@ -25,39 +25,6 @@ from attnbench.report.findings.core import (
     sources,
 )
 
-LIBRARIES = ("flashinfer-python", "tokenspeed-fa3", "torch", "nvidia-cudnn-cu13")
-
-
-def _libraries(headers: list[Any]) -> str:
-    libs = [h.provenance.get("libraries") or {} for h in headers]
-    parts = [f"{k} {joined(lib[k] for lib in libs if k in lib)}" for k in LIBRARIES]
-    driver = joined(h.provenance.get("driver") for h in headers if h.provenance.get("driver"))
-    return "; ".join([p for p in parts if not p.endswith(" ")] + [f"driver {driver or '-'}"])
-
-
-@section("files")
-def files(inputs: Inputs) -> Section | None:
-    """Every file read: its rows or records, GPU, libraries and commits."""
-    rows = []
-    for name, headers in inputs.headers.items():
-        n = int((inputs.rows["file"] == name).sum()) if not inputs.rows.empty else 0
-        gpus = joined(h.gpu for h in headers)
-        commits = joined(header_commit(h) for h in headers)
-        rows.append([f"`{name}`", str(n), gpus, _libraries(headers), commits])
-    for name, doc in inputs.docs.items():
-        prov = doc.get("provenance", {}) if isinstance(doc, dict) else {}
-        gpu = prov.get("gpu") or (doc.get("gpu") if isinstance(doc, dict) else None) or "-"
-        rows.append([f"`{name}`", "document", str(gpu), "-", doc_commit(doc)])
-    if not rows:
-        return None
-    text = (
-        "Each results file with its rows (the latest per case and variant), the GPU and "
-        "libraries its headers record, and the commit of every run it holds; each JSON "
-        "document with the commit its provenance names."
-    )
-    table = Table(["file", "rows", "GPU", "libraries", "commit"], rows)
-    return Section("Files and commits", text, [table])
-
 
 def _read_method(ceilings: dict[str, Any]) -> str:
     method = str((ceilings.get("method") or {}).get("read", ""))
@@ -89,18 +56,19 @@ def _ceiling_rows(inputs: Inputs) -> pd.DataFrame:
 
 def _ceiling_summary(df: pd.DataFrame) -> list[list[str]]:
     out = []
-    for label, col, sub in (
-        ("copy (read + write), GB/s", "copy", df),
-        ("streaming read, torch sum, GB/s", "read", df[df["method"] == "torch sum"]),
-        ("streaming read, Triton reader, GB/s", "read", df[df["method"] == "Triton reader"]),
-        ("bf16 matmul, TFLOP/s", "bf16", df),
-        ("fp8 e4m3 matmul, TFLOP/s", "fp8", df),
+    for label, col, sub, unit in (
+        ("copy (read + write)", "copy", df, "GB/s"),
+        ("streaming read, torch sum", "read", df[df["method"] == "torch sum"], "GB/s"),
+        ("streaming read, Triton reader", "read", df[df["method"] == "Triton reader"], "GB/s"),
+        ("bf16 matmul", "bf16", df, "TFLOP/s"),
+        ("fp8 e4m3 matmul", "fp8", df, "TFLOP/s"),
     ):
         vals = sub[col].dropna()
         if vals.empty:
             continue
         used = sub.loc[vals.index]
-        out.append([label, frange(vals, lambda v: fnum(v, 0)), str(len(vals)), *sources(used)])
+        span = f"{frange(vals, lambda v: fnum(v, 0))} {unit}"
+        out.append([label, span, str(len(vals)), *sources(used)])
     return out
 
 

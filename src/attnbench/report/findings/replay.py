@@ -19,6 +19,7 @@ from attnbench.report.findings.core import (
     fx,
     section,
     sources,
+    stem,
 )
 
 REPLAY_SCHEMA = "attnbench.replay/1"
@@ -158,7 +159,9 @@ def replay_validation(inputs: Inputs) -> Section | None:
                 ]
             )
         meets = sum(bool(s.get("meets_target")) for s in (doc.get("summary") or {}).values())
-        heads.append([f"{meets} of {len(doc.get('summary') or {})}", name, doc_commit(doc)])
+        heads.append(
+            [f"{stem(name)} {meets} of {len(doc.get('summary') or {})}", name, doc_commit(doc)]
+        )
     target = docs[0][1].get("target") or {}
     text = (
         "Replayed serving steps timed live on the GPU with every variant, against the cost "
@@ -178,7 +181,7 @@ def replay_validation(inputs: Inputs) -> Section | None:
     ]
     head = Headline.of(
         "replay cost model vs live steps",
-        "variants meeting the target, per document: " + ", ".join(h[0] for h in heads),
+        "variants within the target: " + ", ".join(h[0] for h in heads),
         [", ".join(h[1] for h in heads), ", ".join(h[2] for h in heads)],
     )
     return Section("Replay validation", text, [Table(cols, rows)], [head])

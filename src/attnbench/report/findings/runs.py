@@ -1,10 +1,11 @@
 """Sections on the runs themselves, from the session logs (`logs/*.txt`) and the GPU test
-reports (`h200-gpu-tests-*.txt`): wall times, first-use setup, test pass counts. Every log and
-report names its commit in a line of its own."""
+reports (`h200-gpu-tests-*.txt`): wall times, first-use setup, test pass counts (every log and
+report names its commit in a line of its own); and, last, every file read with its commits."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pandas as pd
 
@@ -14,7 +15,10 @@ from attnbench.report.findings.core import (
     Inputs,
     Section,
     Table,
+    doc_commit,
     fnum,
+    header_commit,
+    joined,
     section,
     sources,
     stem,
@@ -149,3 +153,37 @@ def run_wall_table(inputs: Inputs) -> Section | None:
     return Section(
         "Run wall times", text, [Table(["output", "rows", "wall s", "log", "commit"], rows)]
     )
+
+
+LIBRARIES = ("flashinfer-python", "tokenspeed-fa3", "torch", "nvidia-cudnn-cu13")
+
+
+def _libraries(headers: list[Any]) -> str:
+    libs = [h.provenance.get("libraries") or {} for h in headers]
+    parts = [f"{k} {joined(lib[k] for lib in libs if k in lib)}" for k in LIBRARIES]
+    driver = joined(h.provenance.get("driver") for h in headers if h.provenance.get("driver"))
+    return "; ".join([p for p in parts if not p.endswith(" ")] + [f"driver {driver or '-'}"])
+
+
+@section("files")
+def files(inputs: Inputs) -> Section | None:
+    """Every file read: its rows or records, GPU, libraries and commits."""
+    rows = []
+    for name, headers in inputs.headers.items():
+        n = int((inputs.rows["file"] == name).sum()) if not inputs.rows.empty else 0
+        gpus = joined(h.gpu for h in headers)
+        commits = joined(header_commit(h) for h in headers)
+        rows.append([f"`{name}`", str(n), gpus, _libraries(headers), commits])
+    for name, doc in inputs.docs.items():
+        prov = doc.get("provenance", {}) if isinstance(doc, dict) else {}
+        gpu = prov.get("gpu") or (doc.get("gpu") if isinstance(doc, dict) else None) or "-"
+        rows.append([f"`{name}`", "document", str(gpu), "-", doc_commit(doc)])
+    if not rows:
+        return None
+    text = (
+        "Each results file with its rows (the latest per case and variant), the GPU and "
+        "libraries its headers record, and the commit of every run it holds; each JSON "
+        "document with the commit its provenance names."
+    )
+    table = Table(["file", "rows", "GPU", "libraries", "commit"], rows)
+    return Section("Files and commits", text, [table])
