@@ -17,7 +17,13 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.analysis.frame import dtype_label, empty_frame, flatten, resolve_paths
+from attnbench.analysis.frame import (
+    NoResultsError,
+    dtype_label,
+    empty_frame,
+    flatten,
+    resolve_paths,
+)
 from attnbench.results import (
     Header,
     is_document_path,
@@ -137,13 +143,19 @@ def load_inputs(paths: Sequence[str | Path] | None = None) -> Inputs:
     results files through `read_results`, documents through `read_json`, and the `.txt`
     files of each folder (and its `logs/`)."""
     given = list(paths) if paths else [DEFAULT_FOLDER]
-    files = resolve_paths(given)
+    folders = [Path(p) for p in given if Path(p).is_dir()]
+    texts = _text_files(folders)
+    try:
+        files = resolve_paths(given)
+    except NoResultsError:
+        if not texts:
+            raise
+        files = []  # a folder of reports and logs only
     headers: dict[str, list[Header]] = {}
     written: dict[str, Counter[str]] = {}
     rows = _frame([p for p in files if is_results_path(p)], headers, written)
     docs = {p.name: read_json(p) for p in files if is_document_path(p)}
-    folders = [Path(p) for p in given if Path(p).is_dir()]
-    return Inputs(rows, headers, docs, _text_files(folders), written)
+    return Inputs(rows, headers, docs, texts, written)
 
 
 @dataclass

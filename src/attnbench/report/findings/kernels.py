@@ -71,7 +71,7 @@ def paging(inputs: Inputs) -> Section | None:
         [f, str(len(g)), frange(g["ratio"], fx), *sources(g)[1:]]
         for f, g in both.groupby("file", sort=False)
     ]
-    rows.append(["every file", str(len(both)), frange(both["ratio"], fx), "-"])
+    rows.append(["every file", str(len(both)), frange(both["ratio"], fx), sources(both)[1]])
     text = (
         f"Latency of `{FA3}` (the page table at the case's page size, as engines run it) over "
         f"`{FA3_CONTIGUOUS}` (the same build on a contiguous copy of the cache) on the same "

@@ -41,10 +41,12 @@ def commit_before(text: str, pos: int) -> str:
 
 def run_walls(inputs: Inputs) -> list[dict[str, str]]:
     """Every `rows: ... in N s -> FILE` line of the session logs (what `attnbench run` prints
-    last), with its log and commit."""
+    last), with its log and commit; a log that names no commit before the line is left out."""
     out = []
     for name, text in inputs.texts.items():
         for m in ROWS_LINE.finditer(text):
+            if commit_before(text, m.start()) == UNKNOWN:
+                continue
             out.append(
                 {
                     "log": name,

@@ -34,7 +34,7 @@ def ratio_rows(ok: pd.DataFrame, a: str, b: str, by: list[str]) -> list[list[str
     """Per group of `by`: the range of `a` / `b` latency over the cases both ran."""
     left = ok[ok["backend"] == a].set_index(["file", "case_id"])
     right = ok[ok["backend"] == b].set_index(["file", "case_id"])[["latency_us"]]
-    both = left.join(right, rsuffix="_b", how="inner")
+    both = left.join(right.add_suffix("_b"), how="inner")
     both = both.assign(ratio=both["latency_us"] / both["latency_us_b"]).reset_index()
     return [
         [
@@ -107,7 +107,7 @@ def _latent_cost(ok: pd.DataFrame) -> list[list[str]]:
     keys = ["kind", "batch_size", "lengths"]
     bf16 = mine[~mine["fp8"].astype(bool)].set_index(keys)[["latency_us", "file", "commit"]]
     fp8 = mine[mine["fp8"].astype(bool)].set_index(keys)
-    both = fp8.join(bf16, rsuffix="_bf16", how="inner")
+    both = fp8.join(bf16.add_suffix("_bf16"), how="inner")
     if both.empty:
         return []
     ratio = both["latency_us"] / both["latency_us_bf16"]
