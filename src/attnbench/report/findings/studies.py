@@ -50,21 +50,19 @@ def ratio_rows(ok: pd.DataFrame, a: str, b: str, by: list[str]) -> list[list[str
 
 def _case_rows(ok: pd.DataFrame, every: pd.DataFrame) -> list[list[str]]:
     """Per case: every variant's µs (fastest first), the fastest's binding fraction, and the
-    variants with no timed row (status)."""
+    variants with no timed row: by status, and those of the file with no row at all here."""
     out = []
+    variants = set(every["backend"])
     for case_id, g in ok.groupby("case_id", sort=False):
         best = g.loc[g["latency_us"].idxmin()]
         frac = max(best["bandwidth_frac_measured"] or 0, best["tflops_frac_measured"] or 0)
-        missing = every[(every["case_id"] == case_id) & (every["status"] != "ok")]
-        failed = Counter(missing["status"])
+        mine = every[every["case_id"] == case_id]
+        failed = Counter(mine[mine["status"] != "ok"]["status"])
+        absent = sorted(variants - set(mine["backend"]))
+        gaps = [f"{n} {s}" for s, n in sorted(failed.items())]
+        gaps += [f"no row: {', '.join(absent)}"] if absent else []
         out.append(
-            [
-                case_label(best),
-                every_variant(g),
-                fpct(frac),
-                ", ".join(f"{n} {s}" for s, n in sorted(failed.items())) or "-",
-                *sources(g),
-            ]
+            [case_label(best), every_variant(g), fpct(frac), "; ".join(gaps) or "-", *sources(g)]
         )
     return out
 
