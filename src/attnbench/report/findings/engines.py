@@ -181,6 +181,7 @@ def fp8_study(inputs: Inputs) -> Section | None:
     complete = [
         [f"`{n}`", str(d.get("complete")), str(len(d.get("kernel") or [])), doc_commit(d)]
         for n, d in docs
+        if d.get("kernel")
     ]
     tables = [Table(cols, rows), Table(["file", "complete", "kernel records", "commit"], complete)]
     return Section("FP8 numerics on the GPU", text, tables)
