@@ -157,14 +157,24 @@ def run_wall_table(inputs: Inputs) -> Section | None:
     )
 
 
-LIBRARIES = ("flashinfer-python", "tokenspeed-fa3", "torch", "nvidia-cudnn-cu13")
+LIBRARIES = {
+    "flashinfer-python": "flashinfer",
+    "tokenspeed-fa3": "fa3",
+    "torch": "torch",
+    "nvidia-cudnn-cu13": "cuDNN",
+}
+"""The libraries a row depends on most, by their short names."""
 
 
 def _libraries(headers: list[Any]) -> str:
     libs = [h.provenance.get("libraries") or {} for h in headers]
-    parts = [f"{k} {joined(lib[k] for lib in libs if k in lib)}" for k in LIBRARIES]
+    parts = [
+        f"{short} {joined(lib[k] for lib in libs if k in lib)}"
+        for k, short in LIBRARIES.items()
+        if any(k in lib for lib in libs)
+    ]
     driver = joined(h.provenance.get("driver") for h in headers if h.provenance.get("driver"))
-    return "; ".join([p for p in parts if not p.endswith(" ")] + [f"driver {driver or '-'}"])
+    return ", ".join([*parts, f"driver {driver or '-'}"])
 
 
 @section("files")
@@ -180,12 +190,18 @@ def files(inputs: Inputs) -> Section | None:
         prov = doc.get("provenance", {}) if isinstance(doc, dict) else {}
         gpu = prov.get("gpu") or (doc.get("gpu") if isinstance(doc, dict) else None) or "-"
         rows.append([f"`{name}`", "document", str(gpu), "-", doc_commit(doc)])
+    for name, text in inputs.texts.items():
+        commit = commit_before(text, len(text))
+        kind = "GPU test report" if GPU_TESTS.match(name) else "log"
+        shown = commit if commit != UNKNOWN else "no commit line (gives no figure)"
+        rows.append([f"`{name}`", kind, "-", "-", shown])
     if not rows:
         return None
     text = (
         "Each results file with its rows (the latest per case and variant), the GPU and "
         "libraries its headers record, and the commit of every run it holds; each JSON "
-        "document with the commit its provenance names."
+        "document with the commit its provenance names; each report and log with the commit "
+        "its own line names."
     )
     table = Table(["file", "rows", "GPU", "libraries", "commit"], rows)
     return Section("Files and commits", text, [table])
