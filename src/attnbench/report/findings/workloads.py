@@ -31,6 +31,7 @@ FP8_FILES = (
     "h200-default-warm",
 )
 UNIFORM, GIANT = "skew-uniform", "skew-giant"
+HEADLINE_VARIANTS = ("flash-attn:fa3", "flashinfer:tc", "flashinfer:xqa", "flashinfer:fa2")
 
 
 def ok_kernels(rows: pd.DataFrame) -> pd.DataFrame:
@@ -98,7 +99,14 @@ def ragged(inputs: Inputs) -> Section | None:
         "file",
         "commit",
     ]
-    return Section("Raggedness", text, [Table(cols, rows)])
+    bf16 = [r for r in rows if r[1] == "bfloat16" and r[0] in HEADLINE_VARIANTS]
+    head = Headline.of(
+        "raggedness, bf16 decode at a fixed total of KV tokens",
+        "µs from uniform to one giant request: "
+        + ", ".join(f"{r[0]} {r[5]} -> {r[6]}" for r in bf16),
+        ok,
+    )
+    return Section("Raggedness", text, [Table(cols, rows)], [head] if bf16 else [])
 
 
 @section("llama-70b")
