@@ -270,3 +270,23 @@ def test_findings_imports_no_torch() -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
+
+
+def test_a_file_with_fake_timed_rows_gives_no_figure(tmp_path: Path) -> None:
+    p = tmp_path / "fake.jsonl"
+    row = {"run_id": "r", "status": "ok", "spec": _spec().model_dump(mode="json")}
+    with ResultWriter(p) as w:
+        w.write(_header("aaa1111", "2026-01-01T00:00:00+00:00"))
+        w.write(
+            ResultRow(
+                case_id="c1",
+                backend="sdpa:math",
+                latency_us=100.0,
+                measurement={"timer": "fake"},
+                **row,
+            )
+        )
+    res = runner.invoke(app, ["findings", str(p), "--out", str(tmp_path / "x.md")])
+    assert res.exit_code == 2
+    assert "fake timer" in res.output
+    assert not (tmp_path / "x.md").exists()

@@ -26,6 +26,8 @@ from attnbench.analysis.frame import (
 )
 from attnbench.results import (
     Header,
+    ResultFile,
+    ResultsFileError,
     is_document_path,
     is_results_path,
     read_json,
@@ -117,12 +119,27 @@ def _text_files(folders: Iterable[Path]) -> dict[str, str]:
     return out
 
 
+SCRIPTED_TIMER = "fake"
+"""The tests' scripted timer (`measure.config`): its latencies are not measurements."""
+
+
+def _no_scripted_rows(rf: ResultFile) -> None:
+    """A file with a row the test-only fake timer timed publishes no figure: refuse it."""
+    scripted = [r for r in rf.rows if r.measurement and r.measurement.timer == SCRIPTED_TIMER]
+    if scripted:
+        raise ResultsFileError(
+            f"{rf.path}: {len(scripted)} row(s) timed by the test-only fake timer (first: "
+            f"{scripted[0].case_id} {scripted[0].backend}): not measurements, no figure"
+        )
+
+
 def _frame(
     paths: Sequence[Path], headers: dict[str, list[Header]], written: dict[str, Counter[str]]
 ) -> pd.DataFrame:
     records: list[dict[str, Any]] = []
     for path in paths:
         rf = read_results(path)
+        _no_scripted_rows(rf)
         headers[path.name] = rf.headers
         written[path.name] = Counter(r.status for r in rf.rows)
         for i, row in enumerate(rf.rows):
