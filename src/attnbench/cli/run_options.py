@@ -169,14 +169,14 @@ SHAPE_FIELDS = (
 kinds, batch size, KV dtypes) may grow: `-l 16` resumed with `-l 16,32` adds the 32 cases."""
 
 
-def check_resume_shape(path: Path, current: dict[str, Any]) -> None:
-    """`--resume` finishes the run that wrote `path`: refuse, before any work, settings whose
-    SHAPE_FIELDS differ from those in the file's first header, which would mix two shapes in
-    one file without a word."""
+def check_resume_shape(path: Path | None, current: dict[str, Any]) -> None:
+    """`--resume` finishes the run that wrote `path` (None: no resume): refuse, before any
+    work, settings whose SHAPE_FIELDS differ from those in the file's first header, which
+    would mix two shapes in one file without a word."""
     from attnbench.cli.common import fail
     from attnbench.results import ResultsFileError, read_results
 
-    if not path.is_file():
+    if path is None or not path.is_file():
         return  # the resume check of the file itself says what is wrong
     try:
         headers = read_results(path).headers
