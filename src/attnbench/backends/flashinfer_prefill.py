@@ -21,6 +21,7 @@ from attnbench.backends.base import PlannedRun
 from attnbench.backends.flashinfer_common import (
     WORKSPACE_BYTES,
     knob_details,
+    logits_kwargs,
     output_buffer,
     quantize_query,
     workspace,
@@ -63,8 +64,10 @@ def _split_kwargs(route: Route, knobs: dict[str, object]) -> dict[str, Any]:
 
 
 def _window_kwargs(spec: WorkloadSpec) -> dict[str, Any]:
-    """`plan(window_left=)` for a sliding window (every prefill planner takes it)."""
-    return {"window_left": spec.window_left} if spec.window_left >= 0 else {}
+    """`plan(window_left=)` for a sliding window (every prefill planner takes it), with the
+    soft-cap and the model's softmax scale (`logits_kwargs`)."""
+    window = {"window_left": spec.window_left} if spec.window_left >= 0 else {}
+    return window | logits_kwargs(spec)
 
 
 def _details(api: str, route: Route, knobs: dict[str, object], version: str) -> dict[str, Any]:
@@ -229,6 +232,7 @@ def plan_cascade(route: Route, spec: WorkloadSpec, inputs: AttentionInputs) -> P
             spec.head_dim,
             spec.page_size,
             causal=spec.causal,  # the wrapper applies it to the last level only
+            **logits_kwargs(spec),
             q_data_type=torch_dtype(spec.dtype),
             kv_data_type=torch_dtype(spec.kv_dtype),
         )
