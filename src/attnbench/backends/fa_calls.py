@@ -278,6 +278,8 @@ def setup(
     s = Setup(lib, spec, inputs, knobs, q=inputs.q, layout=layout)
     if lib.generation == 3:
         s.details["scheduler_metadata"] = METADATA_IN_RUN  # until a call computes it in plan
+    if spec.logits_soft_cap > 0:
+        s.details["softcap"] = spec.logits_soft_cap
     if spec.is_fp8:  # FA3's fp8 path takes an fp8 query: one per-tensor scale (a pure function)
         s.q, s.q_scale, _ = quantize_query(inputs.q, spec.kv_dtype)
         s.details["q_scale"] = s.q_scale

@@ -111,6 +111,7 @@ def plan_decode(
         "use_tensor_cores": bool(wrapper.use_tensor_cores),
         "q_len_per_req": route.q_len_per_req,
         "flashinfer": str(flashinfer.__version__),
+        **logits_kwargs(spec),
         **knob_details(route, knobs),
     }
     return PlannedRun(

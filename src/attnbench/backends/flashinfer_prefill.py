@@ -70,13 +70,16 @@ def _window_kwargs(spec: WorkloadSpec) -> dict[str, Any]:
     return window | logits_kwargs(spec)
 
 
-def _details(api: str, route: Route, knobs: dict[str, object], version: str) -> dict[str, Any]:
+def _details(
+    api: str, route: Route, spec: WorkloadSpec, knobs: dict[str, object], version: str
+) -> dict[str, Any]:
     return {
         "api": api,
         "backend_requested": route.backend,
         "kernel": "prefill",
         "fp8_query": route.fp8_query,
         "flashinfer": version,
+        **logits_kwargs(spec),
         **knob_details(route, knobs),
     }
 
@@ -124,7 +127,7 @@ def plan_paged(
         return result
 
     details = _details(
-        "BatchPrefillWithPagedKVCacheWrapper", route, knobs, str(flashinfer.__version__)
+        "BatchPrefillWithPagedKVCacheWrapper", route, spec, knobs, str(flashinfer.__version__)
     )
     details["custom_mask"] = route.custom_mask
     return _planned(wrapper, route, spec, query, run, replan, out, details)
@@ -189,7 +192,7 @@ def plan_ragged(
         return result
 
     details = _details(
-        "BatchPrefillWithRaggedKVCacheWrapper", route, knobs, str(flashinfer.__version__)
+        "BatchPrefillWithRaggedKVCacheWrapper", route, spec, knobs, str(flashinfer.__version__)
     )
     details["kv_contiguous"] = True
     details["gathered_kv_bytes"] = 2 * k.numel() * k.element_size()
