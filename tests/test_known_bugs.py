@@ -139,3 +139,15 @@ def test_every_bug_cites_a_committed_row_or_its_witness_runs_in_the_headdim_suit
     assert header is not None
     libraries = (header.provenance or {}).get("libraries") or {}
     assert libraries.get(bug.distribution) == bug.seen_on
+
+
+@pytest.mark.usefixtures("isolated")
+def test_the_override_is_an_attnbench_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings refuse unknown ATTNBENCH_* names; the override is one they know."""
+    from attnbench.config import OTHER_ENV_VARS
+    from attnbench.config_load import load_settings
+
+    assert RECHECK_ENV in OTHER_ENV_VARS
+    monkeypatch.setenv(RECHECK_ENV, "fa2-prefill-head-dim")
+    settings, _ = load_settings({})
+    assert settings.batch_size == 32
