@@ -51,6 +51,7 @@ FA2_PREFILL_HEAD_DIM = KnownBug(
     source="flashinfer-ai/flashinfer#4299: head_dim 80, 96, 112... fault; #4312 proposes a check",
     crashes=True,
     witness=phi3_mini_case,
+    witness_backend="flashinfer:tc",
     witness_text="flashinfer:tc, " + PHI3_MINI_SHAPE,
 )
 CUDA_CORE_DECODE_D96 = KnownBug(
@@ -61,6 +62,7 @@ CUDA_CORE_DECODE_D96 = KnownBug(
     source="issue 36: a direct call of FlashInfer 0.7.4 reproduced it",
     crashes=False,
     witness=phi3_mini_case,
+    witness_backend="flashinfer:fa2",
     witness_text="flashinfer:fa2, " + PHI3_MINI_SHAPE,
 )
 BUGS = (FA2_PREFILL_HEAD_DIM, CUDA_CORE_DECODE_D96)

@@ -60,6 +60,8 @@ class KnownBug:
     """True when the failure loses the CUDA context (an illegal memory access)."""
     witness: Callable[[WorkloadSpec], bool]
     """The case that still runs while there is no evidence, so the first run records the bug."""
+    witness_backend: str
+    """The variant whose row on the witness case is the evidence (`flashinfer:tc`)."""
     witness_text: str
     evidence: Evidence | None = None
 
