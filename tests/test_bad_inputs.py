@@ -20,7 +20,7 @@ import replay_rows as rr
 from attnbench.cli import app
 from attnbench.results import SCHEMA_VERSION
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("isolated", "fake_timer")
 
 runner = CliRunner()
 Files = dict[str, str | bytes]
@@ -37,7 +37,9 @@ ROW = (
     f'"spec": {SPEC}}}\n'
 )
 TINY = ["--device", "cpu", "-b", "reference", "-l", "16", "--batch-size", "1"]
-TINY += ["--kv-dtype", "bf16", "--timer", "fake", "--max-time-ms", "1"]
+TINY += ["--kv-dtype", "bf16", "--max-time-ms", "1"]
+ALLOWED_TIMERS = "allowed: 'auto', 'cpu', 'cuda-event' or 'cuda-graph'"
+"""The fake timer is for tests only: the CLI and the settings never name it."""
 BAD_UTF8 = b"\x00\x01\xff\xfe binary"
 GROUP = '[[group]]\nkinds = ["decode"]\nlengths = ["16"]\n'
 
@@ -78,6 +80,8 @@ RUN = [
     case(["run", "--seed", "99999999999"], 2, "seed=99999999999", id="run-seed-huge"),
     case(["run", "--seed", "x"], 2, "'--seed'", id="run-seed-text"),
     case(["run", "--timer", "bogus"], 2, "timer='bogus'", id="run-timer"),
+    case(["run", "--timer", "fake"], 2, ALLOWED_TIMERS, id="run-timer-fake"),
+    case(["run"], 2, ALLOWED_TIMERS, env={"ATTNBENCH_TIMER": "fake"}, id="var-timer-fake"),
     case(["run", *TINY, "--timer", "cuda-graph"], 2, "--timer=cuda-graph", id="run-graph-cpu"),
     case(["run", *TINY, "--timer", "cuda-event"], 2, "needs a CUDA device", id="run-event-cpu"),
     case(["run", "--max-time-ms", "0"], 2, "max_time_ms=0", id="run-max-time-0"),

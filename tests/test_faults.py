@@ -14,7 +14,7 @@ import pytest
 from attnbench.cli.run import execute
 from attnbench.results import read_results
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("isolated", "fake_timer")
 
 FAULTS = [
     "faulty:nan",
@@ -45,7 +45,6 @@ def _cli(out: Path, backends: list[str], **extra: object) -> dict[str, object]:
         "batch_size": 2,
         "lengths": ["32,48"],
         "kv_dtype": "bfloat16",
-        "timer": "fake",
         "out": out,
         **extra,
     }
@@ -95,8 +94,6 @@ def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
         "32,48,64",
         "--kv-dtype",
         "bf16",
-        "--timer",
-        "fake",
         "--out",
         str(out),
         "-b",

@@ -380,12 +380,12 @@ def test_flashinfer_routes_windows_everywhere_and_sinks_through_xqa(
 # -- end to end on the CPU -------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("isolated")
+@pytest.mark.usefixtures("isolated", "fake_timer")
 def test_run_gemma3_and_gpt_oss_on_the_cpu(tmp_path: Path) -> None:
     """Gemma-3's windowed and full layers, and gpt-oss's windowed and full layers with sinks, pass
     the gate on sdpa:math (flex: above, eager) through `attnbench run --model`."""
     out = tmp_path / "w.jsonl"
-    base = ["run", "--device", "cpu", "--batch-size", "2", "--kind", "decode", "--timer", "fake"]
+    base = ["run", "--device", "cpu", "--batch-size", "2", "--kind", "decode"]
     base += ["--kv-dtype", "bfloat16", "--out", str(out), "--backend", "sdpa:math"]
     base += ["--backend", "reference"]
     res = CliRunner().invoke(app, [*base, "--model", "gemma-3-27b", "--tp", "16", "-l", "1100"])

@@ -15,6 +15,7 @@ from attnbench.results.loader import (
     is_results_path,
     is_trials_name,
     iter_rows,
+    read_for_analysis,
     read_results,
 )
 from attnbench.results.provenance import (
@@ -84,6 +85,7 @@ __all__ = [
     "library_versions",
     "now_iso",
     "provenance",
+    "read_for_analysis",
     "read_json",
     "read_results",
     "read_text",

@@ -113,6 +113,27 @@ def read_results(path: Path | str) -> ResultFile:
     return out
 
 
+SCRIPTED_TIMER = "fake"
+"""`measure.config.FAKE_TIMER`: the tests' scripted timer, whose latencies are not measurements."""
+
+
+def read_for_analysis(path: Path | str) -> ResultFile:
+    """`read_results` for the readers that analyse rows (`report`, `recommend`, `compare`,
+    `replay`): a file holding a row timed by the test-only fake timer is refused
+    (ResultsFileError naming the file, how many rows and the first one), since its latencies
+    were scripted, not measured, and a figure built on them would read as real."""
+    rf = read_results(path)
+    scripted = [r for r in rf.rows if r.measurement and r.measurement.timer == SCRIPTED_TIMER]
+    if scripted:
+        first = scripted[0]
+        raise ResultsFileError(
+            f"{rf.path}: {len(scripted)} row(s) timed by the test-only fake timer (first: "
+            f"{first.case_id} {first.backend}); their latencies are scripted, not measured, "
+            "so report, recommend, compare and replay do not read this file"
+        )
+    return rf
+
+
 def _parse_line(out: ResultFile, data: object, lineno: int) -> None:
     where = f"{out.path}:{lineno}"
     kind = data.get("type") if isinstance(data, dict) else None
