@@ -216,6 +216,7 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "tflops_frac_measured": row.tflops_frac_measured,
         "bandwidth_frac_spec": row.bandwidth_frac_spec,
         "tflops_frac_spec": row.tflops_frac_spec,
+        "tflops_ceiling": row.tflops_ceiling or "",
         "rel_l2_err": acc.rel_l2_err if acc else None,
         "budget": acc.budget if acc else None,
         "acc_passed": acc.passed if acc else None,

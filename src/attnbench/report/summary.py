@@ -187,8 +187,10 @@ def ceiling_fraction(row: ResultRow) -> tuple[float | None, str]:
     bw, bw_name = row.bandwidth_frac_read, "read"
     if not _finite(bw):
         bw, bw_name = row.bandwidth_frac_measured, "copy"
-    mm = row.tflops_frac_measured
-    candidates = [(v, name) for v, name in ((bw, bw_name), (mm, "matmul")) if _finite(v)]
+    mm, mm_name = row.tflops_frac_measured, "matmul"
+    if row.tflops_ceiling == "fp8_e4m3":  # the kernel multiplies in fp8: the fp8 GEMM's ceiling
+        mm_name = "fp8 matmul"
+    candidates = [(v, name) for v, name in ((bw, bw_name), (mm, mm_name)) if _finite(v)]
     if not candidates:
         return None, ""
     value, name = max(candidates, key=lambda c: float(c[0] or 0.0))

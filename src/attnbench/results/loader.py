@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from attnbench.results.legacy import migrate_rows
+from attnbench.results.legacy import matmul_fractions, migrate_rows
 from attnbench.results.rows import FINAL_STATUSES, SCHEMA_VERSION, Header, ResultRow
 from attnbench.results.textfile import CompressedFileError, gunzip, is_gzip_name
 
@@ -110,6 +110,7 @@ def read_results(path: Path | str) -> ResultFile:
     if not out.headers:
         raise ResultsFileError(f"{path}: no header row: not an attnbench results file")
     out.migrated = migrate_rows(out.rows)
+    matmul_fractions(out.rows, out.headers)
     return out
 
 
