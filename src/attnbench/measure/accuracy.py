@@ -35,6 +35,8 @@ class Accuracy:
     nonfinite: int
     passed: bool
     precision: str
+    timed_rel_l2_err: float | None = None
+    """The same error of the output the timed calls left (`run.sweep.check_timed_output`)."""
 
     @property
     def reason(self) -> str:
@@ -47,8 +49,11 @@ class Accuracy:
             )
         return ""
 
-    def as_dict(self) -> dict[str, float | int | bool | str]:
-        return asdict(self)
+    def as_dict(self) -> dict[str, float | int | bool | str | None]:
+        d = asdict(self)
+        if self.timed_rel_l2_err is None:
+            del d["timed_rel_l2_err"]
+        return d
 
 
 def rel_l2(a: torch.Tensor, ref: torch.Tensor) -> float:
