@@ -205,6 +205,8 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "ci_low_us": lat.ci_low_us if lat else None,
         "ci_high_us": lat.ci_high_us if lat else None,
         "rel_ci": lat.rel_ci if lat else None,
+        "min_us": lat.min_us if lat else None,
+        "max_us": lat.max_us if lat else None,
         "plan_us": row.plan_us,
         "per_token_ms": row.per_token_ms,
         "bytes_total": nbytes,
