@@ -65,6 +65,8 @@ class AccuracyRecord(Record):
     passed: bool | None = None
     precision: str = ""
     """The lowest precision on the kernel's output path, which sets the budget."""
+    format_rel_l2_err: float | None = None
+    """The reference rounded to `precision` against itself: the budget is a factor of it."""
     timed_rel_l2_err: float | None = None
     """The error of the output the timed calls left, checked again after timing."""
 
