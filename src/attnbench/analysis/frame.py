@@ -30,6 +30,7 @@ from attnbench.results import (
     is_document_path,
     is_results_path,
     is_trials_name,
+    plan_mode,
     read_for_analysis,
 )
 from attnbench.workload.spec import WorkloadSpec
@@ -224,6 +225,7 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "acc_passed": acc.passed if acc else None,
         "precision": acc.precision if acc else "",
         "timer": meas.timer if meas else "",
+        "plan_mode": plan_mode(row),
         "samples_us": row.samples_us,
         "spec": spec,
         "details": row.details,

@@ -1,6 +1,8 @@
-"""Report sections from `attnbench fidelity --out` documents: timing fidelity (engine vs torch
-profiler vs Nsight Compute, SM clocks) and SM activity on uniform vs ragged batches (the brief's
-claim that uniform grids leave 62% of SMs idle). Each is left out when no document has its cases.
+"""Report sections on what a time means: timing fidelity from `attnbench fidelity --out`
+documents (engine vs torch profiler vs nvbench vs Nsight Compute, SM clocks, plan modes), SM
+activity on uniform vs ragged batches (the brief's claim that uniform grids leave 62% of SMs
+idle), and the plan modes of a case's variants where they differ. Each is left out when nothing
+has its data.
 """
 
 from __future__ import annotations
@@ -203,3 +205,36 @@ def sm_activity_section(data: ReportData) -> Section | None:
             )
         )
     return Section("SM activity", blocks)
+
+
+@register_section("Plan modes", order=83)
+def plan_modes(data: ReportData) -> Section | None:
+    """Cases whose variants were planned in different modes: FlashInfer's decode wrapper is
+    planned for CUDA graphs (`use_cuda_graph=True`, as serving engines build it), which
+    changes its split-KV choice, while the other paths are planned eagerly."""
+    ok = data.ok
+    if ok.empty or "plan_mode" not in ok:
+        return None
+    modes = ok[ok["plan_mode"] != ""].groupby("case_id")["plan_mode"].nunique()
+    cases = set(modes[modes > 1].index)
+    if not cases:
+        return None
+    mixed = ok[ok["case_id"].isin(cases)]
+    rows = [
+        [
+            str(backend),
+            str(mode),
+            str(len(g)),
+            f"{fmt_us(g['latency_us'].min())}-{fmt_us(g['latency_us'].max())}",
+        ]
+        for (backend, mode), g in mixed.groupby(["backend", "plan_mode"])
+    ]
+    text = (
+        f"In {len(cases)} cases the variants were planned in different modes: a `cuda-graph` "
+        "plan (FlashInfer's decode wrapper with `use_cuda_graph=True`: fixed buffers and a "
+        "split-KV choice one captured graph replays for every step) times differently from an "
+        "`eager` one of the same kernel, so each row's mode is part of what its time means "
+        "(`attnbench fidelity --cases small` times FlashInfer's fa2 in both)."
+    )
+    head = ["variant", "plan mode", "cases", "median range"]
+    return Section("Plan modes", [Text(text), Table(head, rows, "plan mode per variant")])

@@ -5,6 +5,7 @@ and `textfile` (plain or gzipped: every JSON document is read through `read_json
 names are re-exported here."""
 
 from attnbench.results.jsonsafe import dumps, finite
+from attnbench.results.legacy import mixed_plan_modes, plan_mode, plan_mode_label
 from attnbench.results.loader import (
     SUFFIXES,
     TRIALS_SUFFIXES,
@@ -83,7 +84,10 @@ __all__ = [
     "is_trials_name",
     "iter_rows",
     "library_versions",
+    "mixed_plan_modes",
     "now_iso",
+    "plan_mode",
+    "plan_mode_label",
     "provenance",
     "read_for_analysis",
     "read_json",

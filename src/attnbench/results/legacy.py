@@ -12,6 +12,11 @@
   fp8 GEMM in the same run). A row whose accuracy gate ran at an fp8 `precision` (exactly the
   kernels that multiply P in fp8) takes them again against the fp8 ceiling its run's header
   stored; every such row names the ceiling it is now a fraction of.
+- Plan mode (`plan_mode`, read without changing the row). Rows without `details.plan_mode`
+  were planned as the code then did it: FlashInfer's
+  decode wrapper (`BatchDecodeWithPagedKVCacheWrapper`) in CUDA-graph mode unless the row's
+  `use_cuda_graph` knob says false (the default has been `use_cuda_graph=True` since the
+  backend's first version), every other path eagerly.
 """
 
 from __future__ import annotations
@@ -103,3 +108,38 @@ def matmul_fractions(rows: Iterable[ResultRow], headers: Sequence[Header]) -> in
             r.tflops_frac_spec = r.tflops / peak if peak else None
         changed += 1
     return changed
+
+
+DECODE_WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
+PLANNED = frozenset({"ok", "mismatch"})
+"""Statuses of rows whose variant was planned (and so had a plan mode)."""
+
+
+def plan_mode(row: ResultRow) -> str:
+    """`cuda-graph` or `eager`: the row's `details.plan_mode`, or for a row written before it
+    was recorded the mode its plan was built in (see the module docstring); "" for a row
+    that was never planned. The row itself is left as it was read."""
+    d = row.details
+    if d.plan_mode is not None or row.status not in PLANNED:
+        return d.plan_mode or ""
+    graph = d.api == DECODE_WRAPPER and d.get("use_cuda_graph", True) not in (False, "false")
+    return "cuda-graph" if graph else "eager"
+
+
+PLAN_MODE_LABELS = {"cuda-graph": "graph plan", "eager": "eager plan"}
+
+
+def plan_mode_label(row: ResultRow) -> str:
+    """`graph plan` or `eager plan` (empty for a row that was never planned)."""
+    mode = plan_mode(row)
+    return PLAN_MODE_LABELS.get(mode, mode)
+
+
+def mixed_plan_modes(rows: Iterable[ResultRow]) -> set[str]:
+    """Case ids whose planned rows were planned in more than one mode: there the plan mode is
+    part of what a row's time means (FlashInfer's CUDA-graph plan splits differently)."""
+    modes: dict[str, set[str]] = {}
+    for r in rows:
+        if mode := plan_mode(r):
+            modes.setdefault(r.case_id, set()).add(mode)
+    return {case for case, seen in modes.items() if len(seen) > 1}

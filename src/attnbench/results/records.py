@@ -128,6 +128,8 @@ class Details(Record):
     extra_bytes: int | None = None
     """Bytes the kernel moves beyond the spec's minimum (padding, a copy...)."""
     workspace_bytes: int | None = None
+    plan_mode: str | None = None
+    """`cuda-graph` or `eager`: how the library planned the call (`PlannedRun.plan_mode`)."""
     knobs_label: str | None = None
     knobs_ignored: str | None = None
     traceback: str | None = None

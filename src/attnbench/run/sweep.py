@@ -262,7 +262,7 @@ def run_backend(
         plan_us = _time_replan(planned, dev)
 
         acc, ref = _gate(planned, inputs, oracle, spec)
-        details: dict[str, Any] = dict(planned.details) | timing
+        details: dict[str, Any] = dict(planned.details) | timing | {"plan_mode": planned.plan_mode}
         if not acc.passed:
             return _row(
                 ctx,
