@@ -47,7 +47,7 @@ class Accuracy:
     format_rel_l2_err: float | None = None
     """The reference rounded to `precision` (the case's format and scheme) against itself."""
     timed_rel_l2_err: float | None = None
-    """The same error of the output the timed calls left (`run.sweep.check_timed_output`)."""
+    """The same error of the output the timed calls left (`run.gate.check_timed_output`)."""
 
     @property
     def reason(self) -> str:

@@ -28,12 +28,12 @@ import torch
 
 from attnbench.backends.base import Backend, PlannedRun, UnsupportedCase
 from attnbench.backends.reference import reference_attention
-from attnbench.measure.accuracy import Accuracy, check_accuracy
 from attnbench.measure.config import MeasureConfig
-from attnbench.measure.engine import Measurement, measure
+from attnbench.measure.engine import measure
 from attnbench.measure.hardware import Ceilings, DeviceInfo
 from attnbench.measure.l2 import L2Flusher
 from attnbench.results import ResultRow
+from attnbench.run.gate import check_timed_output, gate
 from attnbench.run.rows import failure_row, ok_row
 from attnbench.workload import memory
 from attnbench.workload.inputs import AttentionInputs, make_inputs
@@ -261,7 +261,7 @@ def run_backend(
         ctx.on_planned(backend.name, first_plan_s)
         plan_us = _time_replan(planned, dev)
 
-        acc, ref = _gate(planned, inputs, oracle, spec)
+        acc, ref = gate(planned, inputs, oracle, spec)
         details: dict[str, Any] = dict(planned.details) | timing | {"plan_mode": planned.plan_mode}
         if not acc.passed:
             return _row(
@@ -334,34 +334,6 @@ def run_backend(
         )
     finally:
         planned = None
-
-
-def _gate(
-    planned: PlannedRun, inputs: AttentionInputs, oracle: torch.Tensor, spec: WorkloadSpec
-) -> tuple[Accuracy, torch.Tensor]:
-    """The accuracy gate: one call into a NaN-poisoned output against the fp64 reference (on
-    the query the kernel really saw, `q_effective`). Returns the verdict and that reference,
-    which the timed output is checked against again after timing."""
-    if planned.out is not None:
-        planned.out.fill_(float("nan"))
-    out = planned.run()
-    _sync(inputs.device)
-    ref = oracle
-    if planned.q_effective is not None:
-        ref = reference_attention(inputs, q=planned.q_effective)
-    return check_accuracy(planned.unpack(out), ref, planned.precision or spec.dtype), ref
-
-
-def check_timed_output(
-    planned: PlannedRun, m: Measurement, ref: torch.Tensor, precision: str
-) -> Accuracy | None:
-    """What was timed, checked: the output the last timed call left (a CUDA graph's captured
-    buffer after its replays, which `measure` poisoned before warm-up) against the same
-    reference and budget as the gate. None where the timer kept no output (the fake timer)."""
-    if not isinstance(m.output, torch.Tensor):
-        return None
-    _sync(m.output.device)
-    return check_accuracy(planned.unpack(m.output), ref, precision)
 
 
 def _row(
