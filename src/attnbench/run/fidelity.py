@@ -111,10 +111,7 @@ def check_case(
     try:
         inputs, planned, ref = _prepare(case, dev)
         assert ref is not None
-        timed = _engine(planned, cfg, dev, flusher)
-        check = check_timed_output(planned, timed[0], ref, planned.precision or case.spec.dtype)
-        if check is not None and not check.passed:
-            raise RuntimeError(f"the timed output ({timed[0].timer}): {check.reason}")
+        timed = _engine(planned, cfg, dev, flusher, ref, planned.precision or case.spec.dtype)
         cupti = cupti_times(planned.run, flusher)
     except Exception as exc:
         return head | {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:400]}
@@ -124,14 +121,20 @@ def check_case(
 
 
 def _engine(
-    planned: Any, cfg: MeasureConfig, dev: torch.device, flusher: L2Flusher
+    planned: Any,
+    cfg: MeasureConfig,
+    dev: torch.device,
+    flusher: L2Flusher,
+    ref: torch.Tensor,
+    precision: str,
 ) -> list[Measurement]:
     """The engine's measurement, its repeat, and where it replayed a CUDA graph, CUDA events
-    around eager launches of the same call."""
+    around eager launches of the same call; each one's timed output checked right after it
+    (RuntimeError naming the timer where it is wrong)."""
     out = planned.out
 
     def once(c: MeasureConfig) -> Measurement:
-        return measure(
+        m = measure(
             planned.run,
             c,
             device=dev,
@@ -139,6 +142,10 @@ def _engine(
             graph_safe=planned.graph_safe,
             poison=[out] if out is not None else [],
         )
+        check = check_timed_output(planned, m, ref, precision)
+        if check is not None and not check.passed:
+            raise RuntimeError(f"the timed output ({m.timer}): {check.reason}")
+        return m
 
     first = once(cfg)
     runs = [first, once(cfg)]

@@ -7,7 +7,8 @@ torch's current one (`torch.cuda.ExternalStream` of the handle `launch.get_strea
 every library launches its kernels there. nvbench's cold measurement flushes L2 before each
 sample and times it with CUDA events; its stopping criterion (`stdrel`) runs until the samples'
 relative standard deviation settles below `max_noise` after `min_time_s` of GPU time, or
-`timeout_s`. Batch (hot) timing is off.
+`timeout_s`. Batch (hot) timing is off (`exec(batched=False)`); only GPU 0 runs (the calls'
+tensors live there).
 
 nvbench runs its registered benchmarks once per process (`run_all_benchmarks` refuses a second
 call), so `time_calls` takes every call of a fidelity run at once: one benchmark whose string
@@ -119,8 +120,7 @@ def _run(
     torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "nvbench.json"
-        argv = ["attnbench-fidelity", "--devices", "0", "--no-batch", "--quiet"]
-        bench.run_all_benchmarks([*argv, "--json", str(path)])
+        bench.run_all_benchmarks(["attnbench-fidelity", "--devices", "0", "--json", str(path)])
         doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return doc
 
