@@ -35,6 +35,19 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
+@pytest.fixture
+def fake_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs the CLI starts in this process time with the scripted fake timer, which no flag or
+    setting reaches (`measure.config.FAKE_TIMER`): say `pytest.mark.usefixtures("fake_timer")`.
+    Subprocesses do not see it; they time for real."""
+    from dataclasses import replace
+
+    from attnbench.config import Settings
+
+    real = Settings.measure_config
+    monkeypatch.setattr(Settings, "measure_config", lambda self: replace(real(self), timer="fake"))
+
+
 # Property tests draw the same examples on every run (a CI run must not fail by luck);
 # `HYPOTHESIS_PROFILE=explore pytest tests/test_properties.py` draws fresh ones to hunt for bugs.
 from hypothesis import settings as _hypothesis_settings  # noqa: E402

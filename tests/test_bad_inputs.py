@@ -22,7 +22,7 @@ from attnbench.cli.export import EXPORT_COLUMNS
 from attnbench.config import usable_cpus
 from attnbench.results import SCHEMA_VERSION
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("isolated", "fake_timer")
 
 runner = CliRunner()
 Files = dict[str, str | bytes]
@@ -51,12 +51,14 @@ README_EXAMPLE = [
     "8",
     "--kv-dtype",
     "fp8_e4m3",
-    "--timer",
-    "fake",
+    "--max-time-ms",
+    "1",
 ]
 HUGE = ["--device", "cpu", "-l", "4194304", "--batch-size", "16", "--kv-dtype", "bf16"]
 TINY = ["--device", "cpu", "-b", "reference", "-l", "16", "--batch-size", "1"]
-TINY += ["--kv-dtype", "bf16", "--timer", "fake", "--max-time-ms", "1"]
+TINY += ["--kv-dtype", "bf16", "--max-time-ms", "1"]
+ALLOWED_TIMERS = "allowed: 'auto', 'cpu', 'cuda-event' or 'cuda-graph'"
+"""The fake timer is for tests only: the CLI and the settings never name it."""
 BAD_UTF8 = b"\x00\x01\xff\xfe binary"
 GROUP = '[[group]]\nkinds = ["decode"]\nlengths = ["16"]\n'
 
@@ -97,6 +99,8 @@ RUN = [
     case(["run", "--seed", "99999999999"], 2, "seed=99999999999", id="run-seed-huge"),
     case(["run", "--seed", "x"], 2, "'--seed'", id="run-seed-text"),
     case(["run", "--timer", "bogus"], 2, "timer='bogus'", id="run-timer"),
+    case(["run", "--timer", "fake"], 2, ALLOWED_TIMERS, id="run-timer-fake"),
+    case(["run"], 2, ALLOWED_TIMERS, env={"ATTNBENCH_TIMER": "fake"}, id="var-timer-fake"),
     case(["run", *TINY, "--timer", "cuda-graph"], 2, "--timer=cuda-graph", id="run-graph-cpu"),
     case(["run", *TINY, "--timer", "cuda-event"], 2, "needs a CUDA device", id="run-event-cpu"),
     case(["run", "--max-time-ms", "0"], 2, "max_time_ms=0", id="run-max-time-0"),
@@ -465,7 +469,7 @@ RUN = [
         id="run-only-the-oracle",
     ),
     case(  # every variant refused by the memory guard: the summary gives the figures
-        ["run", *HUGE, "-b", "reference", "--timer", "fake"],
+        ["run", *HUGE, "-b", "reference"],
         3,
         "nothing ran: every variant was refused",
         id="run-memory-refused",

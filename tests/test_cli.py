@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from attnbench.cli import app
 from attnbench.results import read_results
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("isolated", "fake_timer")
 
 runner = CliRunner()
 
@@ -31,8 +31,6 @@ def test_run_writes_a_results_file_and_table(tmp_path: Path) -> None:
             "64,128",
             "--kv-dtype",
             "bfloat16",
-            "--timer",
-            "fake",
             "--out",
             str(out),
         ],
@@ -61,8 +59,6 @@ def test_resume_skips_finished_cases(tmp_path: Path) -> None:
         "64",
         "--kv-dtype",
         "bf16",
-        "--timer",
-        "fake",
         "--out",
         str(out),
     ]

@@ -30,12 +30,12 @@ from attnbench.cli.common import (
 )
 from attnbench.results import Header, ResultWriter, drop_torn_tail, read_results
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("isolated", "fake_timer")
 
 runner = CliRunner()
 README = Path(__file__).resolve().parent.parent / "README.md"
 TINY = ["--device", "cpu", "-b", "reference", "--batch-size", "1", "--kv-dtype", "bf16"]
-TINY += ["--timer", "fake", "--max-time-ms", "1"]
+TINY += ["--max-time-ms", "1"]
 
 
 @pytest.fixture

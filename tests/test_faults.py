@@ -16,7 +16,7 @@ from attnbench.cli.common import EXIT_NOTHING_RAN
 from attnbench.cli.run import execute
 from attnbench.results import read_results
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("isolated", "fake_timer")
 
 FAULTS = [
     "faulty:nan",
@@ -47,7 +47,6 @@ def _cli(out: Path, backends: list[str], **extra: object) -> dict[str, object]:
         "batch_size": 2,
         "lengths": ["32,48"],
         "kv_dtype": "bfloat16",
-        "timer": "fake",
         "out": out,
         **extra,
     }
@@ -104,8 +103,6 @@ def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
         "32,48,64",
         "--kv-dtype",
         "bf16",
-        "--timer",
-        "fake",
         "--out",
         str(out),
         "-b",

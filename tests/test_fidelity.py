@@ -126,7 +126,7 @@ def test_fidelity_writes_after_every_case_and_resumes(
 
     calls: list[str] = []
 
-    def fake_check(case: fid.FidelityCase, cfg: object) -> dict[str, object]:
+    def fake_check(case: fid.FidelityCase, cfg: object, *kept: object) -> dict[str, object]:
         calls.append(case.name)
         if len(calls) == 2:
             raise KeyboardInterrupt  # the step's time limit arrives mid-run
@@ -150,7 +150,7 @@ def test_fidelity_writes_after_every_case_and_resumes(
     monkeypatch.setattr(
         fid,
         "check_case",
-        lambda c, cfg: {
+        lambda c, cfg, *kept: {
             "case": c.name,
             "backend": c.backend,
             "status": "ok",
@@ -394,7 +394,7 @@ def test_fidelity_ncu_writes_after_every_group(
     saved: list[int] = []
     out = tmp_path / "fid.json"
 
-    def fake_check(case: fid.FidelityCase, cfg: object) -> dict[str, object]:
+    def fake_check(case: fid.FidelityCase, cfg: object, *kept: object) -> dict[str, object]:
         saved.append(len(json.loads(out.read_text())["cases"]) if out.exists() else 0)
         status = "error" if case.backend == "flashinfer:xqa" else "ok"
         return {

@@ -178,6 +178,7 @@ def test_resume_retries_rows_refused_for_memory(tmp_path: Path) -> None:
     assert finished_keys(path) == {ok[0].key}
 
 
+@pytest.mark.usefixtures("fake_timer")
 def test_run_where_nothing_fits_exits_3_with_the_need(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,7 +189,7 @@ def test_run_where_nothing_fits_exits_3_with_the_need(
         app,
         [
             *["run", "--device", "cpu", "-b", "reference", "-l", "4096", "--batch-size", "2"],
-            *["--kv-dtype", "bf16", "--timer", "fake", "--out", str(out)],
+            *["--kv-dtype", "bf16", "--out", str(out)],
         ],
     )
     assert res.exit_code == 3, res.output

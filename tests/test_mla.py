@@ -312,14 +312,14 @@ def test_sdpa_mla_passes_the_gate_on_the_cpu(
     assert row.flops == metrics.flops(spec)
 
 
-@pytest.mark.usefixtures("isolated")
+@pytest.mark.usefixtures("isolated", "fake_timer")
 def test_run_model_deepseek_v3_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     """`attnbench run --model deepseek-v3` builds MLA cases; sdpa:mla and the reference rows
     pass the gate; every GQA variant is an unsupported row naming the MLA variants."""
     out = tmp_path / "mla.jsonl"
     args = ["run", "--device", "cpu", "--model", "deepseek-v3", "--tp", "8", "--batch-size", "2"]
     args += ["--lengths", "24;mixed:8-40", "--kind", "decode", "--kind", "prefill"]
-    args += ["--kv-dtype", "bfloat16", "--timer", "fake", "--out", str(out)]
+    args += ["--kv-dtype", "bfloat16", "--out", str(out)]
     args += ["--backend", "sdpa", "--backend", "reference"]
     res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output

@@ -13,7 +13,7 @@ from attnbench.run.raycluster import _run_job
 from attnbench.run.worker import parse_gpus
 from attnbench.workload.spec import WorkloadSpec
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("isolated", "fake_timer")
 
 
 def test_parse_gpus() -> None:
@@ -38,7 +38,6 @@ def test_cpu_worker_pool_shards_cases_into_one_file(tmp_path: Path) -> None:
             "batch_size": 2,
             "lengths": ["16,32,48,64"],
             "kv_dtype": "bfloat16",
-            "timer": "fake",
             "workers": 2,
             "out": out,
         }
@@ -76,7 +75,6 @@ def test_ray_local_cluster_runs_the_sweep(tmp_path: Path) -> None:
                     "batch_size": 2,
                     "lengths": ["16,32"],
                     "kv_dtype": "bfloat16",
-                    "timer": "fake",
                     "ray": "local",
                     "out": out,
                 }

@@ -21,10 +21,10 @@ from attnbench.run.progress import COMPILE_NOTE_S, Activity, Board
 from attnbench.run.worker import Job, TuneJob, WorkerSlot
 
 runner = CliRunner()
-TINY = ["--device", "cpu", "--batch-size", "2", "--kv-dtype", "bfloat16", "--timer", "fake"]
+TINY = ["--device", "cpu", "--batch-size", "2", "--kv-dtype", "bfloat16"]
 
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("isolated", "fake_timer")
 
 
 def _run_bounded(pool: WorkerPool, jobs: list[Job], limit_s: float) -> None:
@@ -113,7 +113,7 @@ page_size = 4
 
 def test_flags_win_over_the_suite(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text(SUITE)
-    base = ["run", "--suite", "s.toml", "-b", "reference", "--device", "cpu", "--timer", "fake"]
+    base = ["run", "--suite", "s.toml", "-b", "reference", "--device", "cpu"]
     plain = tmp_path / "plain.jsonl"
     assert runner.invoke(app, [*base, "--out", str(plain)]).exit_code == 0
     [row] = read_results(plain).rows

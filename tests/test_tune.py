@@ -388,10 +388,11 @@ def test_fa3_grid_runs_through_every_route(
 # -- CLI ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("fake_timer")
 def test_cli_tunes_sdpa_math_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "tune.jsonl"
     args = ["tune", "--device", "cpu", "-b", "sdpa:math", "-b", "reference", "--batch-size", "2"]
-    args += ["-l", "64;96", "--kv-dtype", "bfloat16", "--timer", "fake", "--budget-s", "120"]
+    args += ["-l", "64;96", "--kv-dtype", "bfloat16", "--budget-s", "120"]
     res = runner.invoke(app, [*args, "--out", str(out)])
     assert res.exit_code == 0, res.output
     main = read_results(out)

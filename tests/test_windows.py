@@ -380,13 +380,13 @@ def test_flashinfer_routes_windows_everywhere_and_sinks_through_xqa(
 # -- end to end on the CPU -------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("isolated")
+@pytest.mark.usefixtures("isolated", "fake_timer")
 def test_run_gemma3_and_gpt_oss_on_the_cpu(tmp_path: Path) -> None:
     """Gemma-3's windowed and full layers, and gpt-oss's windowed and full layers with sinks, pass
     the gate on sdpa:math (flex: above, eager) through `attnbench run --model`."""
     out = tmp_path / "w.jsonl"
     oss_out = tmp_path / "oss.jsonl"  # --resume refuses to mix two models in one file
-    base = ["run", "--device", "cpu", "--batch-size", "2", "--kind", "decode", "--timer", "fake"]
+    base = ["run", "--device", "cpu", "--batch-size", "2", "--kind", "decode"]
     base += ["--kv-dtype", "bfloat16", "--backend", "sdpa:math", "--backend", "reference"]
     gemma = ["--model", "gemma-3-27b", "--tp", "16", "-l", "1100", "--out", str(out)]
     res = CliRunner().invoke(app, [*base, *gemma])

@@ -22,7 +22,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from attnbench.measure.config import TIMERS, MeasureConfig, TimerName
+from attnbench.measure.config import DEFAULT_TIMER, TIMERS, MeasureConfig, TimerName
 from attnbench.measure.limits import MAX_SEED
 from attnbench.workload.spec import KINDS, Kind, KVLayout, normalize_dtype
 
@@ -195,9 +195,9 @@ class Settings(BaseSettings):
 
     # -- measurement --------------------------------------------------------------------------
     # (defaults declared once, in `MeasureConfig`)
-    timer: TimerName = _MEASURE.timer
+    timer: TimerName = DEFAULT_TIMER
     """auto (CUDA graph where capturable, else CUDA events; perf_counter on CPU), cpu,
-    cuda-event, cuda-graph, fake."""
+    cuda-event, cuda-graph."""
     cold_l2: bool = _MEASURE.cold_l2
     """Flush L2 before each timed call."""
     warmup_ms: float = _MEASURE.warmup_ms

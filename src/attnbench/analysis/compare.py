@@ -16,6 +16,17 @@ on the samples when both sides have them, non-overlapping confidence intervals o
 
 The same replicates give a geometric mean over many cases with a two-level bootstrap (cases
 resampled, then each case's ratio drawn from its own replicates): `geomean_ratio`.
+
+Across two runs (`compare_frames`), a case is called faster or slower only when, besides, its
+change exceeds the case's own measured run-to-run spread, as nvbench's compare does: the range
+its timed calls varied over in run A ([min, max] of the samples) and the range in run B must be
+apart by more than CLEAR_GAP (nvbench-compare-robust's `clear_gap.relative`); overlapping
+ranges are a tie, `within_spread`. nvbench's robust interval is [min, q3]; this one is the
+whole observed range, because a GPU that changes state during one run puts that run's median
+above the other's while its first calls match it: in the committed `h200-default-fresh` and
+`-warm` runs of one commit, the warm run's flashinfer:auto prefill stepped from 2,078 to
+2,186 us after two calls while the fresh one stayed at 2,046-2,074 us, which [min, q3] calls a
+6.7% regression.
 """
 
 from __future__ import annotations
@@ -36,6 +47,8 @@ N_BOOT = 1000
 MIN_SAMPLES = 5
 NOISE_FLOOR = 0.01
 """Differences under 1% are not called, whatever the statistics say (clocks, thermals)."""
+CLEAR_GAP = 0.005
+"""Two runs' sample ranges must be apart by this much (relative) for a change to be called."""
 Z95 = 1.959963984540054
 SEED = 0
 
@@ -51,6 +64,10 @@ class Timing:
     ci_low_us: float | None = None
     ci_high_us: float | None = None
     samples_us: np.ndarray | None = None
+    min_us: float | None = None
+    """The fastest timed call (of all samples, not only the stored ones), if known."""
+    max_us: float | None = None
+    """The slowest timed call, if known."""
 
     @property
     def rel_ci(self) -> float:
@@ -66,12 +83,38 @@ class Timing:
         arr = np.asarray(samples, dtype=np.float64) if samples is not None else None
         if arr is not None and (arr.size < MIN_SAMPLES or not np.all(np.isfinite(arr))):
             arr = None
+        low, high = _num(row.get("min_us")), _num(row.get("max_us"))
+        if (low is None or high is None) and arr is not None:
+            low, high = float(arr.min()), float(arr.max())
         return cls(
             median_us=float(row["latency_us"]),
             ci_low_us=_num(row.get("ci_low_us")),
             ci_high_us=_num(row.get("ci_high_us")),
             samples_us=arr,
+            min_us=low,
+            max_us=high,
         )
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """[min, max] of the timed calls: the range this run's timings varied over."""
+        if self.min_us is None or self.max_us is None or not 0 < self.min_us <= self.max_us:
+            return None
+        return self.min_us, self.max_us
+
+
+def spread_gap(a: Timing, b: Timing) -> float | None:
+    """How far apart the two runs' ranges are, relative: (min B - max A) / max A > 0 when every
+    call of B was slower than every call of A, (max B - min A) / min A < 0 when every call of B
+    was faster, 0 when the ranges overlap. None when a side has no range."""
+    ra, rb = a.spread, b.spread
+    if ra is None or rb is None:
+        return None
+    if rb[0] > ra[1]:
+        return (rb[0] - ra[1]) / ra[1]
+    if rb[1] < ra[0]:
+        return (rb[1] - ra[0]) / ra[0]
+    return 0.0
 
 
 def _num(v: Any) -> float | None:
@@ -233,6 +276,10 @@ class Entry:
     median_b_us: float | None = None
     estimate: RatioEstimate | None = None
     outcome: Outcome = "tie"
+    gap: float | None = None
+    """`spread_gap` of the pair (None without ranges)."""
+    within_spread: bool = False
+    """Significant and beyond the CI noise, yet the two runs' ranges overlap: a tie."""
     regression: bool = False
     """Counts toward the non-zero exit: significantly slower past the threshold, or ok -> not ok."""
     reason_b: str = ""
@@ -278,6 +325,8 @@ def compare_frames(
     """Match rows of A and B on (case_id, backend) and classify each pair.
 
     `threshold`: a significant slowdown counts as a regression only when B/A - 1 exceeds it.
+    A change is significant only where the two runs' ranges are apart (`spread_gap` beyond
+    CLEAR_GAP); otherwise the pair is a tie `within_spread`.
     A row that was ok in A and is anything else in B (mismatch, error, oom, timeout,
     unsupported) is a regression too.
     """
@@ -298,7 +347,10 @@ def compare_frames(
             ta, tb = Timing.of(ra), Timing.of(rb)
             e.median_a_us, e.median_b_us = ta.median_us, tb.median_us
             e.estimate = estimate_ratio(ta, tb, rng, noise_floor=noise_floor)
+            e.gap = spread_gap(ta, tb)
             e.outcome = e.estimate.verdict
+            if e.outcome != "tie" and e.gap is not None and abs(e.gap) <= CLEAR_GAP:
+                e.outcome, e.within_spread = "tie", True
             e.regression = e.outcome == "slower" and e.estimate.ratio - 1 > threshold
             pairs.append((ta, tb))
         elif ra["status"] == "ok":
@@ -311,6 +363,14 @@ def compare_frames(
             e.outcome = "still failing" if ra["status"] == rb["status"] else "status changed"
         entries.append(e)
     comp = Comparison(entries, threshold, noise_floor)
+    spread = [e for e in entries if e.within_spread]
+    if spread:
+        widest = max(spread, key=lambda e: abs(math.log(e.estimate.ratio)) if e.estimate else 0)
+        ratio = widest.estimate.ratio if widest.estimate else 1.0
+        comp.notes.append(
+            f"{len(spread)} pair(s) whose medians moved (up to {ratio:.3f}x, {widest.backend}) "
+            "are ties: within the runs' own spread (the two runs' timed calls overlap)"
+        )
     if pairs:
         comp.overall = geomean_ratio(pairs, rng, noise_floor=noise_floor)
     gpus_a = sorted(set(a["gpu"])) if not a.empty else []

@@ -1,36 +1,77 @@
 """Reading `attnbench fidelity --out` documents: does the engine's time agree with the profilers,
 and do decode kernels leave SMs idle on ragged batches (the brief's 62% claim)?
 
-A fidelity document is `{"provenance": {...}, "cases": [{case, backend, status, engine_us,
-profiler_kernel_us, ncu: {gpu_time_us, sm_active_pct, achieved_occupancy_pct, ...}, clocks:
-{sm_mhz_min, sm_mhz_median, throttled_samples, samples, ...}}, ...]}` (see `run.fidelity` and
-`cli.fidelity`); `--cases sm-activity` documents name their cases `sm-uniform`, `sm-mixed` and
-`sm-4-long` per backend. Everything here is pure: dicts in, numbers and verdicts out.
+A fidelity document is `{"provenance": {...}, "cases": [{case, backend, status, plan_mode,
+engine_us, engine_eager_us, profiler_kernel_us, profiler_span_us, profiler_kernels_per_call,
+nvbench: {status, gpu_median_us, ...}, ncu: {gpu_time_us, sm_active_pct,
+achieved_occupancy_pct, ...}, clocks: {sm_mhz_min, sm_mhz_median, throttled_samples, samples,
+...}}, ...]}` (see `run.fidelity` and `cli.fidelity`); `--cases sm-activity` documents name
+their cases `sm-uniform`, `sm-mixed` and `sm-4-long` per backend. Everything here is pure:
+dicts in, numbers and verdicts out.
+
+A kernel of FIDELITY_MIN_US or more is judged: the engine's median against Nsight Compute where
+it ran (else CUPTI's kernel time, through the torch profiler), and against nvbench where it
+ran, each within FIDELITY_TOLERANCE; where one differs, `disagreement_cause` says why from what
+the row recorded (or that it does not explain it).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.analysis.kernel_timing import (
+    EVENT_RESOLUTION_US,
+    FIDELITY_MIN_US,
+    FIDELITY_TOLERANCE,
+    KernelTiming,
+    kernel_timing,
+    kernel_timings,
+    rel_diff,
+)
+from attnbench.analysis.sm_activity import (
+    CLAIM_IDLE_PCT,
+    CLAIM_MARGIN_PTS,
+    RAGGED_LOSS_PTS,
+    SM_BATCHES,
+    SM_CASE_PREFIX,
+    ClaimVerdict,
+    SmActivity,
+    batch_order,
+    claim_verdict,
+    is_sm_activity,
+    sm_activity,
+    variant_label,
+)
 from attnbench.results import read_json
 
-FIDELITY_MIN_US = 50.0
-"""Kernels at least this long must agree between engine and profilers ..."""
-FIDELITY_TOLERANCE = 0.03
-"""... within this relative difference (issue 15)."""
-SM_CASE_PREFIX = "sm-"
-SM_BATCHES = ("uniform", "mixed", "4-long")
-"""The sm-activity batches: one total KV, rising raggedness."""
-CLAIM_IDLE_PCT = 62.0
-"""The brief: uniform grids leave 62% of SMs idle on ragged batches."""
-CLAIM_MARGIN_PTS = 10.0
-"""The claim holds on a batch when its SMs are idle at least CLAIM_IDLE_PCT minus this."""
-RAGGED_LOSS_PTS = 10.0
-"""Below the claim, raggedness still costs SMs when idle rises this much over the uniform batch."""
+__all__ = [
+    "CLAIM_IDLE_PCT",
+    "CLAIM_MARGIN_PTS",
+    "FIDELITY_MIN_US",
+    "FIDELITY_TOLERANCE",
+    "RAGGED_LOSS_PTS",
+    "SM_BATCHES",
+    "SM_CASE_PREFIX",
+    "ClaimVerdict",
+    "KernelTiming",
+    "PlanModes",
+    "SmActivity",
+    "agreement",
+    "batch_order",
+    "claim_verdict",
+    "disagreement_cause",
+    "is_fidelity_document",
+    "is_sm_activity",
+    "kernel_timing",
+    "kernel_timings",
+    "load_documents",
+    "plan_mode_pairs",
+    "sm_activity",
+    "variant_label",
+]
 
 
 def is_fidelity_document(doc: Any) -> bool:
@@ -58,89 +99,83 @@ def load_documents(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
-def is_sm_activity(case: Mapping[str, Any]) -> bool:
-    return str(case.get("case", "")).startswith(SM_CASE_PREFIX)
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        return None
-    return float(v)
-
-
-@dataclass(frozen=True)
-class KernelTiming:
-    """One case of a fidelity document: the engine against the torch profiler and ncu."""
-
-    case: str
-    backend: str
-    status: str
-    reason: str = ""
-    engine_us: float | None = None
-    repeat_diff: float | None = None
-    profiler_us: float | None = None
-    ncu_us: float | None = None
-    ncu_status: str = ""
-    sm_mhz_min: float | None = None
-    sm_mhz_median: float | None = None
-    max_sm_mhz: float | None = None
-    throttled_samples: int | None = None
-    samples: int | None = None
-    slowdowns: tuple[str, ...] = ()
-    """NVML's clock-event reasons seen while the engine timed (e.g. `sw_power_cap`)."""
-
-    @property
-    def profiler_diff(self) -> float | None:
-        """(engine - profiler) / profiler."""
-        return _diff(self.engine_us, self.profiler_us)
-
-    @property
-    def ncu_diff(self) -> float | None:
-        """(engine - ncu) / ncu."""
-        return _diff(self.engine_us, self.ncu_us)
-
-    @property
-    def long(self) -> bool:
-        """Over FIDELITY_MIN_US: the tolerance applies."""
-        return self.engine_us is not None and self.engine_us > FIDELITY_MIN_US
-
-    @property
-    def judged_diff(self) -> float | None:
-        """The difference the tolerance judges: against Nsight Compute where it ran (the
-        issue's criterion), else against the torch profiler."""
-        return self.ncu_diff if self.ncu_diff is not None else self.profiler_diff
-
-    @property
-    def disagrees(self) -> bool:
-        """A kernel over 50 us whose engine time differs from ncu's (else the torch
-        profiler's) by more than 3%."""
-        d = self.judged_diff
-        return self.long and d is not None and abs(d) > FIDELITY_TOLERANCE
-
-    @property
-    def agrees(self) -> bool:
-        """A kernel over 50 us with a profiler time, within 3% of it."""
-        return self.long and self.judged_diff is not None and not self.disagrees
-
-    @property
-    def power_capped(self) -> bool:
-        """NVML saw a power or thermal slowdown while the engine timed this kernel."""
-        return bool(self.throttled_samples) and any(
-            "power" in s or "thermal" in s for s in self.slowdowns
-        )
-
-
 PDL_OFF = "[enable_pdl=False]"
 """The label suffix of a case re-timed with programmatic dependent launch off (`--knob`)."""
 
 
 def disagreement_cause(t: KernelTiming, others: Sequence[KernelTiming] = ()) -> str:
-    """Why the engine and Nsight Compute differ on a kernel, from what the row shows and, where
-    the same case was re-timed with PDL off (`others`), from that A/B: "" where they agree
-    (or nothing was judged)."""
-    if not t.disagrees or t.ncu_diff is None:
+    """Why the engine differs from a timer the tolerance judges, per timer that differs, from
+    what the row shows (and, against ncu, from a re-timing of the same case with PDL off in
+    `others`): "" where they agree (or nothing was judged)."""
+    if not t.disagrees:
         return ""
-    return _cause(t, others) + _cupti_note(t)
+    causes = []
+    for name, d in t.references:
+        if abs(d) <= FIDELITY_TOLERANCE:
+            continue
+        if name == "ncu":
+            causes.append(_cause(t, others) + _cupti_note(t))
+        elif name == "CUPTI":
+            causes.append(f"vs CUPTI ({100 * d:+.1f}%): {_cupti_cause(t)}")
+        else:
+            causes.append(f"vs nvbench ({100 * d:+.1f}%): {_nvbench_cause(t)}")
+    return "; ".join(causes)
+
+
+def _near(a: float | None, b: float | None) -> bool:
+    d = rel_diff(a, b)
+    return d is not None and abs(d) <= FIDELITY_TOLERANCE
+
+
+def _shared_causes(t: KernelTiming, other_us: float) -> str:
+    """Causes a difference from any timer may have: the timer's resolution, a power cap."""
+    assert t.engine_us is not None
+    gap = abs(t.engine_us - other_us)
+    if gap < 2 * EVENT_RESOLUTION_US:
+        return (
+            f"{gap:.2f} us apart, within two CUDA event timestamps' resolution "
+            f"(~{EVENT_RESOLUTION_US} us each)"
+        )
+    if t.engine_us > other_us and t.power_capped:
+        return (
+            f"power cap: NVML reported {', '.join(t.slowdowns)} in {t.throttled_samples} of "
+            f"{t.samples} samples while the engine timed back-to-back calls"
+        )
+    return ""
+
+
+def _cupti_cause(t: KernelTiming) -> str:
+    """The engine against CUPTI's kernel time: the gaps between a call's kernels (the span)."""
+    k = t.kernels_per_call or 1.0
+    if k > 1.05 and _near(t.engine_us, t.span_us):
+        return (
+            f"the call is {k:.0f} kernels; CUPTI's kernel time leaves out the gaps between "
+            f"them, while its first-start to last-end span per call, {t.span_us:.1f} us, is "
+            f"{100 * (rel_diff(t.engine_us, t.span_us) or 0):+.1f}% from the engine"
+        )
+    shared = _shared_causes(t, t.profiler_us or 0.0)
+    return shared or (
+        "not explained by what the row recorded (kernels per call, CUPTI's span, SM clocks)"
+    )
+
+
+def _nvbench_cause(t: KernelTiming) -> str:
+    """The engine against nvbench: graph replay vs eager launch of the same planned call."""
+    if t.timer == "cuda-graph" and _near(t.engine_eager_us, t.nvbench_us):
+        kernels = (
+            f" of its {t.kernels_per_call:.0f} kernels" if (t.kernels_per_call or 1) > 1.05 else ""
+        )
+        return (
+            "nvbench launches the call eagerly, the engine replays it as a CUDA graph: timed "
+            f"with CUDA events around eager launches the engine measures {t.engine_eager_us:.1f} "
+            f"us, {100 * (rel_diff(t.engine_eager_us, t.nvbench_us) or 0):+.1f}% from nvbench, so "
+            f"the difference is graph replay vs eager launch{kernels}"
+        )
+    shared = _shared_causes(t, t.nvbench_us or 0.0)
+    return shared or (
+        "not explained by what the row recorded (the engine's eager re-timing, CUPTI's span, "
+        "SM clocks)"
+    )
 
 
 def _cupti_note(t: KernelTiming) -> str:
@@ -221,147 +256,48 @@ def _pdl_ab(t: KernelTiming, off: KernelTiming) -> str:
     )
 
 
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None or b <= 0 else (a - b) / b
-
-
-def variant_label(case: Mapping[str, Any]) -> str:
-    """The case's variant with the knobs it was planned with (`--knob`), if any."""
-    knobs = case.get("knobs") or {}
-    extra = ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
-    return str(case.get("backend", "")) + (f" [{extra}]" if extra else "")
-
-
-def kernel_timing(case: Mapping[str, Any]) -> KernelTiming:
-    ncu = case.get("ncu") or {}
-    clocks = case.get("clocks") or {}
-    ncu_ok = ncu.get("status") == "ok"
-    samples = _num(clocks.get("samples"))
-    throttled = _num(clocks.get("throttled_samples"))
-    return KernelTiming(
-        case=str(case.get("case", "")),
-        backend=variant_label(case),
-        status=str(case.get("status", "")),
-        reason=str(case.get("reason", "")),
-        engine_us=_num(case.get("engine_us")),
-        repeat_diff=_num(case.get("repeat_diff")),
-        profiler_us=_num(case.get("profiler_kernel_us")),
-        ncu_us=_num(ncu.get("gpu_time_us")) if ncu_ok else None,
-        ncu_status=str(ncu.get("status", "not run")) + ("" if ncu_ok else _why(ncu)),
-        sm_mhz_min=_num(clocks.get("sm_mhz_min")),
-        sm_mhz_median=_num(clocks.get("sm_mhz_median")),
-        max_sm_mhz=_num(clocks.get("max_sm_mhz")),
-        throttled_samples=None if throttled is None else int(throttled),
-        samples=None if samples is None else int(samples),
-        slowdowns=tuple(str(x) for x in clocks.get("slowdowns") or ()),
-    )
-
-
-def _why(ncu: Mapping[str, Any]) -> str:
-    return f": {ncu['reason']}" if ncu.get("reason") else ""
-
-
-def kernel_timings(doc: Mapping[str, Any]) -> list[KernelTiming]:
-    """The timing cases of a document (sm-activity cases are timed too, and listed)."""
-    return [kernel_timing(c) for c in doc.get("cases", [])]
-
-
 @dataclass(frozen=True)
 class Agreement:
     long: int
-    """Kernels over FIDELITY_MIN_US with at least one profiler time."""
+    """Kernels of FIDELITY_MIN_US or more with at least one profiler time."""
     agree: int
     disagree: list[KernelTiming]
 
 
 def agreement(timings: Sequence[KernelTiming]) -> Agreement:
-    long = [t for t in timings if t.long and t.judged_diff is not None]
+    long = [t for t in timings if t.long and t.references]
     return Agreement(len(long), sum(t.agrees for t in long), [t for t in long if t.disagrees])
 
 
 @dataclass(frozen=True)
-class SmActivity:
-    """One decode kernel on one sm-activity batch."""
+class PlanModes:
+    """One variant on one case, planned both ways (FlashInfer's CUDA-graph and eager plans)."""
 
-    backend: str
-    batch: str
-    sm_active_pct: float | None
-    occupancy_pct: float | None
-    engine_us: float | None
-    total_kv_tokens: int | None
+    case: str
+    variant: str
+    graph: KernelTiming
+    eager: KernelTiming
 
     @property
-    def idle_pct(self) -> float | None:
-        return None if self.sm_active_pct is None else 100.0 - self.sm_active_pct
+    def engine_ratio(self) -> float | None:
+        """graph-plan engine time / eager-plan engine time."""
+        g, e = self.graph.engine_us, self.eager.engine_us
+        return g / e if g and e else None
+
+    @property
+    def differ(self) -> bool:
+        r = self.engine_ratio
+        return r is not None and abs(r - 1) > FIDELITY_TOLERANCE
 
 
-def sm_activity(doc: Mapping[str, Any]) -> dict[str, dict[str, SmActivity]]:
-    """backend -> batch (`uniform`, `mixed`, `4-long`) -> ncu's SM activity, for ok cases."""
-    out: dict[str, dict[str, SmActivity]] = {}
-    for c in doc.get("cases", []):
-        if not is_sm_activity(c) or c.get("status") != "ok":
-            continue
-        ncu = c.get("ncu") or {}
-        ok = ncu.get("status") == "ok"
-        batch = str(c["case"])[len(SM_CASE_PREFIX) :]
-        total = _num(c.get("total_kv_tokens"))
-        out.setdefault(variant_label(c), {})[batch] = SmActivity(
-            variant_label(c),
-            batch,
-            _num(ncu.get("sm_active_pct")) if ok else None,
-            _num(ncu.get("achieved_occupancy_pct")) if ok else None,
-            _num(c.get("engine_us")),
-            None if total is None else int(total),
-        )
-    return out
-
-
-def batch_order(batch: str) -> int:
-    return SM_BATCHES.index(batch) if batch in SM_BATCHES else len(SM_BATCHES)
-
-
-@dataclass(frozen=True)
-class ClaimVerdict:
-    backend: str
-    verdict: str
-    """`holds`, `partly` (raggedness idles SMs, fewer than claimed), `does not hold`, `unknown`."""
-    sentence: str
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.0f}%"
-
-
-def claim_verdict(backend: str, by_batch: Mapping[str, SmActivity]) -> ClaimVerdict:
-    """Does the brief's claim hold for this kernel? Judged on its most idle ragged batch: holds
-    when at least CLAIM_IDLE_PCT - CLAIM_MARGIN_PTS of SMs idle there; partly when idle rose at
-    least RAGGED_LOSS_PTS over the uniform batch; else it does not hold."""
-    uniform = by_batch.get("uniform")
-    ragged = [a for b, a in by_batch.items() if b != "uniform" and a.idle_pct is not None]
-    seen = ", ".join(
-        f"{_pct(a.sm_active_pct)} on the {b} batch"
-        for b, a in sorted(by_batch.items(), key=lambda kv: batch_order(kv[0]))
-    )
-    if not ragged:
-        return ClaimVerdict(backend, "unknown", f"{backend}: no SM activity on a ragged batch.")
-    worst = max(ragged, key=lambda a: a.idle_pct or 0.0)
-    idle = worst.idle_pct or 0.0
-    base = uniform.idle_pct if uniform is not None else None
-    rise = None if base is None else idle - base
-    if idle >= CLAIM_IDLE_PCT - CLAIM_MARGIN_PTS:
-        verdict = "holds"
-    elif rise is not None and rise >= RAGGED_LOSS_PTS:
-        verdict = "partly"
-    else:
-        verdict = "does not hold"
-    than = "" if rise is None else f", {rise:+.0f} points against the uniform batch"
-    sentence = (
-        f"{backend}: SMs active {seen}. At most {idle:.0f}% idle, on the {worst.batch} batch"
-        f"{than}; the brief says {CLAIM_IDLE_PCT:.0f}%: the claim "
-        + {
-            "holds": "holds for this kernel.",
-            "partly": "holds only in part: raggedness idles SMs, but fewer than claimed.",
-            "does not hold": "does not hold for this kernel.",
-        }[verdict]
-    )
-    return ClaimVerdict(backend, verdict, sentence)
+def plan_mode_pairs(timings: Sequence[KernelTiming]) -> list[PlanModes]:
+    """The (case, variant) pairs timed in both plan modes, in document order."""
+    by: dict[tuple[str, str], dict[str, KernelTiming]] = {}
+    for t in timings:
+        if t.status == "ok" and t.plan_mode in ("cuda-graph", "eager") and t.variant:
+            by.setdefault((t.case, t.variant), {})[t.plan_mode] = t
+    return [
+        PlanModes(case, variant, modes["cuda-graph"], modes["eager"])
+        for (case, variant), modes in by.items()
+        if len(modes) == 2
+    ]

@@ -4,7 +4,8 @@ and `recommend` share. Reads files only: nothing here imports torch or touches a
 One DataFrame row per result row; the spec is flattened into columns (`kind`, `batch_size`,
 `kv_max`, `kv_cv`, `dtype`, `kv_dtype`, ...) read from the row's typed `WorkloadSpec`, the timing
 and accuracy fields are copied, and `samples_us` / `spec` (the `WorkloadSpec`) / `details` stay as
-object columns for the statistics. Files are read by `results.read_results`, the one loader.
+object columns for the statistics. Files are read by `results.read_for_analysis` (the one
+loader, which refuses rows the test-only fake timer timed).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from attnbench.results import (
     is_document_path,
     is_results_path,
     is_trials_name,
-    read_results,
+    plan_mode,
+    read_for_analysis,
 )
 from attnbench.workload.spec import WorkloadSpec
 
@@ -129,7 +131,8 @@ def load(paths: Iterable[Path]) -> Loaded:
     """Read results files (.jsonl, .jsonl.gz) into one frame; `.json` documents are kept as
     extras.
 
-    Raises ResultsFileError (from `read_results`) for a file that is not a results file.
+    Raises ResultsFileError (from `read_for_analysis`) for a file that is not a results file
+    or holds rows timed by the test-only fake timer.
     """
     records: list[dict[str, Any]] = []
     loaded = Loaded(frame=pd.DataFrame())
@@ -138,7 +141,7 @@ def load(paths: Iterable[Path]) -> Loaded:
         if not is_results_path(path) and is_document_path(path):
             loaded.extras.append(path)
             continue
-        rf = read_results(path)
+        rf = read_for_analysis(path)
         loaded.warnings += rf.warnings
         for h in rf.headers:
             loaded.headers.append((path, h))
@@ -203,6 +206,8 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "ci_low_us": lat.ci_low_us if lat else None,
         "ci_high_us": lat.ci_high_us if lat else None,
         "rel_ci": lat.rel_ci if lat else None,
+        "min_us": lat.min_us if lat else None,
+        "max_us": lat.max_us if lat else None,
         "plan_us": row.plan_us,
         "per_token_ms": row.per_token_ms,
         "bytes_total": nbytes,
@@ -214,11 +219,13 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "tflops_frac_measured": row.tflops_frac_measured,
         "bandwidth_frac_spec": row.bandwidth_frac_spec,
         "tflops_frac_spec": row.tflops_frac_spec,
+        "tflops_ceiling": row.tflops_ceiling or "",
         "rel_l2_err": acc.rel_l2_err if acc else None,
         "budget": acc.budget if acc else None,
         "acc_passed": acc.passed if acc else None,
         "precision": acc.precision if acc else "",
         "timer": meas.timer if meas else "",
+        "plan_mode": plan_mode(row),
         "samples_us": row.samples_us,
         "spec": spec,
         "details": row.details,

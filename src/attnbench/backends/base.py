@@ -66,6 +66,12 @@ class PlannedRun:
     workspace_bytes: int = 0
     graph_safe: bool = True
     """False when `run` cannot be captured in a CUDA graph (then it is timed eagerly)."""
+    plan_mode: str = "eager"
+    """How the library planned the call: `cuda-graph` where the plan is built for capture
+    (FlashInfer's wrappers with `use_cuda_graph=True`: fixed index buffers and a split-KV
+    choice that one captured graph can replay for every step, which changes the split and so
+    the time), else `eager` (planned for eager launches, or a plan that does not depend on
+    graphs)."""
     replan: Callable[[], None] | None = None
     """The per-step planning work (e.g. `wrapper.plan(...)`), re-run to time `plan_us`: in
     serving it runs once per decode step and is shared by all layers. None: no per-step plan."""

@@ -132,6 +132,7 @@ def plan_decode(
         details=details,
         out=out,
         workspace_bytes=WORKSPACE_BYTES,
+        plan_mode="cuda-graph" if use_graph else "eager",
         replan=replan,
     )
 

@@ -171,6 +171,8 @@ def _print_comparison(comp: Comparison, show_all: bool) -> None:
         verdict = str(e.outcome)
         if e.outcome in ("broken", "fixed", "status changed"):
             verdict += f" ({e.status_a} -> {e.status_b})"
+        if e.within_spread:
+            verdict += " (within spread)"
         if e.regression:
             verdict += " REGRESSION"
         style = _STYLE.get(e.outcome, "")

@@ -1,4 +1,5 @@
-"""`attnbench fidelity`: the engine against the torch profiler and Nsight Compute."""
+"""`attnbench fidelity`: the engine against the torch profiler (CUPTI), nvbench and Nsight
+Compute."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from attnbench.analysis.fidelity import variant_label
 from attnbench.cli.app import app
 from attnbench.cli.common import EXIT_NOTHING_RAN, check_output_file, console, fail, write_output
 
@@ -22,10 +24,16 @@ def fidelity(
     cases: Annotated[
         str,
         typer.Option(
-            help="default: five timing cases; sm-activity: every decode kernel on uniform vs "
-            "ragged batches of the same total KV (use with --ncu for SM activity and occupancy).",
+            help="default: five timing cases; small: kernels of 10-50 us (batch 1-8 decode, "
+            "FlashInfer's PR #2055 shape, its fa2 and tc in both plan modes); sm-activity: "
+            "every decode kernel on uniform vs ragged batches of the same total KV (use with "
+            "--ncu for SM activity and occupancy).",
         ),
     ] = "default",
+    nvbench: Annotated[
+        bool,
+        typer.Option(help="Also time each call with nvbench (cuda-bench, `cuda.bench`)."),
+    ] = True,
     out: Annotated[
         Path | None,
         typer.Option(help="Write the comparison as JSON (rewritten after every case)."),
@@ -52,14 +60,19 @@ def fidelity(
     """Check timing fidelity on a few cases: repeat agreement, profiler and ncu agreement."""
     import torch
 
-    if cases not in ("default", "sm-activity"):
-        fail(f"--cases must be one of: default, sm-activity (got {cases!r})")
-    from attnbench.run.fidelity import default_cases, select_cases, sm_activity_cases, with_knobs
+    from attnbench.run.fidelity import (
+        default_cases,
+        select_cases,
+        sm_activity_cases,
+        small_cases,
+        with_knobs,
+    )
 
+    sets = {"default": default_cases, "small": small_cases, "sm-activity": sm_activity_cases}
+    if cases not in sets:
+        fail(f"--cases must be one of: {', '.join(sets)} (got {cases!r})")
     try:
-        chosen = select_cases(
-            default_cases() if cases == "default" else sm_activity_cases(), backend or []
-        )
+        chosen = select_cases(sets[cases](), backend or [])
         chosen = with_knobs(chosen, parse_knobs(knob or []))
     except ValueError as exc:
         fail(str(exc))
@@ -69,55 +82,52 @@ def fidelity(
         fail("fidelity needs a CUDA GPU (it compares GPU timers and profilers)", EXIT_NOTHING_RAN)
     if out is not None:
         check_output_file(out, "--out")
-    records = _run_cases(chosen, ncu, out, resume)
-    table = Table(title="timing fidelity (engine median vs repeat, torch profiler, ncu)")
-    for col in (
-        "case",
-        "backend",
-        "engine µs",
-        "repeat",
-        "profiler µs",
-        "Δ prof",
-        "ncu µs",
-        "Δ ncu",
-        "DRAM %",
-        "occupancy %",
-        "SM active %",
-    ):
-        table.add_column(
-            col, justify="right" if "µs" in col or "Δ" in col or "%" in col else "left"
-        )
+    records = _run_cases(chosen, ncu, out, resume, nvbench)
+    console.print(fidelity_table(records))
+
+
+def fidelity_table(records: list[dict[str, Any]]) -> Table:
+    """One line per case: the engine against its repeat, CUPTI, nvbench and ncu."""
+    table = Table(title="timing fidelity (engine median vs repeat, CUPTI, nvbench, ncu)")
+    heads = ["case", "backend", "plan", "engine µs", "repeat", "CUPTI µs", "Δ CUPTI"]
+    heads += ["nvbench µs", "Δ nvbench", "ncu µs", "Δ ncu", "SM active %"]
+    for col in heads:
+        right = "µs" in col or "Δ" in col or "%" in col
+        table.add_column(col, justify="right" if right else "left")
     for r in records:
+        label = variant_label(r)
         if r["status"] != "ok":
-            table.add_row(r["case"], r["backend"], f"[red]{escape(r['reason'][:60])}[/]")
+            table.add_row(r["case"], escape(label), "", f"[red]{escape(r['reason'][:60])}[/]")
             continue
-        n = r.get("ncu", {})
-        ok = n.get("status") == "ok"
+        n, nv = r.get("ncu", {}), r.get("nvbench", {})
+        ncu_ok, nv_ok = n.get("status") == "ok", nv.get("status") == "ok"
         table.add_row(
             r["case"],
-            r["backend"],
+            escape(label),
+            str(r.get("plan_mode", "")),
             f"{r['engine_us']:.1f}",
             f"{r['repeat_diff']:+.1%}",
             f"{r['profiler_kernel_us']:.1f}",
             f"{r['profiler_diff']:+.1%}",
-            f"{n['gpu_time_us']:.1f}" if ok else n.get("reason", "-")[:30],
+            f"{nv['gpu_median_us']:.1f}" if nv_ok else escape(str(nv.get("status", "-"))),
+            f"{r['nvbench_diff']:+.1%}" if "nvbench_diff" in r else "-",
+            f"{n['gpu_time_us']:.1f}" if ncu_ok else escape(str(n.get("reason", "-"))[:30]),
             f"{r['ncu_diff']:+.1%}" if "ncu_diff" in r else "-",
-            f"{n['dram_throughput_pct']:.0f}" if ok and "dram_throughput_pct" in n else "-",
-            f"{n['achieved_occupancy_pct']:.0f}" if ok else "-",
-            f"{n['sm_active_pct']:.0f}" if ok and "sm_active_pct" in n else "-",
+            f"{n['sm_active_pct']:.0f}" if ncu_ok and "sm_active_pct" in n else "-",
         )
-    console.print(table)
+    return table
 
 
 def _run_cases(
-    chosen: list[Any], ncu: bool, out: Path | None, resume: bool
+    chosen: list[Any], ncu: bool, out: Path | None, resume: bool, nvbench: bool = False
 ) -> list[dict[str, Any]]:
     """Each case in turn, the file rewritten after each one (after each backend's group with
     --ncu: one ncu child profiles the group), so a run cut short (time limit, Ctrl-C) keeps
-    every finished case; `--resume` starts from those."""
+    every finished case; `--resume` starts from those. With `nvbench`, every planned call is
+    kept and nvbench times them all at the end (it runs once per process)."""
     from attnbench.measure.config import MeasureConfig
     from attnbench.results import dumps, provenance
-    from attnbench.run.fidelity import finished_records, ncu_groups
+    from attnbench.run.fidelity import finished_records, ncu_groups, nvbench_records
 
     cfg = MeasureConfig(max_time_ms=400, min_runs=20)
     records = finished_records(out) if resume and out is not None else []
@@ -133,16 +143,21 @@ def _run_cases(
 
     groups = ncu_groups(todo) if ncu else [[c] for c in todo]
     count = 0
+    kept: dict[str, Any] | None = {} if nvbench else None
     try:
         for group in groups:
             recs = []
             for case in group:
                 count += 1
-                recs.append(_check(case, cfg, f"{count}/{len(todo)}"))
+                recs.append(_check(case, cfg, f"{count}/{len(todo)}", kept))
             if ncu:
                 _add_ncu(group, recs)
             records.extend(recs)
             save(complete=False)
+        if kept is not None:
+            with console.status(f"nvbench: {len(kept)} calls in one run"):
+                nvbench_records(records, kept)
+            kept.clear()
     except KeyboardInterrupt:
         where = f" kept in {out}; finish with --resume" if out is not None else ""
         console.print(f"note: interrupted: {len(records)} cases{escape(where)}", highlight=False)
@@ -151,7 +166,7 @@ def _run_cases(
     return records
 
 
-def _check(case: Any, cfg: Any, where: str) -> dict[str, Any]:
+def _check(case: Any, cfg: Any, where: str, kept: dict[str, Any] | None) -> dict[str, Any]:
     """One case's gate, engine, repeat and profiler record, its wall time and a line."""
     import time
 
@@ -159,7 +174,7 @@ def _check(case: Any, cfg: Any, where: str) -> dict[str, Any]:
 
     t0 = time.monotonic()
     with console.status(f"{case.name} {case.backend} ({where})"):
-        rec = check_case(case, cfg)
+        rec = check_case(case, cfg, kept) if kept is not None else check_case(case, cfg)
     rec["wall_s"] = round(time.monotonic() - t0, 1)
     line = f"{case.name} {case.backend}: {rec['status']} ({rec['wall_s']:.0f} s, {where})"
     console.print(escape(line), highlight=False)

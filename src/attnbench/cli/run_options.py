@@ -66,7 +66,7 @@ _OPTIONS: dict[str, Any] = {
         bool | None,
         Opt("--resume/--no-resume", help="Skip (case, variant) pairs finished in --out."),
     ],
-    "timer": Annotated[str | None, Opt(help="auto, cpu, cuda-event, cuda-graph, fake.")],
+    "timer": Annotated[str | None, Opt(help="auto, cpu, cuda-event, cuda-graph.")],
     "cold_l2": Annotated[
         bool | None, Opt("--cold-l2/--warm-l2", help="Flush L2 before each timed call.")
     ],

@@ -339,7 +339,7 @@ def check_timer(timer: str, device_kind: str, flag: str) -> None:
     if timer.startswith("cuda") and device_kind != "cuda":
         fail(
             f"{flag}={timer} needs a CUDA device and this run is on the {device_kind}; "
-            "allowed here: auto, cpu, fake"
+            "allowed here: auto, cpu"
         )
 
 

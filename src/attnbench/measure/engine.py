@@ -8,12 +8,17 @@ Algorithm (after triton's do_bench and nvbench's noise criterion):
 3. Time batches of calls, each preceded by an L2 flush outside the timed region, until at least
    `min_runs` samples exist and the 95% CI of the median is within `target_rel_ci` of it, or
    `max_runs` samples or `max_time_ms` of timed work are reached (then `converged` is False).
+
+What the last timed call returned is kept (`Measurement.output`). Before warm-up, the output
+buffers named in `poison` (and a graph's captured output) are filled with NaN after the timer
+prepared the callable, so the output after timing is what the timed calls wrote, never what the
+accuracy gate's call or the capture's eager warm-up left there.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -45,6 +50,8 @@ class Measurement:
     notes: list[str] = field(default_factory=list)
     clocks: dict[str, Any] = field(default_factory=dict)
     """The SM clock around the timed batches (`measure.clocks`)."""
+    output: object = None
+    """What the last timed call returned (a graph: its captured output); not written."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -80,8 +87,10 @@ def measure(
     device: torch.device,
     flusher: L2Flusher | None = None,
     graph_safe: bool = True,
+    poison: Sequence[torch.Tensor] = (),
 ) -> Measurement:
-    """Time `fn` as the module docstring describes and summarise the samples."""
+    """Time `fn` as the module docstring describes and summarise the samples; `poison`: the
+    output buffers `fn` writes, filled with NaN once the timer has prepared `fn`."""
     notes: list[str] = []
     timer = choose_timer(cfg, device, graph_safe)
     if cfg.timer == "cuda-graph" and not graph_safe:
@@ -103,6 +112,7 @@ def measure(
     if isinstance(timer, FakeTimer):
         fake = timer.time(timed, max(cfg.min_runs, 1), None)
         return Measurement(summarize(fake), fake, timer.name, l2_policy, 0, True, notes)
+    _poison([*poison, getattr(timer, "captured", None)])
 
     warmup_runs, per_call_ms = _warm_up(timer, timed, cfg.warmup_ms, device)
     monitor = clock_monitor(_gpu_index(device))
@@ -132,8 +142,23 @@ def measure(
         )
     notes += _throttle_note(clocks)
     return Measurement(
-        stats, samples, timer.name, l2_policy, warmup_runs, converged, notes, clocks.summary()
+        stats,
+        samples,
+        timer.name,
+        l2_policy,
+        warmup_runs,
+        converged,
+        notes,
+        clocks.summary(),
+        timer.output,
     )
+
+
+def _poison(buffers: Sequence[object]) -> None:
+    """Fill each floating-point tensor among `buffers` with NaN (others are left alone)."""
+    for t in buffers:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            t.fill_(float("nan"))
 
 
 @cache

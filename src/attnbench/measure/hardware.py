@@ -133,10 +133,11 @@ class Ceilings:
     """Large square matrix product per input dtype (bfloat16, fp8_e4m3 where supported)."""
     method: dict[str, str] = field(default_factory=dict)
 
-    def tflops_for(self, dtype: str) -> float | None:
-        """Ceiling for attention math in `dtype`: fp8 KV still multiplies in 16-bit on most
-        kernels, so callers pass the MMA input dtype."""
-        return self.matmul_tflops.get(dtype) or self.matmul_tflops.get("bfloat16")
+    def tflops_for(self, mma_dtype: str) -> float | None:
+        """The matmul ceiling of a kernel that multiplies in `mma_dtype` (`metrics.mma_dtype`):
+        the fp8 GEMM's for an fp8 format, the bf16 GEMM's for 16 bits; None where that one was
+        not measured (never the other precision's)."""
+        return self.matmul_tflops.get(metrics.matmul_ceiling_key(mma_dtype))
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

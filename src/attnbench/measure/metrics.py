@@ -130,6 +130,27 @@ def fraction(value: float, ceiling: float | None) -> float | None:
     return value / ceiling
 
 
+MATMUL_16BIT = "bfloat16"
+MATMUL_FP8 = "fp8_e4m3"
+
+
+def mma_dtype(dtype: str, precision: str = "") -> str:
+    """The precision a kernel multiplies in: the fp8 format where its output path is fp8
+    (`PlannedRun.precision`: FA3's fp8 path and FlashInfer's fa3 fp8 prefill quantise q and
+    multiply q.k and P.v in fp8; so does XQA's SM90 fp8 kernel), else the query dtype (kernels
+    that read an fp8 KV cache but dequantise it to 16 bits before the MMA: FlashInfer's fa2
+    and tensor-core decode and prefill, its fp8 MLA latent)."""
+    return precision if precision.startswith("fp8") else dtype
+
+
+def matmul_ceiling_key(mma: str) -> str:
+    """The measured matmul ceiling a kernel multiplying in `mma` is held to (a key of
+    `Ceilings.matmul_tflops`): `fp8_e4m3` for either fp8 format (Hopper's tensor cores run
+    e4m3 and e5m2 at one rate; the e4m3 GEMM is the one measured), else `bfloat16` (fp16 runs
+    at bf16's rate; the bf16 GEMM is the one measured)."""
+    return MATMUL_FP8 if mma.startswith("fp8") or mma.startswith("float8") else MATMUL_16BIT
+
+
 def per_token_ms(run_us: float, plan_us: float, num_layers: int) -> float:
     """Attention time of one decode step of the whole model on one GPU, in ms:
     one plan per step (shared by all layers, as FlashInfer's wrappers are used) plus one run

@@ -6,6 +6,9 @@
   which removes host launch overhead (what a serving engine's decode step sees).
 - `FakeTimer`: scripted samples, runs nothing; makes the pipeline testable without a GPU.
 
+Each timer keeps what the last timed call returned (`output`; for a graph, the tensor the capture
+returned, which every replay rewrites), so the caller can check that what was timed is right.
+
 Before each timed call the `flush` callback (if any) runs outside the timed region, e.g. a
 memset of twice the L2 size for cold-cache timing. Without one (warm L2), the CUDA timers put a
 GPU spin (`torch.cuda._sleep`, ~50 us) there instead, so the host enqueues the event pair and the
@@ -31,6 +34,8 @@ Flush = Callable[[], None] | None
 
 class Timer(Protocol):
     name: str
+    output: object
+    """What the last timed call returned (None before any, and for the fake timer)."""
 
     def prepare(self, fn: Fn) -> Fn:
         """Return the callable to time (e.g. a graph replay); may raise if `fn` cannot be used."""
@@ -44,6 +49,7 @@ class CpuTimer:
 
     def __init__(self, sync_cuda: bool = False) -> None:
         self._sync = torch.cuda.synchronize if sync_cuda else (lambda: None)
+        self.output: object = None
 
     def prepare(self, fn: Fn) -> Fn:
         return fn
@@ -55,7 +61,7 @@ class CpuTimer:
                 flush()
             self._sync()
             t0 = time.perf_counter()
-            fn()
+            self.output = fn()
             self._sync()
             samples.append((time.perf_counter() - t0) * 1e6)
         return samples
@@ -63,6 +69,7 @@ class CpuTimer:
 
 class CudaEventTimer:
     name = "cuda-event"
+    output: object = None
 
     def prepare(self, fn: Fn) -> Fn:
         return fn
@@ -76,7 +83,7 @@ class CudaEventTimer:
             else:
                 torch.cuda._sleep(SPACER_CYCLES)
             start.record()
-            fn()
+            self.output = fn()
             end.record()
         torch.cuda.synchronize()
         return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
@@ -89,6 +96,8 @@ class CudaGraphTimer(CudaEventTimer):
 
     def __init__(self) -> None:
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.captured: object = None
+        """What `fn` returned while being captured: the buffer every replay writes."""
 
     def prepare(self, fn: Fn) -> Fn:
         stream = torch.cuda.Stream()
@@ -99,16 +108,23 @@ class CudaGraphTimer(CudaEventTimer):
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            fn()
+            self.captured = fn()
         torch.cuda.synchronize()
         self.graph = graph
+        self.output = self.captured
         return graph.replay
+
+    def time(self, fn: Fn, n: int, flush: Flush) -> list[float]:
+        samples = super().time(fn, n, flush)
+        self.output = self.captured  # a replay returns nothing: its output is the captured one
+        return samples
 
 
 class FakeTimer:
     """Returns the scripted samples in a cycle; never calls `fn`."""
 
     name = "fake"
+    output: object = None
 
     def __init__(self, samples_us: Sequence[float] = (100.0, 101.0, 99.0, 100.5, 99.5)) -> None:
         if not samples_us:

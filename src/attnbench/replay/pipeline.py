@@ -45,7 +45,7 @@ from attnbench.replay.traffic import (
 )
 from attnbench.replay.trust import assess, choose_validation
 from attnbench.replay.validation_doc import ValidationDocumentError, find_validation
-from attnbench.results import Header, ResultRow, is_results_path, read_results
+from attnbench.results import Header, ResultRow, is_results_path, read_for_analysis
 
 __all__ = ["ReplayConfig", "ReplayError", "ReplayOutcome", "load_rows", "run_replay"]
 
@@ -80,7 +80,7 @@ def load_rows(paths: Sequence[Path], gpu: str | None = None) -> LoadedRows:
     for p in paths:
         if not is_results_path(p):
             continue
-        rf = read_results(p)
+        rf = read_for_analysis(p)
         for h in rf.headers:
             headers.setdefault(h.gpu, []).append(h)
         for r in rf.rows:

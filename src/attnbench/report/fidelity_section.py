@@ -1,6 +1,8 @@
-"""Report sections from `attnbench fidelity --out` documents: timing fidelity (engine vs torch
-profiler vs Nsight Compute, SM clocks) and SM activity on uniform vs ragged batches (the brief's
-claim that uniform grids leave 62% of SMs idle). Each is left out when no document has its cases.
+"""Report sections on what a time means: timing fidelity from `attnbench fidelity --out`
+documents (engine vs torch profiler vs nvbench vs Nsight Compute, SM clocks, plan modes), SM
+activity on uniform vs ragged batches (the brief's claim that uniform grids leave 62% of SMs
+idle), and the plan modes of a case's variants where they differ. Each is left out when nothing
+has its data.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from attnbench.analysis.fidelity import (
     is_sm_activity,
     kernel_timings,
     load_documents,
+    plan_mode_pairs,
     sm_activity,
 )
 from attnbench.analysis.frame import fmt_us
@@ -65,8 +68,9 @@ def _flag(t: KernelTiming, others: list[KernelTiming]) -> str:
         return "no profiler time"
     if not t.long:
         return f"under {FIDELITY_MIN_US:.0f} µs"
+    judged = " and ".join(name for name, _ in t.references)
     if not t.disagrees:
-        return "agrees" if t.ncu_diff is not None else "agrees (torch profiler; no ncu time)"
+        return "agrees" if t.ncu_diff is not None else f"agrees ({judged}; no ncu time)"
     cause = disagreement_cause(t, others)
     return f"**differs by more than {FIDELITY_TOLERANCE:.0%}**" + (f": {cause}" if cause else "")
 
@@ -78,17 +82,36 @@ def _throttled(t: KernelTiming) -> str:
 
 
 def _differs(t: KernelTiming, every: list[KernelTiming]) -> str:
-    """One differing kernel for the summary: its difference from ncu and its cause."""
+    """One differing kernel for the summary: its differences and their cause."""
     cause = disagreement_cause(t, every)
-    return f"{t.case} `{t.backend}` ({_pct(t.ncu_diff)} vs ncu" + (f": {cause})" if cause else ")")
+    if t.ncu_diff is not None:
+        return f"{t.case} `{t.backend}` ({_pct(t.ncu_diff)} vs ncu" + (
+            f": {cause})" if cause else ")"
+        )
+    return f"{t.case} `{t.backend}` ({cause})"
+
+
+def _extra(t: KernelTiming) -> list[str]:
+    """The small-kernel columns: plan mode, CUPTI's span and kernels per call, nvbench."""
+    return [
+        t.plan_mode or "-",
+        fmt_us(t.span_us) if t.span_us is not None else "-",
+        "-" if t.kernels_per_call is None else f"{t.kernels_per_call:.0f}",
+        fmt_us(t.nvbench_us) if t.nvbench_us is not None else (t.nvbench_status[:60] or "-"),
+        _pct(t.nvbench_diff),
+        fmt_us(t.engine_eager_us) if t.engine_eager_us is not None else "-",
+    ]
 
 
 def timing_table(path: Path, timings: list[KernelTiming], every: list[KernelTiming]) -> Table:
-    """One row per kernel; `every` (all documents' timings) lets a cause cite a re-timing."""
+    """One row per kernel; `every` (all documents' timings) lets a cause cite a re-timing.
+    Documents that time small kernels (plan modes, nvbench) get their columns too."""
+    small = any(t.plan_mode or t.nvbench_status for t in timings)
     rows = []
     for t in timings:
+        extra = (_extra(t) if t.status == "ok" else ["-"] * 6) if small else []
         if t.status != "ok":
-            rows.append([t.case, t.backend, t.reason[:120], *["-"] * 9, _flag(t, every)])
+            rows.append([t.case, t.backend, t.reason[:120], *["-"] * 9, *extra, _flag(t, every)])
             continue
         rows.append(
             [
@@ -104,12 +127,35 @@ def timing_table(path: Path, timings: list[KernelTiming], every: list[KernelTimi
                 _mhz(t.sm_mhz_median),
                 _mhz(t.max_sm_mhz),
                 _throttled(t),
+                *extra,
                 _flag(t, every),
             ]
         )
     head = ["case", "kernel", "engine", "repeat Δ", "torch profiler", "Δ profiler", "ncu"]
-    head += ["Δ ncu", "SM MHz min", "SM MHz median", "SM MHz max", "throttled samples", "verdict"]
-    return Table(head, rows, f"{path.name}: engine median vs the profilers, per kernel")
+    head += ["Δ ncu", "SM MHz min", "SM MHz median", "SM MHz max", "throttled samples"]
+    if small:
+        head += ["plan", "CUPTI span", "kernels", "nvbench", "Δ nvbench", "engine eager"]
+    return Table(
+        [*head, "verdict"], rows, f"{path.name}: engine median vs the profilers, per kernel"
+    )
+
+
+def _plan_mode_lines(every: list[KernelTiming]) -> list[str]:
+    """Where a variant was timed in both plan modes: both times, and whether they differ."""
+    out = []
+    for p in plan_mode_pairs(every):
+        ratio = p.engine_ratio
+        if ratio is None:
+            continue
+        nvb = ""
+        if p.graph.nvbench_us and p.eager.nvbench_us:
+            nvb = f"; nvbench {fmt_us(p.graph.nvbench_us)} vs {fmt_us(p.eager.nvbench_us)}"
+        verdict = f"the graph plan is {ratio:.2f}x the eager one" if p.differ else "the same"
+        out.append(
+            f"{p.case} `{p.variant}`: CUDA-graph plan {fmt_us(p.graph.engine_us)}, eager plan "
+            f"{fmt_us(p.eager.engine_us)} (engine{nvb}): {verdict}"
+        )
+    return out
 
 
 @register_section("Timing fidelity", order=82)
@@ -121,10 +167,11 @@ def timing_fidelity(data: ReportData) -> Section | None:
     agr = agreement(every)
     with_ncu = sum(t.ncu_us is not None for t in every)
     lines = [
-        f"Of {agr.long} kernels over {FIDELITY_MIN_US:.0f} µs with a profiler time, "
+        f"Of {agr.long} kernels of {FIDELITY_MIN_US:.0f} µs or more with a profiler time, "
         f"**{agr.agree} agree within {FIDELITY_TOLERANCE:.0%}**: the engine's median against "
-        "Nsight Compute's gpu__time_duration per call (against the torch profiler's kernel time "
-        "where ncu did not run; that time is shown beside it as a second opinion)"
+        "Nsight Compute's gpu__time_duration per call (against CUPTI's kernel time, through "
+        "the torch profiler, where ncu did not run; that time is shown beside it as a second "
+        "opinion), and against nvbench's cold GPU time of the same planned call where it ran"
         + (
             "; every one agrees."
             if not agr.disagree
@@ -133,6 +180,12 @@ def timing_fidelity(data: ReportData) -> Section | None:
     ]
     if not with_ncu:
         lines.append("No case has an Nsight Compute time (`attnbench fidelity --ncu` adds them).")
+    modes = _plan_mode_lines(every)
+    if modes:
+        lines.append(
+            "FlashInfer's decode wrapper planned for CUDA graphs (`use_cuda_graph=True`, its "
+            "default here and in serving engines) and eagerly: " + "; ".join(modes) + "."
+        )
     throttled = sum(t.throttled_samples or 0 for t in every)
     samples = sum(t.samples or 0 for t in every)
     if samples:
@@ -203,3 +256,36 @@ def sm_activity_section(data: ReportData) -> Section | None:
             )
         )
     return Section("SM activity", blocks)
+
+
+@register_section("Plan modes", order=83)
+def plan_modes(data: ReportData) -> Section | None:
+    """Cases whose variants were planned in different modes: FlashInfer's decode wrapper is
+    planned for CUDA graphs (`use_cuda_graph=True`, as serving engines build it), which
+    changes its split-KV choice, while the other paths are planned eagerly."""
+    ok = data.ok
+    if ok.empty or "plan_mode" not in ok:
+        return None
+    modes = ok[ok["plan_mode"] != ""].groupby("case_id")["plan_mode"].nunique()
+    cases = set(modes[modes > 1].index)
+    if not cases:
+        return None
+    mixed = ok[ok["case_id"].isin(cases)]
+    rows = [
+        [
+            str(backend),
+            str(mode),
+            str(len(g)),
+            f"{fmt_us(g['latency_us'].min())}-{fmt_us(g['latency_us'].max())}",
+        ]
+        for (backend, mode), g in mixed.groupby(["backend", "plan_mode"])
+    ]
+    text = (
+        f"In {len(cases)} cases the variants were planned in different modes: a `cuda-graph` "
+        "plan (FlashInfer's decode wrapper with `use_cuda_graph=True`: fixed buffers and a "
+        "split-KV choice one captured graph replays for every step) times differently from an "
+        "`eager` one of the same kernel, so each row's mode is part of what its time means "
+        "(`attnbench fidelity --cases small` times FlashInfer's fa2 in both)."
+    )
+    head = ["variant", "plan mode", "cases", "median range"]
+    return Section("Plan modes", [Text(text), Table(head, rows, "plan mode per variant")])

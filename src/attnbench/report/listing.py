@@ -2,7 +2,9 @@
 `run --verbose`): one heading line per case, one line per variant under it. Columns are added
 in order of importance while they fit, so 80 columns show the variant, status, median,
 bandwidth and compute, and a wider terminal adds the rest; numbers are never cut or wrapped (a
-column is left out instead), and a failed row's reason wraps under its own line.
+column is left out instead), and a failed row's reason wraps under its own line. Where the
+variants of a case were planned in different modes (FlashInfer's CUDA-graph plan beside eager
+ones), each variant says which (`graph plan`, `eager plan`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from attnbench.report.table import (
     short_case,
 )
 from attnbench.report.units import fmt_bandwidth, fmt_compute
-from attnbench.results import ResultRow
+from attnbench.results import ResultRow, mixed_plan_modes, plan_mode_label
 
 INDENT = "  "
 MIN_WIDTH = 40
@@ -83,6 +85,8 @@ def listing_lines(
     (a variant that does not apply to the case) are left out unless `include_unsupported`."""
     width = max(width, MIN_WIDTH)
     shown = [r for r in rows if include_unsupported or r.status != "unsupported"]
+    mixed = mixed_plan_modes(shown)  # a case whose variants were planned in different modes
+    shown = [_plan_mode_named(r) if r.case_id in mixed else r for r in shown]
     if not shown:
         return []
     columns, widths = _fit(shown, width)
@@ -96,6 +100,11 @@ def listing_lines(
         for r in case_rows:
             lines += _row_lines(r, columns, widths, width)
     return lines
+
+
+def _plan_mode_named(r: ResultRow) -> ResultRow:
+    label = plan_mode_label(r)
+    return r.model_copy(update={"backend": f"{r.backend} ({label})"}) if label else r
 
 
 def _fit(rows: list[ResultRow], width: int) -> tuple[list[Column], list[int]]:

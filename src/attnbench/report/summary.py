@@ -25,7 +25,7 @@ from attnbench.report.table import (
     short_case,
     valid_latency,
 )
-from attnbench.results import ResultRow
+from attnbench.results import ResultRow, mixed_plan_modes, plan_mode_label
 
 FLASHINFER_DEFAULT = "flashinfer:auto"
 """FlashInfer's default path: the wrappers with the library's own `backend="auto"` choice."""
@@ -115,6 +115,8 @@ def summarize_rows(rows: Iterable[ResultRow]) -> RunSummary:
     for r in rows:
         latest.pop(r.key, None)
         latest[r.key] = r
+    mixed = mixed_plan_modes(latest.values())
+    latest = {k: _plan_mode_named(r) if r.case_id in mixed else r for k, r in latest.items()}
     by_case: dict[str, list[ResultRow]] = {}
     for r in latest.values():
         by_case.setdefault(r.case_id, []).append(r)
@@ -226,12 +228,22 @@ def ceiling_fraction(row: ResultRow) -> tuple[float | None, str]:
     bw, bw_name = row.bandwidth_frac_read, "read"
     if not _finite(bw):
         bw, bw_name = row.bandwidth_frac_measured, "copy"
-    mm = row.tflops_frac_measured
-    candidates = [(v, name) for v, name in ((bw, bw_name), (mm, "matmul")) if _finite(v)]
+    mm, mm_name = row.tflops_frac_measured, "matmul"
+    if row.tflops_ceiling == "fp8_e4m3":  # the kernel multiplies in fp8: the fp8 GEMM's ceiling
+        mm_name = "fp8 matmul"
+    candidates = [(v, name) for v, name in ((bw, bw_name), (mm, mm_name)) if _finite(v)]
     if not candidates:
         return None, ""
     value, name = max(candidates, key=lambda c: float(c[0] or 0.0))
     return float(value or 0.0), name
+
+
+def _plan_mode_named(r: ResultRow) -> ResultRow:
+    """The row with its plan mode after what ran (`flashinfer:fa2 (fa2, graph plan)`): for
+    cases whose variants were planned in different modes."""
+    label = plan_mode_label(r)
+    ran = r.resolved or r.backend.partition(":")[2] or r.backend
+    return r.model_copy(update={"resolved": f"{ran}, {label}"}) if label else r
 
 
 def variant_label(row: ResultRow) -> str:
@@ -333,14 +345,15 @@ def _join(parts: Sequence[str], width: int, indent: str, sep: str) -> list[str]:
     part longer than a line wraps at spaces."""
     lines: list[str] = []
     line = ""
-    for part in parts:
+    for i, part in enumerate(parts):
         candidate = f"{line}{sep}{part}" if line else part
-        if len(indent) + len(candidate) <= width:
+        tail = len(sep.rstrip()) if i < len(parts) - 1 else 0  # a line ends with the separator
+        if len(indent) + len(candidate) + tail <= width:
             line = candidate
             continue
         if line:
             lines.append(indent + line + sep.rstrip())
-        wrapped = _wrap(part, width, indent, indent + "  ")
+        wrapped = _wrap(part, width - tail, indent, indent + "  ")
         lines += wrapped[:-1]
         line = wrapped[-1][len(indent) :]
     if line:

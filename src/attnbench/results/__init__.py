@@ -5,6 +5,7 @@ and `textfile` (plain or gzipped: every JSON document is read through `read_json
 names are re-exported here."""
 
 from attnbench.results.jsonsafe import dumps, finite
+from attnbench.results.legacy import mixed_plan_modes, plan_mode, plan_mode_label
 from attnbench.results.loader import (
     SUFFIXES,
     TRIALS_SUFFIXES,
@@ -15,6 +16,7 @@ from attnbench.results.loader import (
     is_results_path,
     is_trials_name,
     iter_rows,
+    read_for_analysis,
     read_results,
 )
 from attnbench.results.provenance import (
@@ -82,8 +84,12 @@ __all__ = [
     "is_trials_name",
     "iter_rows",
     "library_versions",
+    "mixed_plan_modes",
     "now_iso",
+    "plan_mode",
+    "plan_mode_label",
     "provenance",
+    "read_for_analysis",
     "read_json",
     "read_results",
     "read_text",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from attnbench.results.legacy import migrate_rows
+from attnbench.results.legacy import matmul_fractions, migrate_rows
 from attnbench.results.rows import FINAL_STATUSES, SCHEMA_VERSION, Header, ResultRow
 from attnbench.results.textfile import CompressedFileError, gunzip, is_gzip_name
 
@@ -117,7 +117,29 @@ def read_results(path: Path | str) -> ResultFile:
     if not out.headers:
         raise ResultsFileError(f"{path}: no header row: not an attnbench results file")
     out.migrated = migrate_rows(out.rows)
+    matmul_fractions(out.rows, out.headers)
     return out
+
+
+SCRIPTED_TIMER = "fake"
+"""`measure.config.FAKE_TIMER`: the tests' scripted timer, whose latencies are not measurements."""
+
+
+def read_for_analysis(path: Path | str) -> ResultFile:
+    """`read_results` for the readers that analyse rows (`report`, `recommend`, `compare`,
+    `replay`): a file holding a row timed by the test-only fake timer is refused
+    (ResultsFileError naming the file, how many rows and the first one), since its latencies
+    were scripted, not measured, and a figure built on them would read as real."""
+    rf = read_results(path)
+    scripted = [r for r in rf.rows if r.measurement and r.measurement.timer == SCRIPTED_TIMER]
+    if scripted:
+        first = scripted[0]
+        raise ResultsFileError(
+            f"{rf.path}: {len(scripted)} row(s) timed by the test-only fake timer (first: "
+            f"{first.case_id} {first.backend}); their latencies are scripted, not measured, "
+            "so report, recommend, compare and replay do not read this file"
+        )
+    return rf
 
 
 def _parse_line(out: ResultFile, data: object, lineno: int) -> None:

@@ -65,6 +65,10 @@ class AccuracyRecord(Record):
     passed: bool | None = None
     precision: str = ""
     """The lowest precision on the kernel's output path, which sets the budget."""
+    format_rel_l2_err: float | None = None
+    """The reference rounded to `precision` against itself: the budget is a factor of it."""
+    timed_rel_l2_err: float | None = None
+    """The error of the output the timed calls left, checked again after timing."""
 
 
 class ClockSummary(Record):
@@ -124,6 +128,8 @@ class Details(Record):
     extra_bytes: int | None = None
     """Bytes the kernel moves beyond the spec's minimum (padding, a copy...)."""
     workspace_bytes: int | None = None
+    plan_mode: str | None = None
+    """`cuda-graph` or `eager`: how the library planned the call (`PlannedRun.plan_mode`)."""
     knobs_label: str | None = None
     knobs_ignored: str | None = None
     traceback: str | None = None

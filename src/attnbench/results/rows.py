@@ -89,7 +89,12 @@ class ResultRow(BaseModel):
     """Achieved bandwidth over the streaming-read bandwidth measured in the run."""
     bandwidth_frac_spec: float | None = None
     tflops_frac_measured: float | None = None
+    """Achieved FLOP/s over the matmul ceiling measured in the run, of `tflops_ceiling`."""
     tflops_frac_spec: float | None = None
+    tflops_ceiling: str | None = None
+    """The matmul ceiling both FLOP/s fractions are taken against: `bfloat16`, or `fp8_e4m3` for
+    a kernel that multiplies in fp8 (`measure.metrics.mma_dtype`). Rows written before it was
+    recorded get it, and their fractions, on reading (`results.legacy.matmul_fractions`)."""
     peak_memory_bytes: int | None = None
     kv_cache_bytes: int | None = None
     accuracy: AccuracyRecord | None = None

@@ -1,10 +1,15 @@
 """Measurement fidelity: does the engine's time agree with what profilers see, and with itself?
 
 For a handful of cases (one backend variant each) this measures, in this process:
-- the accuracy gate (inputs, plan, one run against the fp64 reference), once per case;
-- the engine's median twice in a row (repeatability: within 2% for kernels over 50 us);
-- the CUDA kernel time the torch profiler (CUPTI) records per call, L2 flushed before each call
-  exactly as the engine does, flush kernels left out.
+- the accuracy gate (inputs, plan, one run against the fp64 reference), once per case, and
+  after the engine's timing the output its timed calls left (`gate.check_timed_output`);
+- the engine's median twice in a row (repeatability), and where it replays a CUDA graph, once
+  more with CUDA events around eager launches (what a graph saves on this call);
+- what the torch profiler (CUPTI) records per call, L2 flushed before each call exactly as the
+  engine does (`run.cupti`): kernel time, first-start to last-end span, kernels per call;
+- the plan mode (FlashInfer's CUDA-graph or eager plan: `--cases small` times fa2 and tc in
+  both) and, with `nvbench_records`, nvbench's cold GPU time of the same planned call
+  (`run.nvbench`; all calls in one nvbench run, which nvbench allows once per process).
 Optionally (`ncu_cases`), Nsight Compute in one child process per backend variant (`run.ncu`):
 the child builds each case's inputs and plan again, never the reference (the gate above has
 passed), and profiles one window per case, split at marker kernels: `timing` cases 3 calls with
@@ -17,7 +22,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,127 +33,41 @@ from attnbench.backends import select_backends
 from attnbench.backends.reference import reference_attention
 from attnbench.measure.accuracy import check_accuracy
 from attnbench.measure.config import MeasureConfig
-from attnbench.measure.engine import measure
+from attnbench.measure.engine import Measurement, measure
 from attnbench.measure.hardware import detect
 from attnbench.measure.l2 import L2Flusher
-from attnbench.run.ncu import (
-    CHILD_TAG,
-    MARKER_CYCLES,
-    SM_ACTIVITY,
-    TIMING,
-    NcuProfile,
-    profile_group,
+from attnbench.run.cupti import CuptiTimes, cupti_times
+from attnbench.run.fidelity_cases import (
+    PR2055,
+    SM_ACTIVITY_BACKENDS,
+    SMALL_VARIANTS,
+    FidelityCase,
+    default_cases,
+    select_cases,
+    sm_activity_cases,
+    small_cases,
+    with_knobs,
 )
+from attnbench.run.gate import check_timed_output
+from attnbench.run.ncu import CHILD_TAG, MARKER_CYCLES, profile_group
+from attnbench.run.nvbench import time_calls
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.spec import WorkloadSpec
 
-
-@dataclass(frozen=True)
-class FidelityCase:
-    name: str
-    backend: str
-    spec: WorkloadSpec
-    ncu_profile: NcuProfile = TIMING
-    """What `--ncu` measures of this case (run.ncu.TIMING or SM_ACTIVITY)."""
-    knobs: tuple[tuple[str, object], ...] = ()
-    """Knob overrides for the plan (`--knob`), e.g. (("enable_pdl", False),)."""
-
-
-def _spec(kind: Any, lens: tuple[int, ...], **kw: Any) -> WorkloadSpec:
-    qo = lens if kind == "prefill" else (1,) * len(lens)
-    return WorkloadSpec(
-        kind=kind,
-        num_qo_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        kv_lens=lens,
-        qo_lens=qo,
-        page_size=16,
-        dtype="bfloat16",
-        **kw,
-    )
-
-
-def default_cases() -> list[FidelityCase]:
-    """Decode short and long (one- and two-kernel paths), a ragged batch, and a long prefill."""
-    from attnbench.workload.lengths import parse_lengths
-
-    (mixed,) = parse_lengths("mixed", 32, 0)
-    return [
-        FidelityCase("decode-32x1k", "flashinfer:fa2", _spec("decode", (1024,) * 32)),
-        FidelityCase("decode-32x16k", "flashinfer:tc", _spec("decode", (16384,) * 32)),
-        FidelityCase("decode-32x16k", "flash-attn:fa3", _spec("decode", (16384,) * 32)),
-        FidelityCase(
-            "decode-mixed", "flashinfer:fa2", _spec("decode", mixed.kv_lens, lengths=mixed.label)
-        ),
-        FidelityCase("prefill-4x16k", "flash-attn:fa3", _spec("prefill", (16384,) * 4)),
-    ]
-
-
-SM_ACTIVITY_BACKENDS = (
-    "flashinfer:fa2",
-    "flashinfer:tc",
-    "flashinfer:xqa",
-    "flash-attn:fa3",
-    "flash-attn:fa3-contiguous",
-)
-
-
-def sm_activity_cases() -> list[FidelityCase]:
-    """The brief's claim that uniform grids leave most SMs idle on ragged batches, put to ncu:
-    every decode kernel on three batches of 32 requests holding the same total KV (the brief's
-    mixed 256..64k batch, the same tokens spread evenly, and four 64k requests beside 28 short
-    ones), so only the raggedness differs."""
-    from attnbench.workload.lengths import parse_lengths
-
-    (mixed,) = parse_lengths("mixed", 32, 0)
-    total = sum(mixed.kv_lens)
-    uniform = (round(total / 32),) * 32
-    short = round((total - 4 * 65536) / 28)
-    four_long = (65536,) * 4 + (short,) * 28
-    batches = {
-        "uniform": _spec("decode", uniform),
-        "mixed": _spec("decode", mixed.kv_lens, lengths=mixed.label),
-        "4-long": _spec("decode", four_long, lengths=f"4x65536+28x{short}"),
-    }
-    return [
-        FidelityCase(f"sm-{name}", backend, spec, SM_ACTIVITY)
-        for backend in SM_ACTIVITY_BACKENDS
-        for name, spec in batches.items()
-    ]
-
-
-def with_knobs(cases: list[FidelityCase], knobs: dict[str, object]) -> list[FidelityCase]:
-    """The cases with `knobs` set on every plan; ValueError (naming the allowed knobs and
-    values) where a case's variant does not declare one of them."""
-    if not knobs:
-        return cases
-    from attnbench.backends.flashinfer_rules import resolve_knobs
-
-    out = []
-    for c in cases:
-        (backend,) = select_backends([c.backend])
-        try:
-            resolve_knobs(backend.knobs, knobs)
-        except ValueError as exc:
-            raise ValueError(f"--knob: {c.backend}: {exc}") from None
-        out.append(replace(c, knobs=tuple(sorted(knobs.items()))))
-    return out
-
-
-def select_cases(cases: list[FidelityCase], backends: list[str]) -> list[FidelityCase]:
-    """The cases of the named variants (all when none is named); an unknown name is an error
-    listing the allowed ones."""
-    if not backends:
-        return cases
-    allowed = sorted({c.backend for c in cases})
-    unknown = [b for b in backends if b not in allowed]
-    if unknown:
-        raise ValueError(
-            f"--backend: {', '.join(unknown)} not among these cases' variants "
-            f"({', '.join(allowed)})"
-        )
-    return [c for c in cases if c.backend in backends]
+__all__ = [
+    "PR2055",
+    "SMALL_VARIANTS",
+    "SM_ACTIVITY_BACKENDS",
+    "FidelityCase",
+    "check_case",
+    "default_cases",
+    "ncu_cases",
+    "nvbench_records",
+    "select_cases",
+    "sm_activity_cases",
+    "small_cases",
+    "with_knobs",
+]
 
 
 def finished_records(path: Path) -> list[dict[str, Any]]:
@@ -159,97 +79,127 @@ def finished_records(path: Path) -> list[dict[str, Any]]:
     return [c for c in cases if isinstance(c, dict)] if isinstance(cases, list) else []
 
 
-def _prepare(case: FidelityCase, device: torch.device, gate: bool = True) -> tuple[Any, Any]:
-    """Inputs and plan, run once; with `gate`, checked against the fp64 reference (the ncu
-    child passes gate=False: the parent's gate already passed on the same seeded inputs)."""
+def _prepare(
+    case: FidelityCase, device: torch.device, gate: bool = True
+) -> tuple[Any, Any, torch.Tensor | None]:
+    """Inputs and plan, run once; with `gate`, checked against the fp64 reference, which is
+    returned (the ncu child passes gate=False: the parent's gate already passed on the same
+    seeded inputs)."""
     (backend,) = select_backends([case.backend])
     inputs = make_inputs(case.spec, device)
     planned = backend.plan(case.spec, inputs, dict(case.knobs) or None)
     out = planned.run()
     torch.cuda.synchronize()
     if not gate:
-        return inputs, planned
+        return inputs, planned, None
     ref = reference_attention(inputs, q=planned.q_effective)
     acc = check_accuracy(planned.unpack(out), ref, planned.precision or case.spec.dtype)
     if not acc.passed:
         raise RuntimeError(f"{case.backend} fails the accuracy gate: {acc.reason}")
-    return inputs, planned
+    return inputs, planned, ref
 
 
-def profiler_kernel_us(fn: Any, flusher: L2Flusher, calls: int = 30) -> float:
-    """Mean summed CUDA kernel time per call (torch profiler / CUPTI), the flush kernels left
-    out. Kernel events carry no reliable link to the call that launched them, so this is the
-    total over `calls` calls divided by `calls`."""
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    flush_names = _flush_kernel_names(flusher)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            flusher.flush()
-            fn()
-        torch.cuda.synchronize()
-    total_us = 0.0
-    kernels = 0
-    for ev in prof.events():
-        if ev.device_type.name != "CUDA" or ev.name in flush_names:
-            continue
-        total_us += ev.time_range.elapsed_us()
-        kernels += 1
-    if kernels == 0:
-        raise RuntimeError("the profiler recorded no kernels for the calls")
-    return total_us / calls
-
-
-def _flush_kernel_names(flusher: L2Flusher) -> set[str]:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        flusher.flush()
-        torch.cuda.synchronize()
-    return {ev.name for ev in prof.events() if ev.device_type.name == "CUDA"}
-
-
-def check_case(case: FidelityCase, cfg: MeasureConfig) -> dict[str, Any]:
+def check_case(
+    case: FidelityCase, cfg: MeasureConfig, keep: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One case's record (module docstring); with `keep`, its planned run is kept there under
+    `record_key` for `nvbench_records`."""
     dev = torch.device("cuda:0")
-    info = detect("cuda:0")
-    flusher = L2Flusher(dev, info.l2_bytes)
+    flusher = L2Flusher(dev, detect("cuda:0").l2_bytes)
+    head: dict[str, Any] = {"case": case.name, "backend": case.backend}
+    head |= {"knobs": dict(case.knobs)} if case.knobs else {}
     try:
-        _inputs, planned = _prepare(case, dev)
-        first = measure(
-            planned.run, cfg, device=dev, flusher=flusher, graph_safe=planned.graph_safe
-        )
-        second = measure(
-            planned.run, cfg, device=dev, flusher=flusher, graph_safe=planned.graph_safe
-        )
-        prof_us = profiler_kernel_us(planned.run, flusher)
+        inputs, planned, ref = _prepare(case, dev)
+        assert ref is not None
+        timed = _engine(planned, cfg, dev, flusher, ref, planned.precision or case.spec.dtype)
+        cupti = cupti_times(planned.run, flusher)
     except Exception as exc:
-        return {
-            "case": case.name,
-            "backend": case.backend,
-            **({"knobs": dict(case.knobs)} if case.knobs else {}),
-            "status": "error",
-            "reason": f"{type(exc).__name__}: {exc}"[:400],
-        }
+        return head | {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:400]}
+    if keep is not None:
+        keep[record_key(head)] = (planned, inputs)
+    return head | _timings(case, planned, timed, cupti)
+
+
+def _engine(
+    planned: Any,
+    cfg: MeasureConfig,
+    dev: torch.device,
+    flusher: L2Flusher,
+    ref: torch.Tensor,
+    precision: str,
+) -> list[Measurement]:
+    """The engine's measurement, its repeat, and where it replayed a CUDA graph, CUDA events
+    around eager launches of the same call; each one's timed output checked right after it
+    (RuntimeError naming the timer where it is wrong)."""
+    out = planned.out
+
+    def once(c: MeasureConfig) -> Measurement:
+        m = measure(
+            planned.run,
+            c,
+            device=dev,
+            flusher=flusher,
+            graph_safe=planned.graph_safe,
+            poison=[out] if out is not None else [],
+        )
+        check = check_timed_output(planned, m, ref, precision)
+        if check is not None and not check.passed:
+            raise RuntimeError(f"the timed output ({m.timer}): {check.reason}")
+        return m
+
+    first = once(cfg)
+    runs = [first, once(cfg)]
+    if first.timer == "cuda-graph":
+        runs.append(once(replace(cfg, timer="cuda-event")))
+    return runs
+
+
+def _timings(
+    case: FidelityCase, planned: Any, timed: list[Measurement], cupti: CuptiTimes
+) -> dict[str, Any]:
+    first, second = timed[0], timed[1]
     a, b = first.stats.median_us, second.stats.median_us
-    return {
-        "case": case.name,
-        "backend": case.backend,
-        **({"knobs": dict(case.knobs)} if case.knobs else {}),
+    rec: dict[str, Any] = {
         "resolved": planned.resolved,
+        "plan_mode": planned.plan_mode,
         "status": "ok",
         "timer": first.timer,
         "engine_us": a,
         "engine_repeat_us": b,
         "repeat_diff": abs(b - a) / a,
-        "profiler_kernel_us": prof_us,
-        "profiler_diff": (a - prof_us) / prof_us,
+        "profiler_kernel_us": cupti.kernel_us,
+        "profiler_diff": (a - cupti.kernel_us) / cupti.kernel_us,
+        "profiler_span_us": cupti.span_us,
+        "profiler_kernels_per_call": cupti.kernels_per_call,
         "total_kv_tokens": sum(case.spec.kv_lens),
         "clocks": first.clocks,
         "clocks_repeat": second.clocks,
     }
+    if len(timed) > 2:
+        rec["engine_eager_us"] = timed[2].stats.median_us
+    return rec
+
+
+def record_key(rec: Mapping[str, Any]) -> str:
+    """One name per (case, variant, knobs): the nvbench call's axis value."""
+    knobs = ",".join(f"{k}={v}" for k, v in sorted((rec.get("knobs") or {}).items()))
+    return f"{rec['case']} {rec['backend']}" + (f" [{knobs}]" if knobs else "")
+
+
+def nvbench_records(records: list[dict[str, Any]], kept: Mapping[str, Any]) -> None:
+    """nvbench's time of every kept call, in one nvbench run, added to its record (with
+    `nvbench_diff`, engine vs nvbench); where nvbench is missing or failed, the record's
+    `nvbench` entry says so. Records whose call was not kept (a resumed run's) are left."""
+    calls = {key: kept[key][0].run for key in kept}
+    found = time_calls(calls) if calls else {}
+    for rec in records:
+        key = record_key(rec) if rec.get("status") == "ok" else ""
+        if key not in found:
+            continue
+        n = found[key]
+        rec["nvbench"] = n
+        if n.get("status") == "ok" and n.get("gpu_median_us"):
+            rec["nvbench_diff"] = (rec["engine_us"] - n["gpu_median_us"]) / n["gpu_median_us"]
 
 
 def ncu_groups(cases: list[FidelityCase]) -> list[list[FidelityCase]]:
@@ -304,7 +254,7 @@ def _child(payload: str) -> None:
             spec = WorkloadSpec.model_validate(item["spec"])
             knobs = tuple(sorted((item.get("knobs") or {}).items()))
             case = FidelityCase("child", item["backend"], spec, knobs=knobs)
-            _inputs, planned = _prepare(case, dev, False)
+            _inputs, planned, _ = _prepare(case, dev, False)
             for _ in range(3):
                 planned.run()
             torch.cuda.synchronize()

@@ -26,14 +26,16 @@ def ok_row(
     peak: int | None,
     details: dict[str, Any],
 ) -> ResultRow:
-    """A measured row: latency, plan time, bytes, FLOPs and their fractions of the ceilings."""
+    """A measured row: latency, plan time, bytes, FLOPs and their fractions of the ceilings; the
+    FLOP/s fractions against the matmul ceiling of the precision the kernel multiplies in
+    (`metrics.mma_dtype`), which the row names (`tflops_ceiling`)."""
     latency_us = m.stats.median_us
     nbytes = metrics.bytes_moved(spec)
     nflops = metrics.flops(spec)
     gbps = metrics.bandwidth_gbps(nbytes.total, latency_us)
     tflops = metrics.tflops_per_s(nflops, latency_us)
     sheet = info.spec_sheet
-    mma_dtype = spec.dtype  # fp8 KV is dequantised to 16-bit for the math by most kernels
+    ceiling = metrics.matmul_ceiling_key(metrics.mma_dtype(spec.dtype, planned.precision))
     if planned.extra_bytes:
         details["extra_bytes"] = planned.extra_bytes
     if planned.workspace_bytes:
@@ -58,8 +60,11 @@ def ok_row(
         bandwidth_frac_measured=metrics.fraction(gbps, ceil.copy_bandwidth_gbps if ceil else None),
         bandwidth_frac_read=metrics.fraction(gbps, ceil.read_bandwidth_gbps if ceil else None),
         bandwidth_frac_spec=metrics.fraction(gbps, sheet.bandwidth_gbps if sheet else None),
-        tflops_frac_measured=metrics.fraction(tflops, ceil.tflops_for(mma_dtype) if ceil else None),
-        tflops_frac_spec=metrics.fraction(tflops, sheet.tflops.get(mma_dtype) if sheet else None),
+        tflops_frac_measured=metrics.fraction(
+            tflops, ceil.matmul_tflops.get(ceiling) if ceil else None
+        ),
+        tflops_frac_spec=metrics.fraction(tflops, sheet.tflops.get(ceiling) if sheet else None),
+        tflops_ceiling=ceiling,
         peak_memory_bytes=peak,
         kv_cache_bytes=metrics.kv_cache_bytes(spec),
         accuracy=accuracy,

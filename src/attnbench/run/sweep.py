@@ -3,14 +3,15 @@
     for spec in specs:                       (inputs and the fp64 reference built once per case)
         for backend in backends:
             available? check? -> plan (plan_us) -> poisoned run -> accuracy gate
-            -> measure(runner) -> metrics -> row (append, flush, fsync)
+            -> measure(runner) -> the timed output checked again -> metrics -> row
 
 Before a case is built, its memory estimate (`workload.memory`) is checked against the memory
 free on the device: a variant that cannot fit is an `unsupported` row saying how much it needs
 and how much is free (`details.memory`), never a process the OS kills.
 
 Every failure becomes a row: `unsupported` (with the backend's reason), `mismatch` (wrong or
-non-finite output: never timed), `oom` (memory freed, the sweep goes on), `error` (the
+non-finite output: never timed; or a timed output, a CUDA graph's replays included, that
+fails the same check after timing), `oom` (memory freed, the sweep goes on), `error` (the
 exception's type and message). Nothing here knows a particular library.
 """
 
@@ -20,19 +21,19 @@ import gc
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from attnbench.backends.base import Backend, PlannedRun, UnsupportedCase
 from attnbench.backends.reference import reference_attention
-from attnbench.measure.accuracy import check_accuracy
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
 from attnbench.measure.hardware import Ceilings, DeviceInfo
 from attnbench.measure.l2 import L2Flusher
 from attnbench.results import ResultRow
+from attnbench.run.gate import check_timed_output, gate
 from attnbench.run.rows import failure_row, ok_row
 from attnbench.workload import memory
 from attnbench.workload.inputs import AttentionInputs, make_inputs
@@ -260,17 +261,8 @@ def run_backend(
         ctx.on_planned(backend.name, first_plan_s)
         plan_us = _time_replan(planned, dev)
 
-        if planned.out is not None:
-            planned.out.fill_(float("nan"))
-        out = planned.run()
-        _sync(dev)
-        got = planned.unpack(out)
-        ref = oracle
-        if planned.q_effective is not None:
-            ref = reference_attention(inputs, q=planned.q_effective)
-        acc = check_accuracy(got, ref, planned.precision or spec.dtype)
-        del got, ref
-        details: dict[str, Any] = dict(planned.details) | timing
+        acc, ref = gate(planned, inputs, oracle, spec)
+        details: dict[str, Any] = dict(planned.details) | timing | {"plan_mode": planned.plan_mode}
         if not acc.passed:
             return _row(
                 ctx,
@@ -289,8 +281,26 @@ def run_backend(
             device=dev,
             flusher=ctx.flusher(),
             graph_safe=planned.graph_safe,
+            poison=[planned.out] if planned.out is not None else [],
         )
+        timed = check_timed_output(planned, m, ref, acc.precision)
+        del ref
+        if timed is not None and not timed.passed:
+            reason = f"the timed output ({m.timer}, after {m.stats.n} timed calls): {timed.reason}"
+            accuracy = timed.as_dict() | {"timed_output": True}
+            return _row(
+                ctx,
+                spec,
+                backend,
+                "mismatch",
+                reason,
+                resolved=planned.resolved,
+                accuracy=accuracy,
+                details=details,
+            )
         peak = (torch.cuda.max_memory_allocated(dev) - base_mem) if cuda else None
+        if timed is not None:
+            acc = replace(acc, timed_rel_l2_err=timed.rel_l2_err)
         return ok_row(
             ctx.run_id,
             ctx.info,

@@ -26,12 +26,10 @@ from attnbench.analysis.frame import (
 )
 from attnbench.results import (
     Header,
-    ResultFile,
-    ResultsFileError,
     is_document_path,
     is_results_path,
+    read_for_analysis,
     read_json,
-    read_results,
     read_text,
 )
 
@@ -119,27 +117,12 @@ def _text_files(folders: Iterable[Path]) -> dict[str, str]:
     return out
 
 
-SCRIPTED_TIMER = "fake"
-"""The tests' scripted timer (`measure.config`): its latencies are not measurements."""
-
-
-def _no_scripted_rows(rf: ResultFile) -> None:
-    """A file with a row the test-only fake timer timed publishes no figure: refuse it."""
-    scripted = [r for r in rf.rows if r.measurement and r.measurement.timer == SCRIPTED_TIMER]
-    if scripted:
-        raise ResultsFileError(
-            f"{rf.path}: {len(scripted)} row(s) timed by the test-only fake timer (first: "
-            f"{scripted[0].case_id} {scripted[0].backend}): not measurements, no figure"
-        )
-
-
 def _frame(
     paths: Sequence[Path], headers: dict[str, list[Header]], written: dict[str, Counter[str]]
 ) -> pd.DataFrame:
     records: list[dict[str, Any]] = []
     for path in paths:
-        rf = read_results(path)
-        _no_scripted_rows(rf)
+        rf = read_for_analysis(path)  # refuses rows the test-only fake timer timed
         headers[path.name] = rf.headers
         written[path.name] = Counter(r.status for r in rf.rows)
         for i, row in enumerate(rf.rows):
@@ -157,7 +140,7 @@ def _frame(
 
 def load_inputs(paths: Sequence[str | Path] | None = None) -> Inputs:
     """Read RESULTS (files or folders; default `results/`) with the project's one loader:
-    results files through `read_results`, documents through `read_json`, and the `.txt`
+    results files through `read_for_analysis`, documents through `read_json`, and the `.txt`
     files of each folder (and its `logs/`)."""
     given = list(paths) if paths else [DEFAULT_FOLDER]
     folders = [Path(p) for p in given if Path(p).is_dir()]
