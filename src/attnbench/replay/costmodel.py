@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from attnbench.measure import metrics
+from attnbench.replay.fa3plan import FA3Decision, recorded_decision
 from attnbench.replay.fit import LinearFit, fit_linear, fit_linear_choice
 from attnbench.replay.kernelplan import (
     CHUNK_GRID,
@@ -94,6 +95,7 @@ class AttentionCostModel:
             self.key.kv_dtype,
             self.streams,
             self.chunk,
+            self.key.num_qo_heads,
         )
 
     # -- features ---------------------------------------------------------------------------
@@ -113,18 +115,29 @@ class AttentionCostModel:
         f = self.kernel_plan.features(n, total, kv_max)
         return c[0] + c[1] * n + sum(ci * fi for ci, fi in zip(c[2:], f, strict=True))
 
-    def decode_lens_x(self, kv_lens: Sequence[int]) -> FloatArray:
+    def decode_lens_x(
+        self, kv_lens: Sequence[int], decision: FA3Decision | None = None
+    ) -> FloatArray:
         """`decode_x` of one call whose requests' KV lengths are known (a measured row, a live
-        step): the plan's split runs on the lengths, not on their summary."""
+        step): the plan's split runs on the lengths, not on their summary (FA3: on the
+        `decision` FA3 recorded for the call, when given)."""
         kv = np.asarray(kv_lens, dtype=np.int64).ravel()
         n, mx = int(kv.size), int(kv.max()) if kv.size else 0
         lens = [mx] * n if self.padded else kv.tolist()
-        f = self.kernel_plan.features(n, int(sum(lens)), mx, lens)
+        f = self.kernel_plan.features(n, int(sum(lens)), mx, lens, decision)
         return np.array([[1.0, float(n), *f]]) if n else np.zeros((1, len(DECODE_FEATURES)))
 
-    def decode_lens_us(self, kv_lens: Sequence[int]) -> float:
+    def decode_lens_us(self, kv_lens: Sequence[int], decision: FA3Decision | None = None) -> float:
         """`decode_us` of one call from its requests' KV lengths (`decode_lens_x`)."""
-        return float((self.decode_lens_x(kv_lens) @ np.array(self._decode_coef))[0])
+        return float((self.decode_lens_x(kv_lens, decision) @ np.array(self._decode_coef))[0])
+
+    def recorded_decision(self, row: ResultRow) -> FA3Decision | None:
+        """The plan FA3 recorded for a measured decode row of this variant (None for other
+        families, or a row without one)."""
+        plan = self.kernel_plan
+        if plan.family != "fa3" or self.padded:
+            return None
+        return recorded_decision(dict(row.details), plan.fa3_call, row.spec.batch_size)
 
     @property
     def _decode_coef(self) -> tuple[float, ...]:
@@ -333,7 +346,7 @@ def fitted_decode_rows(
 
 
 def _decode_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
-    return model.decode_lens_x(row.spec.kv_lens)
+    return model.decode_lens_x(row.spec.kv_lens, model.recorded_decision(row))
 
 
 def _prefill_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:

@@ -81,8 +81,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnbench.replay.fa3plan import fa3_num_splits as fa3_num_splits
-from attnbench.replay.fa3plan import fa3_split
+from attnbench.replay.fa3plan import FA3Call, FA3Decision, fa3_split, fa3_static_splits
+from attnbench.replay.fa3plan import num_splits_heuristic as num_splits_heuristic
 from attnbench.replay.steps import FloatArray, IntArray
 
 FAMILIES = ("flashinfer-decode", "flashinfer-prefill", "fa3", "xqa", "padded", "ideal")
@@ -97,6 +97,7 @@ PLAN_FEATURES_OF_DECODE = (
     "odd",
     "odd_row_mb",
     "odd_pad_mb",
+    "combine",
 )
 STREAMS_GRID = (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, math.inf)
 """The `streams` a fit may choose (CTAs in flight that saturate the memory: HBM bandwidth over
@@ -151,6 +152,10 @@ class Split:
     chain: float
     unit_lens: tuple[int, ...] | None = None
     """Every work unit's KV tokens (one KV head), in launch order; None from a summary."""
+    heads_in_units: bool = False
+    """`unit_lens` already lists every KV head's units (FA3's tiles), else one head's."""
+    combine: bool = False
+    """A separate kernel merges the partial outputs (FA3 with a static split above 1)."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,8 @@ class KernelPlan:
     """CTAs in flight that saturate the memory (module docstring, kv_mb); inf: no tail term."""
     chunk: float = 128.0
     """The smallest KV tokens per CTA of the `padded` / `ideal` split (`CHUNK_GRID`)."""
+    num_qo_heads: int = 0
+    """Query heads of the call (FA3's pack-GQA and tile); 0: 8 per KV head."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -182,13 +189,44 @@ class KernelPlan:
     def slots(self) -> int:
         return _BLOCKS_PER_SM[self.family] * self.num_sms
 
+    @property
+    def fa3_call(self) -> FA3Call:
+        """What FA3's planning is told about a decode call of this shape (`fa3plan`)."""
+        return FA3Call(
+            num_qo_heads=self.num_qo_heads or 8 * self.num_kv_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            kv_itemsize=1 if self.kv_dtype.startswith("fp8") else 2,
+            page_size=self.page_size,
+            num_sms=self.num_sms,
+        )
+
     def split(
-        self, n: int, kv_total: int, kv_max: int, kv_lens: Sequence[int] | None = None
+        self,
+        n: int,
+        kv_total: int,
+        kv_max: int,
+        kv_lens: Sequence[int] | None = None,
+        decision: FA3Decision | None = None,
     ) -> Split:
         """The plan of one call (n > 0); with `kv_lens` (the n requests' KV lengths, when
-        known) FlashInfer's chunk search runs on them exactly instead of on the summary."""
+        known) FlashInfer's chunk search runs on them exactly instead of on the summary, and
+        FA3's plan on them (`decision`: the one FA3 recorded, when a row has it)."""
         h, mx = self.num_kv_heads, float(kv_max)
         total = float(n) * mx if self.padded else float(kv_total)
+        if self.family == "fa3":
+            call = self.fa3_call
+            unit, units, chain, lens = fa3_split(n, total, mx, call, kv_lens, decision)
+            static = decision.num_splits if decision else fa3_static_splits(call, kv_max)
+            return Split(
+                total,
+                unit,
+                units,
+                chain,
+                None if lens is None else tuple(lens),
+                heads_in_units=True,
+                combine=static > 1,
+            )
         if self.family in ("flashinfer-decode", "flashinfer-prefill"):
             if self.family == "flashinfer-prefill" and kv_lens is not None and len(kv_lens) == n:
                 unit, units = _flashinfer_split_exact(kv_lens, h, self.page_size, self.slots)
@@ -196,8 +234,6 @@ class KernelPlan:
                 unit, units = _flashinfer_split(
                     self.family, n, total, mx, h, self.page_size, self.slots
                 )
-        elif self.family == "fa3":
-            unit, units = fa3_split(n, total, mx, h, self.head_dim, self.num_sms, kv_lens)
         elif self.family == "xqa" and kv_lens is not None and len(kv_lens) == n:
             return _xqa_split_exact(kv_lens, h, self.num_sms, self.kv_dtype)
         elif self.family == "xqa":
@@ -223,20 +259,27 @@ class KernelPlan:
         return many and self.odd_mask(n, kv_total, kv_max)
 
     def features(
-        self, n: int, kv_total: int, kv_max: int, kv_lens: Sequence[int] | None = None
+        self,
+        n: int,
+        kv_total: int,
+        kv_max: int,
+        kv_lens: Sequence[int] | None = None,
+        decision: FA3Decision | None = None,
     ) -> tuple[float, ...]:
-        """`PLAN_FEATURES_OF_DECODE` of one call (`kv_lens`: see `split`)."""
+        """`PLAN_FEATURES_OF_DECODE` of one call (`kv_lens`, `decision`: see `split`)."""
         if n <= 0:
             return (0.0,) * len(PLAN_FEATURES_OF_DECODE)
-        s = self.split(n, kv_total, kv_max, kv_lens)
+        s = self.split(n, kv_total, kv_max, kv_lens, decision)
         per_head_mb = self.kv_bytes_per_token / self.num_kv_heads / 1e6
         kv_mb = s.kv_tokens * self.kv_bytes_per_token / 1e6
         unit_mb = s.unit_tokens * per_head_mb
         if self.odd_unsplit(n, kv_total, kv_max):  # its own two terms (module docstring)
-            return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, unit_mb, kv_mb)
+            return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, unit_mb, kv_mb, 0.0)
         tail_mb = self.streams * unit_mb if math.isfinite(self.streams) else 0.0
         if s.unit_lens is not None and math.isfinite(self.streams):
-            lens = np.tile(np.asarray(s.unit_lens, dtype=np.float64), self.num_kv_heads)
+            lens = np.asarray(s.unit_lens, dtype=np.float64)
+            if not s.heads_in_units:
+                lens = np.tile(lens, self.num_kv_heads)
             streamed_mb = in_flight_tokens(lens, self.slots, self.streams) * per_head_mb
         else:
             streamed_mb = max(kv_mb, tail_mb)
@@ -250,6 +293,7 @@ class KernelPlan:
             1.0 if self.odd_mask(n, kv_total, kv_max) else 0.0,
             0.0,
             0.0,
+            1.0 if s.combine else 0.0,
         )
 
     def feature_matrix(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
