@@ -34,6 +34,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from attnbench.backends.fa3_record import decode_counts
+
 PREPARE_MAX_BATCH = 992
 """prepare_varlen_num_blocks_kernel splits dynamically only when one CTA holds the batch (31 x
 32 requests); above it every request keeps one split."""
@@ -218,9 +220,9 @@ def fa3_decision(call: FA3Call, kv_lens: Sequence[int]) -> FA3Decision:
 def recorded_decision(
     details: Mapping[str, object], call: FA3Call, batch_size: int
 ) -> FA3Decision | None:
-    """The decision an H200 row recorded (`fa3_num_splits`, `fa3_pack_gqa`, `fa3_splits`,
-    `fa3_order`; see `backends/fa_calls.py`), None when the row has none or it does not fit
-    the batch."""
+    """The decision an H200 row recorded (`backends.fa3_record`), None when the row has none
+    or it does not fit the batch; a pack-GQA FA3 could not tell apart ("either") is this
+    module's."""
     try:
         splits = decode_counts(str(details["fa3_splits"]))
         order = tuple(int(v) for v in str(details["fa3_order"]).split(",")) if batch_size else ()
@@ -232,28 +234,6 @@ def recorded_decision(
     pack = details.get("fa3_pack_gqa")
     packed = pack if isinstance(pack, bool) else fa3_pack_gqa(call, static)
     return FA3Decision(static, packed, splits, order, tile_of(call)[1])
-
-
-def encode_counts(values: Sequence[int]) -> str:
-    """`16,12,1x200`: a run of one value as `vxN` (the splits of a large batch are mostly 1)."""
-    out: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j < len(values) and values[j] == values[i]:
-            j += 1
-        out.append(str(values[i]) if j - i == 1 else f"{values[i]}x{j - i}")
-        i = j
-    return ",".join(out)
-
-
-def decode_counts(text: str) -> tuple[int, ...]:
-    """The inverse of `encode_counts` (ValueError for text it did not write)."""
-    out: list[int] = []
-    for part in text.split(","):
-        value, _, count = part.partition("x")
-        out.extend([int(value)] * (int(count) if count else 1))
-    return tuple(out)
 
 
 def fa3_split(
