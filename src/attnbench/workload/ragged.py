@@ -186,3 +186,37 @@ def unpadded_label(label: str) -> str | None:
     if label.startswith(PADDED_PREFIX) and label.endswith(")"):
         return label[len(PADDED_PREFIX) : -1]
     return None
+
+
+def with_long(arg: str, batch_size: int, seed: int) -> list[LengthCase]:
+    """`K@LEN+DIST` or `K@LO-HI+DIST`: DIST's batches with K of their requests (at seeded
+    positions) replaced by long ones, LEN tokens each, or log-uniform over LO..HI with both
+    ends present: a large batch of short requests holding one to a few long contexts, the
+    shape where a kernel's split of the longest request decides its time."""
+    from attnbench.workload.lengths import mixed_batch, parse_lengths
+
+    head, plus, rest = arg.partition("+")
+    count_s, at, size_s = head.partition("@")
+    lo_s, _, hi_s = size_s.partition("-")
+    try:
+        count, lo = int(count_s), int(lo_s)
+        hi = int(hi_s) if hi_s else lo
+    except ValueError:
+        count = lo = hi = 0
+    if not (plus and at and rest.strip()) or not 0 < count <= batch_size or not 0 < lo <= hi:
+        raise ValueError(
+            f"lengths=long:{arg!r}: expected long:K@LEN+DIST or long:K@LO-HI+DIST with "
+            f"1 <= K <= batch_size ({batch_size}), e.g. long:2@32768-131072+lognormal:4096,1"
+        )
+    if hi > MAX_LEN:
+        raise ValueError(f"lengths=long:{arg!r}: {hi} tokens is more than {MAX_LEN}")
+    rng = np.random.default_rng(seed + 1)
+    tag = f"long({count}@{lo}" + (f"..{hi})" if hi > lo else ")")
+    out = []
+    for case in parse_lengths(rest, batch_size, seed):
+        lens = list(case.kv_lens)
+        longs = mixed_batch(count, lo, hi, rng) if hi > lo else (lo,) * count
+        for pos, n in zip(rng.choice(len(lens), size=count, replace=False), longs, strict=True):
+            lens[int(pos)] = int(n)
+        out.append(LengthCase(f"{tag}+{case.label}", tuple(lens)))
+    return out
