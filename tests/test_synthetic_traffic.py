@@ -13,13 +13,13 @@ from attnbench.config import Settings
 from attnbench.replay.traffic import MAX_AGENTS, load_requests
 from attnbench.workload.lengths import parse_lengths
 from attnbench.workload.suite import load_suite, suite_specs
-from attnbench.workload.traces import (
+from attnbench.workload.synthetic import (
     MAX_SYNTHETIC_REQUESTS,
     PREFIX_BLOCK_TOKENS,
-    TraceError,
     synthetic_family,
     synthetic_requests,
 )
+from attnbench.workload.traces import TraceError
 
 FAMILY = "synthetic:agentic-128k"
 

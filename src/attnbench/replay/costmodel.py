@@ -39,6 +39,10 @@ import numpy as np
 from attnbench.measure import metrics
 from attnbench.replay.fa3plan import FA3Decision, recorded_decision
 from attnbench.replay.fit import LinearFit, fit_linear, fit_linear_choice
+from attnbench.replay.fitrows import bandwidth_ceiling as bandwidth_ceiling
+from attnbench.replay.fitrows import padded_label
+from attnbench.replay.fitrows import shapes_in as shapes_in
+from attnbench.replay.fitrows import usable_rows as usable_rows
 from attnbench.replay.kernelplan import (
     CHUNK_GRID,
     DEFAULT_NUM_SMS,
@@ -50,7 +54,6 @@ from attnbench.replay.kernelplan import (
 from attnbench.replay.shape import ShapeKey as ShapeKey
 from attnbench.replay.steps import FloatArray, IntArray
 from attnbench.results import ResultRow
-from attnbench.workload.spec import WorkloadSpec
 
 DECODE_FEATURES = ("const", "seqs", *PLAN_FEATURES_OF_DECODE)
 PREFILL_FEATURES = ("const", "seqs", "q_ktokens", "gflop")
@@ -232,13 +235,6 @@ def _inverse(fit: LinearFit | None, feature: str) -> float | None:
     return 1e3 / c if c > 0 else None
 
 
-def padded_label(spec: WorkloadSpec) -> bool:
-    """Rows of the workload `padded:` transform (lengths `padded(X)`, or a `padded` label)."""
-    from attnbench.analysis.frame import is_padded
-
-    return is_padded(spec.label, spec.lengths)
-
-
 def _fit(
     features: tuple[str, ...], x: FloatArray, y: FloatArray, lower: dict[str, float] | None = None
 ) -> LinearFit:
@@ -264,10 +260,6 @@ def _plan_fit(rows: list[ResultRow]) -> LinearFit | None:
     n = np.array([p[0] for p in pts], dtype=np.float64)
     y = np.array([p[1] for p in pts], dtype=np.float64)
     return fit_linear(PLAN_FEATURES, np.stack([np.ones_like(n), n], axis=1), y)
-
-
-def usable_rows(rows: Iterable[ResultRow]) -> list[ResultRow]:
-    return [r for r in rows if r.status == "ok" and r.latency_us and r.latency_us > 0]
 
 
 def fit_backend(
@@ -385,28 +377,3 @@ def padded_from_ragged(model: AttentionCostModel) -> AttentionCostModel:
     """The ragged model evaluated at the padded batch: what a uniform kernel that computes every
     request to the longest length would cost, by this backend's own measured rates."""
     return replace(model, padded=True, source="ragged model at the padded batch")
-
-
-def shapes_in(rows: Iterable[ResultRow]) -> list[str]:
-    """Shapes (as ShapeKey.describe) present among `ok` rows, for error messages."""
-    seen = set()
-    for r in usable_rows(rows):
-        key = ShapeKey.of(r.spec)
-        seen.add(key.describe())
-    return sorted(seen)
-
-
-def bandwidth_ceiling(
-    rows: Iterable[ResultRow], key: ShapeKey, measured_gbps: float | None
-) -> float:
-    """The bandwidth no decode fit may exceed, GB/s: the larger of the GPU's measured ceiling
-    (streaming read or copy, from the results headers) and the highest KV read rate any `ok`
-    decode row of this shape attains (a kernel's measured rate is a measurement of what the
-    memory delivers; a fit above both would be a bandwidth nothing measured)."""
-    best = 0.0
-    for r in usable_rows(rows):
-        if r.spec.kind == "decode" and key.matches(r.spec, any_page=True) and r.latency_us:
-            kv = np.asarray(r.spec.kv_lens, dtype=np.float64)
-            total = kv.size * kv.max() if padded_label(r.spec) else kv.sum()
-            best = max(best, total * key.kv_bytes_per_token / (r.latency_us * 1e3))
-    return max(best, measured_gbps or 0.0) or math.inf

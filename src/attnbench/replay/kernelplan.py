@@ -84,6 +84,10 @@ import numpy as np
 from attnbench.replay.fa3plan import FA3Call, FA3Decision, fa3_split, fa3_static_splits
 from attnbench.replay.fa3plan import num_splits_heuristic as num_splits_heuristic
 from attnbench.replay.steps import FloatArray, IntArray
+from attnbench.replay.xqaplan import XQA_TILE_TOKENS, xqa_split_exact
+from attnbench.replay.xqaplan import xqa_sm90_sub_seqs as xqa_sm90_sub_seqs
+from attnbench.replay.xqaplan import xqa_sub_seqs as xqa_sub_seqs
+from attnbench.replay.xqaplan import xqa_unit_tokens as xqa_unit_tokens
 
 FAMILIES = ("flashinfer-decode", "flashinfer-prefill", "fa3", "xqa", "padded", "ideal")
 DEFAULT_NUM_SMS = 132
@@ -122,8 +126,6 @@ _BLOCKS_PER_SM = {
 API (4 for the group-8, d128 decode kernel's 128 threads and ~64 registers each is an estimate);
 FA3 is persistent, one CTA per SM; XQA sizes its grid by SMs and fits 2 CTAs per SM on sm90
 (mha.cu nbCtaPerSM = 2; mha_sm90.cu __launch_bounds__(384, 2) at 64 q rows x d128)."""
-
-_XQA_TILE_TOKENS = {"mha": 256, "mha_sm90": 64}
 
 
 def family_of(backend: str) -> str:
@@ -235,12 +237,15 @@ class KernelPlan:
                     self.family, n, total, mx, h, self.page_size, self.slots
                 )
         elif self.family == "xqa" and kv_lens is not None and len(kv_lens) == n:
-            return _xqa_split_exact(kv_lens, h, self.num_sms, self.kv_dtype)
+            chain, tiles = xqa_split_exact(kv_lens, h, self.num_sms, self.kv_dtype)
+            return Split(
+                total, float(max(tiles)), float(len(tiles) * h), float(chain), tuple(tiles)
+            )
         elif self.family == "xqa":
             if self.kv_dtype == "fp8_e4m3":
-                sub = xqa_sm90_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS["mha_sm90"])
+                sub = xqa_sm90_sub_seqs(n * h, self.num_sms, kv_max, XQA_TILE_TOKENS["mha_sm90"])
             else:
-                sub = xqa_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS["mha"])
+                sub = xqa_sub_seqs(n * h, self.num_sms, kv_max, XQA_TILE_TOKENS["mha"])
             unit, units = float(math.ceil(mx / sub)), float(n * h * sub)
         elif self.odd_unsplit(n, kv_total, kv_max):
             unit, units = mx, float(n * h)
@@ -314,18 +319,6 @@ class KernelPlan:
         }
 
 
-def xqa_sub_seqs(seqs: int, num_sms: int, kv_max: int, tile_tokens: int) -> int:
-    """XQA's sub-sequences per request (computeNbSubSeqPerSeqMHA): `seqs` = requests x KV heads."""
-    return max(1, min(max(1, num_sms // max(seqs, 1)), math.ceil(kv_max / tile_tokens)))
-
-
-def xqa_sm90_sub_seqs(seqs: int, num_sms: int, kv_max: int, tile_tokens: int) -> int:
-    """The SM90 fp8 kernel's sub-sequences per request (mha_sm90.cu launchHopperF8MHA):
-    round((3 x SMs // seqs) x 0.25), at least 1 and at most ceil(longest / tile)."""
-    quarter = (3 * num_sms // max(seqs, 1)) * 0.25
-    return max(1, min(math.floor(quarter + 0.5), math.ceil(kv_max / tile_tokens)))
-
-
 def _flashinfer_split(
     family: str, n: int, total: float, mx: float, h: int, page: int, grid: int
 ) -> tuple[float, float]:
@@ -370,39 +363,6 @@ def in_flight_tokens(unit_lens: FloatArray, slots: int, streams: float) -> float
             heapq.heappush(ends, done + float(lens[nxt]))
             nxt += 1
     return t
-
-
-def xqa_unit_tokens(kv_len: int, sub_seqs: int, tile_tokens: int) -> list[int]:
-    """KV tokens of each of a request's `sub_seqs` CTAs: sub-sequence j takes the tiles j,
-    j + sub_seqs, ... (mha.cu / mha_sm90.cu stride the tiles by the sub-sequence count)."""
-    tiles = max(1, math.ceil(kv_len / tile_tokens))
-    out = []
-    for j in range(sub_seqs):
-        mine = max(0, math.ceil((tiles - j) / sub_seqs))
-        last = mine > 0 and (tiles - 1) % sub_seqs == j
-        out.append(mine * tile_tokens - (tiles * tile_tokens - kv_len if last else 0))
-    return out
-
-
-def _xqa_split_exact(kv_lens: Sequence[int], h: int, num_sms: int, kv_dtype: str) -> Split:
-    """XQA's plan on the requests' lengths: the grid's sub-sequences per request from the
-    longest (`xqa_sub_seqs`, `xqa_sm90_sub_seqs`), each CTA's tokens (`xqa_unit_tokens`). The
-    SM90 fp8 kernel splits a request only with >= 2 tiles (multiBlockMinNbTiles) and into at
-    most its tiles; the generic kernel gives every request the grid's count."""
-    n, mx = len(kv_lens), max(kv_lens)
-    fp8 = kv_dtype == "fp8_e4m3"
-    tile = _XQA_TILE_TOKENS["mha_sm90" if fp8 else "mha"]
-    sub = (xqa_sm90_sub_seqs if fp8 else xqa_sub_seqs)(n * h, num_sms, mx, tile)
-    units: list[int] = []
-    chain = 1
-    for kv_len in kv_lens:
-        tiles = max(1, math.ceil(kv_len / tile))
-        mine = (min(tiles, sub) if tiles >= 2 else 1) if fp8 else sub
-        units.extend(xqa_unit_tokens(kv_len, mine, tile))
-        chain = mine if kv_len == mx else chain
-    return Split(
-        float(sum(kv_lens)), float(max(units)), float(len(units) * h), float(chain), tuple(units)
-    )
 
 
 def _flashinfer_split_exact(

@@ -9,7 +9,7 @@ rate. Synthetic scenario:
                         128..1024, all arriving within the first second (seeded)
     agents:N@LO-HI      the same with explicit context bounds (N up to `MAX_AGENTS`)
 
-and the synthetic families of `workload.traces` (`synthetic:NAME`: a `[traffic.NAME]` table of
+and the synthetic families of `workload.synthetic` (`synthetic:NAME`: a `[traffic.NAME]` table of
 a suite; multi-turn sessions with a shared, growing prefix and `hash_ids`).
 """
 
@@ -80,12 +80,8 @@ def load_requests(name: str, *, limit: int | None = None, seed: int = 0) -> list
     if text.lower().startswith("agents"):
         reqs = agents_trace(text, seed=seed)
         return reqs[:limit] if limit else reqs
-    from attnbench.workload.traces import (
-        SYNTHETIC_PREFIX,
-        load_trace,
-        synthetic_family,
-        synthetic_requests,
-    )
+    from attnbench.workload.synthetic import SYNTHETIC_PREFIX, synthetic_family, synthetic_requests
+    from attnbench.workload.traces import load_trace
 
     if text.lower().startswith(SYNTHETIC_PREFIX):
         _, family = synthetic_family(text)

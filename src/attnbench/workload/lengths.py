@@ -99,7 +99,8 @@ def _composite(kind: str, arg: str, text: str, batch_size: int, seed: int) -> li
     if kind == "skew":
         return ragged.parse_skew(arg, batch_size, seed)
     if kind == "long":
-        return ragged.with_long(arg, batch_size, seed)
+        count, lo, hi, rest = ragged.parse_long(arg, batch_size)
+        return ragged.with_long(parse_lengths(rest, batch_size, seed), count, lo, hi, seed)
     if kind == "padded":
         if not arg.strip():
             raise ValueError(f"lengths={text!r}: padded needs a distribution, e.g. padded:mixed")

@@ -188,13 +188,8 @@ def unpadded_label(label: str) -> str | None:
     return None
 
 
-def with_long(arg: str, batch_size: int, seed: int) -> list[LengthCase]:
-    """`K@LEN+DIST` or `K@LO-HI+DIST`: DIST's batches with K of their requests (at seeded
-    positions) replaced by long ones, LEN tokens each, or log-uniform over LO..HI with both
-    ends present: a large batch of short requests holding one to a few long contexts, the
-    shape where a kernel's split of the longest request decides its time."""
-    from attnbench.workload.lengths import mixed_batch, parse_lengths
-
+def parse_long(arg: str, batch_size: int) -> tuple[int, int, int, str]:
+    """`K@LEN+DIST` or `K@LO-HI+DIST` -> (K, LO, HI, DIST); ValueError naming the form."""
     head, plus, rest = arg.partition("+")
     count_s, at, size_s = head.partition("@")
     lo_s, _, hi_s = size_s.partition("-")
@@ -210,12 +205,23 @@ def with_long(arg: str, batch_size: int, seed: int) -> list[LengthCase]:
         )
     if hi > MAX_LEN:
         raise ValueError(f"lengths=long:{arg!r}: {hi} tokens is more than {MAX_LEN}")
+    return count, lo, hi, rest
+
+
+def with_long(cases: list[LengthCase], count: int, lo: int, hi: int, seed: int) -> list[LengthCase]:
+    """Each batch of `cases` with `count` of its requests (at seeded positions) replaced by
+    long ones: `lo` tokens each, or log-uniform over lo..hi with both ends present. A large
+    batch of short requests holding one to a few long contexts: the shape where a kernel's split
+    of the longest request decides its time (`long:K@LO-HI+DIST`)."""
     rng = np.random.default_rng(seed + 1)
     tag = f"long({count}@{lo}" + (f"..{hi})" if hi > lo else ")")
     out = []
-    for case in parse_lengths(rest, batch_size, seed):
+    for case in cases:
         lens = list(case.kv_lens)
-        longs = mixed_batch(count, lo, hi, rng) if hi > lo else (lo,) * count
+        inner = np.exp(rng.uniform(math.log(lo), math.log(hi), size=max(0, count - 2)))
+        longs = (
+            ([hi, lo][:count] + np.rint(inner).astype(int).tolist()) if hi > lo else [lo] * count
+        )
         for pos, n in zip(rng.choice(len(lens), size=count, replace=False), longs, strict=True):
             lens[int(pos)] = int(n)
         out.append(LengthCase(f"{tag}+{case.label}", tuple(lens)))

@@ -13,7 +13,7 @@ A suite file:
 
 Besides settings fields, a group may set spec fields `label`, `trees` (draft-tree names) and
 `shared_prefix_len`. `[traffic.NAME]` tables describe a synthetic traffic family for the replay
-(`--trace synthetic:NAME`, `workload.traces.SyntheticTraffic`); `run` ignores them. Suites are
+(`--trace synthetic:NAME`, `workload.synthetic.SyntheticTraffic`); `run` ignores them. Suites are
 parsed as TOML, never executed.
 """
 
