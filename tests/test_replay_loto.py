@@ -22,6 +22,8 @@ from attnbench.replay.live import sample_steps
 from attnbench.replay.pipeline import LoadedRows, run_replay
 from attnbench.replay.trust import choose_validation, trust_line
 from attnbench.replay.validation_doc import load_validation
+from attnbench.report.blocks import Table, Text
+from attnbench.report.replay_validation import validation_blocks
 from attnbench.results import ResultRow
 from attnbench.workload.spec import WorkloadSpec
 from attnbench.workload.suite import load_suite, suite_specs
@@ -142,6 +144,14 @@ def test_cli_scores_the_steps_and_the_replay_prefers_the_heldout_figures(tmp_pat
     _, chosen, _ = choose_validation(None, found, shapes, rr.GPU)
     assert chosen["flash-attn:fa3"].heldout
     assert chosen["flash-attn:fa3"].per_trace["mooncake-conv"].steps == 12
+    # the report's section: the rule, then per variant every trace and the worst
+    text, table, *_ = validation_blocks(out, doc, "test")
+    assert isinstance(text, Text)
+    assert isinstance(table, Table)
+    assert loto.FORM_RULE in text.markdown
+    worst = [r for r in table.rows if str(r[1]).startswith("worst:")]
+    assert len(worst) == len(rr.COEFS)
+    assert all(r[1] == "worst: mooncake-conv" for r in worst)
 
 
 def test_heldout_needs_two_traces(tmp_path: Path) -> None:
