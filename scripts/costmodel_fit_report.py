@@ -19,7 +19,10 @@ from attnbench.replay.heldout import decode_held_out
 from attnbench.replay.pipeline import fit_for, load_rows
 from attnbench.replay.shape import ShapeKey
 
-DEFAULT_FILES = ("results/h200-replay-calibration.jsonl.gz", "results/h200-brief70b.jsonl.gz")
+DEFAULT_FILES = (
+    "results/h200-replay-calibration.jsonl.gz",
+    "results/archive/h200-brief70b.jsonl.gz",
+)
 VARIANTS = ("flash-attn:fa3", "flashinfer:fa2", "flashinfer:tc", "flashinfer:xqa", "sdpa:cudnn")
 
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from attnbench.analysis.frame import resolve_paths
+from attnbench.analysis.tuning import trials_paths
 from attnbench.cli import app
-from attnbench.results import is_document_path, is_results_path, read_results
+from attnbench.replay.validation_doc import find_validation
+from attnbench.results import is_document_path, is_results_path, read_json, read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -50,6 +54,30 @@ def test_committed_results_are_real_h200_measurements() -> None:
         assert ok
         assert all(r.accuracy and r.accuracy.passed for r in ok)
         assert all(r.measurement and r.measurement.timer != "fake" for r in ok)
+
+
+def read_by_default(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every file `report`, `recommend`, `replay` and `findings` read with no RESULTS: the top
+    of results/, the trials beside its tuned files, the validation documents in results/replay."""
+    monkeypatch.delenv("ATTNBENCH_RESULTS")
+    files = resolve_paths(None)
+    tuned = [p for p in files if is_results_path(p)]
+    return sorted({*files, *trials_paths(tuned), *find_validation(files)})
+
+
+def test_every_file_read_by_default_names_its_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = read_by_default(monkeypatch)
+    assert any(p.parent.name == "trials" for p in files)
+    for p in files:
+        if is_results_path(p):
+            shas = [h.provenance.get("git_sha") for h in read_results(p).headers]
+        else:
+            doc = read_json(p)
+            shas = [(doc.get("provenance") or {}).get("git_sha") if isinstance(doc, dict) else None]
+        assert shas, p.name
+        assert all(s and s != "unknown" for s in shas), (p.name, shas)
+    for p in sorted(RESULTS.glob("*.txt")):  # GPU test reports: findings reads them
+        assert re.search(r"^=== commit \S+", p.read_text(), re.M), p.name
 
 
 def test_report_on_the_embedded_default(tmp_path: Path) -> None:
@@ -98,7 +126,7 @@ def test_replay_on_committed_results_over_a_trace_slice(tmp_path: Path) -> None:
         app,
         [
             "replay",
-            str(RESULTS / "h200-brief70b.jsonl.gz"),
+            str(RESULTS / "h200-replay-calibration.jsonl.gz"),
             "--trace",
             "azure-code",
             "--limit",

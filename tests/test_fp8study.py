@@ -11,8 +11,11 @@ import torch
 from typer.testing import CliRunner
 
 from attnbench.backends import flash_attn as fa
+from attnbench.backends import flashinfer as fi
+from attnbench.backends.base import PlannedRun
 from attnbench.backends.fa_calls import setup as fa3_setup
 from attnbench.backends.flashinfer_common import quantize_query
+from attnbench.backends.flashinfer_decode import token_head_scales
 from attnbench.backends.reference import reference_attention
 from attnbench.cli import app
 from attnbench.fp8study import StudyConfig, kernel_fa3, load_study, run_study, write_study
@@ -23,7 +26,9 @@ from attnbench.fp8study.needle import NeedleTarget, needle_key, needle_study, ta
 from attnbench.fp8study.summary import summarize
 from attnbench.fp8study.tables import kernel_table, summary_table
 from attnbench.measure.hardware import DeviceInfo
+from attnbench.run.kernel_error import error_split
 from attnbench.workload.inputs import AttentionInputs, make_inputs
+from attnbench.workload.quant import token_head_quantize
 from attnbench.workload.spec import WorkloadSpec
 from test_flash_attn import fake_lib
 
@@ -212,7 +217,7 @@ def test_token_head_quantize_round_trip() -> None:
         kind="decode", num_qo_heads=4, num_kv_heads=2, head_dim=32, kv_lens=(40,), qo_lens=(1,)
     )
     kv = make_inputs(spec).kv_cache  # bf16 [pages, 2, 16, 2, 32]
-    stored, (k_sf, v_sf), dequant = kernel_mod.token_head_quantize(kv, torch.float8_e4m3fn)
+    stored, (k_sf, v_sf), dequant = token_head_quantize(kv, torch.float8_e4m3fn)
     assert stored.dtype == torch.float8_e4m3fn
     assert stored.shape == kv.shape
     assert k_sf.shape == (kv.shape[0], 16, 2)
@@ -224,17 +229,35 @@ def test_token_head_quantize_round_trip() -> None:
     assert float(rel) < 2.0**-4
 
 
-def _fake_decode(
-    inputs: AttentionInputs,
-    use_tensor_cores: bool,
-    kv_cache_sf: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, str]:
-    """Stand-in for FlashInfer on the CPU: the fp32 reference on what the kernel would read."""
+def _fake_decode(inputs: AttentionInputs, use_tensor_cores: bool) -> tuple[torch.Tensor, str]:
+    """Stand-in for FlashInfer on the CPU: the fp32 reference on what the kernel would read
+    (the cache with its per-(token, head) scales, when the inputs carry them)."""
+    kv_cache_sf = token_head_scales(inputs)
     if kv_cache_sf is not None:
         sf = torch.stack(kv_cache_sf, dim=1)[..., None]
         inputs = replace(inputs, kv_cache=inputs.kv_cache.float() * sf, k_scale=1, v_scale=1)
     out = reference_attention(inputs, accum_dtype=torch.float32).to(torch.bfloat16)
     return out, "fake-tc" if use_tensor_cores else "fake"
+
+
+PLANNED_KNOBS: list[object] = []
+
+
+def _fake_flashinfer_plan(
+    self: fi.FlashInferBackend, spec: WorkloadSpec, inputs: AttentionInputs, knobs: Any = None
+) -> PlannedRun:
+    PLANNED_KNOBS.append(knobs)
+    out, resolved = _fake_decode(inputs, self.short == "tc")
+    return PlannedRun(run=lambda: out, resolved=resolved)
+
+
+def _fake_flashinfer(monkeypatch: pytest.MonkeyPatch, plan: Any = _fake_flashinfer_plan) -> None:
+    """FlashInfer's decode variants through the sweep on the CPU: importable, accepting every
+    case, and planning `plan` (by default `_fake_decode`'s kernel)."""
+    monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: None)
+    monkeypatch.setattr(fi.FlashInferBackend, "available", lambda self: None)
+    monkeypatch.setattr(fi.FlashInferBackend, "check", lambda self, spec, device: None)
+    monkeypatch.setattr(fi.FlashInferBackend, "plan", plan)
 
 
 H200 = DeviceInfo("cuda", 0, "NVIDIA H200", (9, 0), 132, 60 << 20, 141 << 30)
@@ -258,11 +281,14 @@ def _fake_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_kernel_study_plumbing_with_a_fake_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: None)
-    monkeypatch.setattr(kernel_mod, "flashinfer_decode", _fake_decode)
+    _fake_flashinfer(monkeypatch)
     _fake_fa3(monkeypatch)
+    PLANNED_KNOBS.clear()
     records, skipped = kernel_mod.kernel_study(TINY_KERNEL)
     assert skipped is None
+    # FlashInfer's wrapper as the study builds it: a plain one, not in CUDA-graph mode
+    assert PLANNED_KNOBS
+    assert all(k == {"use_cuda_graph": False} for k in PLANNED_KNOBS)
     # per-tensor scales first (e4m3, then e5m2; FA3 after FlashInfer on each shape), the
     # per-(token, head) modules last
     assert [(r["format"], r["scheme"], r["variant"], r["status"]) for r in records] == [
@@ -323,7 +349,7 @@ def test_fa3_error_split_keeps_query_quantisation_apart() -> None:
     ref_q8 = reference_attention(inputs, q=q_eff)
     # a kernel exact on what it read (fp8 q and K/V) up to its bf16 output
     out = reference_attention(inputs, q=q_eff, accum_dtype=torch.float32).to(torch.bfloat16)
-    errs = kernel_fa3.fa3_errors(out, ref_q8, ref_fp8, ref_source)
+    errs = error_split(out, ref_source, ref_fp8, ref_q8)
     kernel, q_quant = errs["kernel"]["rel_l2_err"], errs["q_quant"]["rel_l2_err"]
     assert kernel < 0.005 < q_quant
     # against the K/V-only reference (FlashInfer's) the query's rounding would pass as kernel
@@ -340,8 +366,7 @@ def test_fa3_error_split_keeps_query_quantisation_apart() -> None:
 
 def test_kernel_study_records_why_fa3_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     """No importable FA3 build: FlashInfer's records as before, and the reason FA3 is missing."""
-    monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: None)
-    monkeypatch.setattr(kernel_mod, "flashinfer_decode", _fake_decode)
+    _fake_flashinfer(monkeypatch)
     monkeypatch.setattr(kernel_mod, "cuda_unavailable", lambda device: None)
     monkeypatch.setattr(fa, "load_fa3", lambda: "FlashAttention-3 not installed: pip install x")
     real = kernel_fa3.fa3_unavailable
@@ -408,16 +433,12 @@ def test_a_run_cut_during_the_kernel_part_keeps_the_records_measured(
     """A step limit while FlashInfer compiles the e5m2 modules: the e4m3 records are already
     in the checkpointed document, marked partial."""
 
-    calls: list[int] = []
-
-    def slow_compile(inputs: Any, use_tensor_cores: bool, kv_cache_sf: Any = None) -> Any:
+    def slow_compile(self: Any, spec: WorkloadSpec, inputs: Any, knobs: Any = None) -> Any:
         if inputs.kv_cache.dtype == torch.float8_e5m2:
             raise KeyboardInterrupt  # the limit, while the e5m2 module compiles
-        calls.append(1)
-        return _fake_decode(inputs, use_tensor_cores, kv_cache_sf)
+        return _fake_flashinfer_plan(self, spec, inputs, knobs)
 
-    monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: None)
-    monkeypatch.setattr(kernel_mod, "flashinfer_decode", slow_compile)
+    _fake_flashinfer(monkeypatch, slow_compile)
     cfg = replace(
         TINY, kernel=True, num_qo_heads=4, num_kv_heads=2, kernel_shapes=(("tiny", 2, "40,70"),)
     )

@@ -143,7 +143,7 @@ def test_deepseek_v3_decode_is_above_the_h200_ridge_and_gqa_decode_below() -> No
         qo_lens=(1,) * 32,
         **v3.spec_fields,
     )
-    # the H200's measured ceilings (results/h200-hw.json): 797 TFLOP/s bf16, 4230 GB/s copy
+    # the H200's measured ceilings (results/archive/h200-hw.json): 797 TFLOP/s bf16, 4230 GB/s copy
     assert metrics.arithmetic_intensity(mla) > metrics.ridge_intensity(797.4, 4230.0) > 180
     assert metrics.bound(metrics.arithmetic_intensity(mla), 797.4, 4230.0) == "compute"
     gqa = mla.model_copy(update={"mla": None, "num_kv_heads": 8, "head_dim": 128})

@@ -15,15 +15,21 @@ import pytest
 import pool_workers
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
-from attnbench.run.pool import WorkerPool
+from attnbench.run.plan import Limits
+from attnbench.run.pool import PoolEvents, WorkerPool
 from attnbench.run.worker import Job, WorkerSlot, WorkerTarget
 
 
-def _pool(target: WorkerTarget, workers: int, rows: list[ResultRow], **kw: float) -> WorkerPool:
+def _pool(
+    target: WorkerTarget,
+    workers: int,
+    rows: list[ResultRow],
+    limits: Limits | None = None,
+    ready: list[list[dict[str, object]]] | None = None,
+) -> WorkerPool:
     slots = [WorkerSlot(i, None) for i in range(workers)]
-    return WorkerPool(
-        slots, "r", MeasureConfig(timer="fake"), on_row=rows.append, target=target, **kw
-    )
+    events = PoolEvents(on_row=rows.append, on_ready=(ready if ready is not None else []).append)
+    return WorkerPool(slots, "r", MeasureConfig(timer="fake"), events, limits, target=target)
 
 
 def _jobs(n: int, backends: tuple[str, ...]) -> list[Job]:
@@ -123,8 +129,7 @@ def test_a_message_cut_by_death_is_end_of_file_not_a_hang() -> None:
 def test_workers_that_never_start_become_error_rows() -> None:
     rows: list[ResultRow] = []
     ready: list[list[dict[str, object]]] = []
-    pool = _pool(pool_workers.never_ready, 2, rows)
-    pool.on_ready = ready.append
+    pool = _pool(pool_workers.never_ready, 2, rows, ready=ready)
     jobs = _jobs(2, ("a",))
     _run_bounded(pool, jobs, limit_s=30)
     _one_row_each(rows, jobs)
@@ -135,7 +140,7 @@ def test_workers_that_never_start_become_error_rows() -> None:
 
 def test_a_silent_worker_is_given_up_after_the_ready_timeout() -> None:
     rows: list[ResultRow] = []
-    pool = _pool(pool_workers.silent, 1, rows, ready_timeout_s=0.5)
+    pool = _pool(pool_workers.silent, 1, rows, Limits(ready_timeout_s=0.5))
     jobs = _jobs(1, ("a",))
     _run_bounded(pool, jobs, limit_s=30)
     assert [r.status for r in rows] == ["error"]

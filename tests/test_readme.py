@@ -1,10 +1,66 @@
-"""The README's two opening commands are exactly what CI runs."""
+"""The README's two opening commands are exactly what CI runs, and no measured figure in the
+README or DESIGN.md is typed by hand: outside the block `attnbench findings` generates, a
+number with a unit of time, bandwidth, rate or a percentage or `x` ratio is a measured figure,
+unless it is one of the few design constants `NOT_MEASURED` names."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
+
+from attnbench.report.findings import BEGIN, END
+
 ROOT = Path(__file__).resolve().parents[1]
+DOCS = ("README.md", "DESIGN.md")
+
+NUMBER = r"\d[\d,]*(?:\.\d+)?"
+MEASURED = re.compile(
+    rf"(?<![\w.])~?{NUMBER}(?:\s?[-–]\s?{NUMBER})?"
+    r"(?:\s?(?:µs|us|ms|s|min|minutes|GB/s|TB/s|TFLOP/s|req/s|tok/s|MHz|GHz|%)|x)(?![\w/])"
+    rf"|(?<![\w.]){NUMBER} of {NUMBER}(?![\w.])"
+)
+"""`4,690 GB/s`, `53-98%`, `1.64x`, `507 s`, `58 of 137`: what a measured figure looks like."""
+
+NOT_MEASURED = {
+    "error budget is 4x": "the accuracy gate's budget (`measure.accuracy`)",
+    "within 1%": "the timing loop's target for the median's confidence interval",
+    "the 95% confidence interval": "the confidence level of the timing loop's interval",
+    "(default 600 s)": "`--case-timeout`'s default",
+    "(1800 s)": "`--plan-timeout`'s default",
+    "a 60 s case timeout": "a setting that was tried, not a measurement",
+    "flush >= 2x L2": "the L2 flush's size rule",
+    "a ~50 us GPU spin": "the warm-L2 spin's length (`measure.l2`)",
+    "within 3% for kernels over 50 us": "fidelity's tolerance and bound (`analysis.fidelity`)",
+}
+"""Design constants that look like measurements, each with what it is."""
+
+
+def _prose(text: str) -> str:
+    """`text` without its generated block, fenced and indented code blocks, and code spans."""
+    while BEGIN in text:
+        start = text.index(BEGIN)
+        end = text.index(END, start) + len(END)
+        text = text[:start] + text[end:]
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    text = re.sub(r"^ {4}.*$", "", text, flags=re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def hand_typed(text: str) -> list[str]:
+    """Each measured-looking figure in `text`'s prose that no NOT_MEASURED phrase covers."""
+    prose = " ".join(_prose(text).split())
+    allowed = [
+        (m.start(), m.end())
+        for phrase in NOT_MEASURED
+        for m in re.finditer(re.escape(phrase), prose)
+    ]
+    return [
+        prose[max(0, m.start() - 40) : m.end() + 10]
+        for m in MEASURED.finditer(prose)
+        if not any(a <= m.start() and m.end() <= b for a, b in allowed)
+    ]
 
 
 def test_ci_runs_the_readme_commands() -> None:
@@ -17,3 +73,31 @@ def test_ci_runs_the_readme_commands() -> None:
         if ln and not ln.startswith(("#", "set ", "cd "))
     ]
     assert ci == block
+
+
+def test_the_test_command_checks_the_figures() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert block[1].endswith("&& attnbench findings --check")
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_no_measured_figure_is_typed_by_hand(name: str) -> None:
+    found = hand_typed((ROOT / name).read_text(encoding="utf-8"))
+    assert not found, f"{name}: measured figures outside the generated block: {found}"
+
+
+def test_the_rule_sees_hand_typed_figures_and_skips_generated_and_code() -> None:
+    typed = "FA3 takes 71.3 ms; copy 4,223-4,258 GB/s; 0.45-1.64x; faster in 58 of 137; 98%."
+    assert len(hand_typed(typed)) == 5
+    assert hand_typed("32 x 16k decode, head_dim 128, page 16, 4x16k prefill") == []
+    assert hand_typed(f"{BEGIN}\n| 71.3 ms |\n{END}\n`--threshold 5%`\n    run 3 ms\n") == []
+    assert hand_typed("The error budget is 4x the error of rounding.") == []
+    assert hand_typed("The error budget is 4x and 5x.") == ["The error budget is 4x and 5x."]
+
+
+def test_the_readme_links_the_generated_document() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "[docs/h200.md](docs/h200.md)" in readme
+    block = readme[readme.index(BEGIN) : readme.index(END)]
+    assert "(docs/h200.md#" in block

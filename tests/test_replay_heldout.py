@@ -16,7 +16,10 @@ from attnbench.replay.pipeline import LoadedRows, fit_for, load_rows
 from attnbench.replay.shape import ShapeKey
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = [ROOT / "results/h200-replay-calibration.jsonl.gz", ROOT / "results/h200-brief70b.jsonl.gz"]
+FILES = [
+    ROOT / "results/h200-replay-calibration.jsonl.gz",
+    ROOT / "results/archive/h200-brief70b.jsonl.gz",
+]
 
 # (kv dtype, variant) -> (median bound, p90 bound)
 BOUNDS = {

@@ -71,22 +71,26 @@ def test_step_spec_is_the_exact_batch() -> None:
 
 
 def test_measure_samples_runs_the_sweep_and_scores_the_model(tmp_path: Path) -> None:
-    from attnbench.backends import select_backends
+    """The sampled steps run as jobs of a session (here in this process, on the CPU)."""
     from attnbench.measure.config import MeasureConfig
     from attnbench.measure.hardware import detect
-    from attnbench.run.sweep import SweepContext
+    from attnbench.run.plan import RunPlan, RunSink, placement
+    from attnbench.run.session import RunSession
 
     models = _reference_models()
     sim = _small_sim(models)
-    rows = []
-    ctx = SweepContext(
+    rows: list = []
+    headers: list = []
+    info = detect("cpu")
+    plan = RunPlan(
         run_id="live-test",
-        info=detect("cpu"),
+        device=info,
+        where=placement(info),
         measure_cfg=MeasureConfig(timer="fake", fake_samples_us=(50.0,), cold_l2=False),
-        on_row=rows.append,
     )
-    backends = {b.name: b for b in select_backends(["reference"])}
-    results = measure_samples(sim, models, DEP, 2, ctx, backends, prefill=True)
+    with RunSession(plan, RunSink(on_row=rows.append, on_header=headers.append)) as session:
+        results = measure_samples(sim, models, DEP, 2, session.run_case, prefill=True)
+    assert len(headers) == 1
     assert {r.part for r in results} == {"decode", "prefill"}
     assert all(r.status == "ok" for r in results), [r.reason for r in results]
     assert len(rows) == len(results)

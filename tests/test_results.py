@@ -261,7 +261,7 @@ def test_a_resumed_file_has_a_header_per_run_and_rows_find_theirs(tmp_path: Path
 
 def test_old_fa3_rows_ran_on_a_contiguous_cache_and_load_under_that_name() -> None:
     """Before FA3 ran on the paged cache, `flash-attn:fa3` was the contiguous-copy variant."""
-    old = read_results(ROOT / "results" / "h200-brief70b.jsonl.gz")
+    old = read_results(ROOT / "results" / "archive" / "h200-brief70b.jsonl.gz")
     fa3 = [r for r in old.rows if r.library == "flash-attn"]
     assert fa3
     assert {r.backend for r in fa3} == {"flash-attn:fa3-contiguous"}

@@ -16,7 +16,7 @@ from attnbench.cli.session import trials_path_for
 from attnbench.measure.config import MeasureConfig
 from attnbench.measure.hardware import detect
 from attnbench.results import ResultRow, read_results
-from attnbench.run.pool import WorkerPool
+from attnbench.run.pool import PoolEvents, WorkerPool
 from attnbench.run.progress import COMPILE_NOTE_S, Activity, Board
 from attnbench.run.worker import Job, TuneJob, WorkerSlot
 
@@ -69,18 +69,17 @@ def test_a_worker_killed_during_tune_gives_error_rows_and_the_run_finishes() -> 
         handed.append(job)
         return job
 
+    events = PoolEvents(on_row=rows.append, on_trial=trials.append, on_activity=activity.append)
     pool = WorkerPool(
         [WorkerSlot(0, None)],
         "r",
         MeasureConfig(timer="fake"),
-        on_row=rows.append,
-        on_trial=trials.append,
-        on_activity=activity.append,
+        events,
         prepare=prepare,
         target=pool_workers.dies_mid_tune,
     )
     tune = TuneJob(grid_limit=8, stage0_ms=5.0, budget_s=30.0)
-    jobs = [Job(0, pool_workers.spec(0), ("a", "b"), case_id="case0", tune=tune)]
+    jobs = [Job(0, pool_workers.spec(0), ("a", "b"), case_id="case0", kind=tune)]
     _run_bounded(pool, jobs, limit_s=60)
     by_name = {r.backend: r for r in rows}
     assert sorted(by_name) == ["a+tuned", "b+tuned"]  # the watchdog's row has the tuned name

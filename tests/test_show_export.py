@@ -193,7 +193,7 @@ def test_export_csv_has_one_flat_row_per_result(tmp_path: Path) -> None:
     src = ROOT / "results" / "h200-brief.jsonl.gz"
     out = tmp_path / "sub" / "brief.csv"
     res = runner.invoke(
-        app, ["export", str(src), str(ROOT / "results/h200-tune.jsonl"), "--csv", str(out)]
+        app, ["export", str(src), str(ROOT / "results/archive/h200-tune.jsonl"), "--csv", str(out)]
     )
     assert res.exit_code == 0, res.output
     with out.open(newline="") as f:
@@ -201,7 +201,7 @@ def test_export_csv_has_one_flat_row_per_result(tmp_path: Path) -> None:
         assert tuple(reader.fieldnames or ()) == EXPORT_COLUMNS
         records = list(reader)
     brief = read_results(src)
-    tune = read_results(ROOT / "results/h200-tune.jsonl")
+    tune = read_results(ROOT / "results/archive/h200-tune.jsonl")
     assert len(records) == len(brief.rows) + len(tune.rows)
     first_ok = next(r for r in brief.rows if r.status == "ok")
     rec = next(

@@ -9,6 +9,11 @@ scales the output after the kernel (`out *= v_scale`, in place, so `run` stays
 allocation-free). XQA takes them fused: `bmm1_scale = k_scale / sqrt(head_dim)`,
 `bmm2_scale = v_scale`.
 
+FP8 KV with one scale per (token, KV head) (the fp8 study's `token` scheme): inputs that carry
+`extras["k_cache_sf"]` and `extras["v_cache_sf"]` (float32 `[num_pages, page_size,
+num_kv_heads]`, real = stored * sf) are planned with `use_token_head_sf=True` and run with
+`kv_cache_sf=(k_sf, v_sf)`.
+
 Sliding window: `plan(window_left=)` (the run inherits it); XQA takes `window_left` per call
 (its `sliding_win_size` = window_left + 1). Sinks: XQA and trtllm-gen take `sinks=` in float32
 `[num_qo_heads]` (`flashinfer_rules.SINK_VARIANTS`; the rules refuse them elsewhere).
@@ -65,6 +70,9 @@ def plan_decode(
     }
     if spec.window_left >= 0:
         plan_kwargs["window_left"] = spec.window_left
+    token_sf = token_head_scales(inputs)
+    if token_sf is not None:
+        plan_kwargs["use_token_head_sf"] = True
     if route.use_tensor_cores and route.backend == "fa2":
         # Only the tensor-core (fa2 prefill) planner takes these; the CUDA-core one
         # rejects fixed_split_size and ignores disable_split_kv.
@@ -88,6 +96,8 @@ def plan_decode(
     extra: dict[str, Any] = {"k_scale": inputs.k_scale, "v_scale": inputs.v_scale}
     if not spec.is_fp8:
         extra = {}
+    if token_sf is not None:
+        extra = {"kv_cache_sf": token_sf}
     if inputs.sinks is not None:
         extra["sinks"] = sink_tensor(inputs)
     q, kv_cache = inputs.q, inputs.kv_cache
@@ -110,6 +120,8 @@ def plan_decode(
         "flashinfer": str(flashinfer.__version__),
         **knob_details(route, knobs),
     }
+    if token_sf is not None:
+        details["kv_scales"] = "token-head"
     return PlannedRun(
         run=run,
         resolved=str(wrapper.resolved_backend),
@@ -118,6 +130,13 @@ def plan_decode(
         workspace_bytes=WORKSPACE_BYTES,
         replan=replan,
     )
+
+
+def token_head_scales(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The per-(token, KV head) K and V scales the inputs carry, if any (see the module
+    docstring)."""
+    k_sf, v_sf = inputs.extras.get("k_cache_sf"), inputs.extras.get("v_cache_sf")
+    return (k_sf, v_sf) if k_sf is not None and v_sf is not None else None
 
 
 def sink_tensor(inputs: AttentionInputs) -> torch.Tensor:

@@ -20,7 +20,8 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, e
 EXIT_OK = 0
 """Measured, written or printed what was asked."""
 EXIT_REGRESSION = 1
-"""`compare` found a significant slowdown or an ok -> failed case."""
+"""`compare` found a significant slowdown or an ok -> failed case; `findings --check` a figure
+that differs from what the files give."""
 EXIT_BAD_INPUT = 2
 """A flag, setting, file or path is wrong (the one-line message names it)."""
 EXIT_NOTHING_RAN = 3
@@ -29,7 +30,8 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C: finished rows are kept (`run --resume` finishes the run)."""
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok (measured / written); 1 `compare` found a regression; "
+    "Exit codes: 0 ok (measured / written); 1 `compare` found a regression (or `findings "
+    "--check` a figure that differs from the files); "
     "2 bad input (the message names the flag, setting or file); "
     "3 nothing could run (every case unsupported or failed, or no GPU for a GPU-only step); "
     "130 interrupted (finished rows are kept)."

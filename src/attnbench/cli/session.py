@@ -1,6 +1,7 @@
 """The one run path of `run` and `tune`: settings -> device -> cases -> variants -> where they
-run -> output files -> `run.session.run_session` (header, rows, trials) with a live progress
-line. Each command prints its own table and decides its exit code from the `Outcome`.
+run -> output files, as a `run.plan.RunPlan`; then `run.session.run_session` (header, rows,
+trials) with a live progress line. Each command prints its own table and decides its exit code
+from the `Outcome`.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from attnbench.cli.common import (
 from attnbench.cli.paths import runs_dir
 
 if TYPE_CHECKING:
+    from attnbench.backends.base import Backend
     from attnbench.cli.progress import LiveProgress
     from attnbench.config import Settings
-    from attnbench.results import ResultRow, ResultWriter
-    from attnbench.run.session import TunePlan
+    from attnbench.measure.hardware import DeviceInfo
+    from attnbench.results import Header, ResultRow, ResultWriter
+    from attnbench.run.plan import Placement, RunPlan, RunSink, TunePlan
     from attnbench.workload.spec import WorkloadSpec
     from attnbench.workload.suite import Suite
 
@@ -79,34 +82,80 @@ def trials_path_for(out: Path) -> Path:
 def execute_session(
     cli: dict[str, Any], config_file: Path | None = None, tune: TunePlan | None = None
 ) -> Outcome:
-    """Everything up to the last row; exits with one line on bad input."""
+    """Everything up to the last row: settings -> a `RunPlan` -> `run.session.run_session`.
+    Exits with one line on bad input."""
     from attnbench.config_load import ConfigError, load_settings
 
     try:
         settings, sources = load_settings(cli, config_file=config_file)
     except ConfigError as exc:
         fail(str(exc))
+    plan, suite, files = _plan(settings, sources, tune)
+    _announce(plan, suite, files)
+    outcome = Outcome([], files.out, suite, plan.device.name, plan.todo, settings.resume)
+    outcome.trials_path = files.trials
+    _execute(plan, files, outcome)
+    return outcome
 
-    import torch
 
+@dataclass(frozen=True)
+class _Files:
+    """The results file and (tune) its trials file, each with the flag that named it, and
+    (--resume) the keys the results file has finished."""
+
+    paths: list[tuple[Path, str]]
+    skip: set[tuple[str, str]]
+    out: Path
+    trials: Path | None
+
+
+def _plan(
+    settings: Settings, sources: dict[str, str], tune: TunePlan | None
+) -> tuple[RunPlan, str, _Files]:
+    """The plan of this run (and its suite's name and output files); exits on bad input."""
     from attnbench.measure.hardware import detect, resolve_device
-    from attnbench.run.policy import backends_for
-    from attnbench.run.session import placement
+    from attnbench.run.plan import Limits, RunPlan
 
     try:
-        device, device_note = resolve_device(settings.device)
+        dev, device_note = resolve_device(settings.device)
     except ValueError as exc:
         fail(str(exc))
-    info = detect(device)
+    info = detect(dev)
     check_timer(settings.timer, info.kind, flag_for("timer", sources["timer"]))
     specs, suite_name = cases(settings, sources, info.kind)
     if device_note and tune is None and settings.suite is None and suite_name == "cpu":
         note(device_note)  # "...on a small suite": only when that suite was chosen for the user
+    backends, where = _where(settings, info, tune)
+    files = _files(settings, sources, info.name, suite_name + ("-tune" if tune else ""), tune)
+    header = settings.model_dump(mode="json") | {"suite": suite_name}
+    if tune is not None:
+        header["tune"] = tune.header()
+    plan = RunPlan(
+        run_id=files.out.stem,
+        device=info,
+        where=where,
+        measure_cfg=settings.measure_config(),
+        settings=header,
+        limits=Limits(settings.case_timeout_s, settings.plan_timeout_s),
+        skip=frozenset(files.skip),
+        cases=tuple(specs),
+        backends=tuple(backends),
+        tune=tune,
+    )
+    return plan, suite_name, files
+
+
+def _where(
+    settings: Settings, info: DeviceInfo, tune: TunePlan | None
+) -> tuple[list[Backend], Placement]:
+    """The variants to run and where they run; exits on an impossible request."""
+    from attnbench.run.plan import placement, visible_gpus
+    from attnbench.run.policy import backends_for
+
     try:
         backends, notes = backends_for(settings.backends, info.kind, tune=tune is not None)
-        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
         where = placement(
-            info, settings.gpus, settings.workers, settings.ray, visible, tune is not None
+            info, settings.gpus, settings.workers, settings.ray, visible_gpus(), tune is not None
         )
     except ValueError as exc:
         fail(str(exc))
@@ -114,102 +163,107 @@ def execute_session(
         note(line)
     if tune is not None and not backends:
         fail("none of the selected variants has knobs to tune")
+    return backends, where
 
+
+def _files(
+    settings: Settings, sources: dict[str, str], device: str, name: str, tune: TunePlan | None
+) -> _Files:
+    """The results file (and tune's trials file), checked before any work."""
     if settings.resume and settings.out is None:
         fail("--resume needs --out naming the results file to finish (the default is a new file)")
-    out_path = settings.out or default_out(info.name, suite_name + ("-tune" if tune else ""))
+    out_path = settings.out or default_out(device, name)
     out_flag = flag_for("out", sources["out"])
     check_output_file(out_path, out_flag)  # before its trials file's name is derived
     paths = [(out_path, out_flag)]
-    trials_path = trials_path_for(out_path) if tune is not None else None
-    if trials_path is not None:
-        paths.append((trials_path, f"{out_flag} (its trials file)"))
-    skip = _skip(paths, settings.resume)
-    suffix = "+tuned" if tune is not None else ""
-    todo = sum((s.case_id, b.name + suffix) not in skip for s in specs for b in backends)
-    command = "tune" if tune is not None else "run"
-    budget = ""
-    if tune is not None:
-        budget = f" budget={'none' if tune.budget_s is None else f'{tune.budget_s:g} s'}"
-    files = f"{out_path}" + (f" (+ {trials_path.name})" if trials_path else "")
+    trials = trials_path_for(out_path) if tune is not None else None
+    if trials is not None:
+        paths.append((trials, f"{out_flag} (its trials file)"))
+    return _Files(paths, _skip(paths, settings.resume), out_path, trials)
+
+
+def _announce(plan: RunPlan, suite_name: str, files: _Files) -> None:
+    command, budget = "run", ""
+    if plan.tune is not None:
+        b = plan.tune.budget_s
+        command, budget = "tune", f" budget={'none' if b is None else f'{b:g} s'}"
+    out = f"{files.out}" + (f" (+ {files.trials.name})" if files.trials else "")
     console.print(
-        f"[bold]attnbench {command}[/] suite=[cyan]{escape(suite_name)}[/] cases={len(specs)} "
-        f"variants={len(backends)} device=[cyan]{escape(info.name)}[/] ({where.mode}){budget}"
-        f" -> {escape(files)}",
+        f"[bold]attnbench {command}[/] suite=[cyan]{escape(suite_name)}[/] "
+        f"cases={len(plan.cases)} variants={len(plan.backends)} "
+        f"device=[cyan]{escape(plan.device.name)}[/] ({plan.where.mode}){budget}"
+        f" -> {escape(out)}",
         highlight=False,
     )
-    outcome = Outcome([], out_path, suite_name, info.name, todo, settings.resume)
-    outcome.trials_path = trials_path
-    header_settings = settings.model_dump(mode="json") | {"suite": suite_name}
-    if tune is not None:
-        header_settings["tune"] = {
-            "grid_limit": tune.grid_limit,
-            "stage_ms": tune.stage0_ms,
-            "budget_s": tune.budget_s,
-        }
+
+
+def _execute(plan: RunPlan, files: _Files, outcome: Outcome) -> None:
+    """Run the plan, every row to the files as it comes; one line for each way it can stop."""
     from attnbench.run.session import run_session
-    from attnbench.run.tune import DeviceLost
+    from attnbench.run.sweep import DeviceLost
 
-    with _Writers(paths) as writers, _live(todo) as live:
-
-        def write(item: Any) -> None:
-            writers.write(0, item)
-            if getattr(item, "type", "") == "header":
-                if trials_path is not None:
-                    writers.write(1, item)
-                print_ceilings(item.ceilings)
-                return
-            outcome.rows.append(item)
-            live.advance(f"{item.backend} {item.status}")
-            if tune is not None and item.status != "unsupported":
-                live.print(_tuned_line(item))
-
-        def trial(row: ResultRow) -> None:
-            writers.write(1, row)
-            outcome.trials += 1
-
-        def skipped(case_id: str, backend: str) -> None:
-            outcome.skipped.append(f"{case_id} {backend}")
-            live.advance()
-
+    out, kept = files.out, outcome.rows
+    with _Writers(files.paths) as writers, _live(plan.todo) as live:
         try:
-            run_session(
-                run_id=out_path.stem,
-                specs=specs,
-                backends=backends,
-                info=info,
-                where=where,
-                measure_cfg=settings.measure_config(),
-                settings=header_settings,
-                skip=skip,
-                case_timeout_s=settings.case_timeout_s,
-                plan_timeout_s=settings.plan_timeout_s,
-                write=write,
-                on_status=live.set_status,
-                tune=tune,
-                on_trial=trial,
-                on_skip=skipped,
-                on_activity=live.activity,
-            )
+            run_session(plan, _Recorder(outcome, writers, live, plan.tune is not None).sink())
         except KeyboardInterrupt:
             live.stop()
-            note(f"interrupted: {len(outcome.rows)} rows kept in {out_path}; finish with --resume")
+            note(f"interrupted: {len(kept)} rows kept in {out}; finish with --resume")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except RowWriteFailed as exc:
             live.stop()
-            what = "a row" if exc.args[0] == out_path else f"a trial to {exc.args[0]}"
+            what = "a row" if exc.args[0] == out else f"a trial to {exc.args[0]}"
             fail(
-                f"{out_flag}={out_path}: writing {what} failed ({exc.describe()}); the "
-                f"{len(outcome.rows)} rows written before are kept; free space or choose "
+                f"{files.paths[0][1]}={out}: writing {what} failed ({exc.describe()}); the "
+                f"{len(kept)} rows written before are kept; free space or choose "
                 "another --out, then --resume"
             )
         except DeviceLost as exc:  # in-process tune on a GPU only (workers are replaced)
             live.stop()
             fail(
-                f"the GPU is unusable after a trial; {len(outcome.rows)} rows kept: {exc}",
-                EXIT_NOTHING_RAN,
+                f"the GPU is unusable after a trial; {len(kept)} rows kept: {exc}", EXIT_NOTHING_RAN
             )
-    return outcome
+
+
+class _Recorder:
+    """The session's sink for the CLI: the header and rows to the results file (the header
+    and trials to the trials file), the progress line, and the outcome's counts."""
+
+    def __init__(self, outcome: Outcome, writers: _Writers, live: LiveProgress, tune: bool):
+        self.outcome, self.writers, self.live, self.tune = outcome, writers, live, tune
+
+    def sink(self) -> RunSink:
+        from attnbench.run.plan import RunSink
+
+        return RunSink(
+            on_row=self.row,
+            on_header=self.header,
+            on_trial=self.trial,
+            on_skip=self.skipped,
+            on_status=self.live.set_status,
+            on_activity=self.live.activity,
+        )
+
+    def header(self, header: Header) -> None:
+        self.writers.write(0, header)
+        if self.tune:
+            self.writers.write(1, header)
+        print_ceilings(header.ceilings)
+
+    def row(self, row: ResultRow) -> None:
+        self.writers.write(0, row)
+        self.outcome.rows.append(row)
+        self.live.advance(f"{row.backend} {row.status}")
+        if self.tune and row.status != "unsupported":
+            self.live.print(_tuned_line(row))
+
+    def trial(self, row: ResultRow) -> None:
+        self.writers.write(1, row)
+        self.outcome.trials += 1
+
+    def skipped(self, case_id: str, backend: str) -> None:
+        self.outcome.skipped.append(f"{case_id} {backend}")
+        self.live.advance()
 
 
 def _skip(paths: list[tuple[Path, str]], resume: bool) -> set[tuple[str, str]]:

@@ -53,7 +53,7 @@ def tune(
         fail(f"--grid-limit={grid_limit}: must be 1 or more")
     if not stage_ms > 0:
         fail(f"--stage-ms={stage_ms:g}: must be a positive number of milliseconds")
-    from attnbench.run.session import TunePlan
+    from attnbench.run.plan import TunePlan
 
     plan = TunePlan(grid_limit=grid_limit, stage0_ms=stage_ms, budget_s=budget_s)
     outcome = execute_session(opts.overrides(), opts.config, tune=plan)

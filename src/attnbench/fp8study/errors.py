@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attnbench.fp8study.data import make_qkv
+from attnbench.run.kernel_error import error_metrics
 from attnbench.workload.quant import Scheme, fp8_format, kv_schemes, quantize_calibrated
 
 if TYPE_CHECKING:
-    from attnbench.fp8study import StudyConfig
+    from attnbench.fp8study.config import StudyConfig
 
 CALIBRATION_SEED_OFFSET = 1_000_003
 
@@ -38,29 +39,6 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
     probs = torch.softmax(logits, dim=-1)
     out = torch.einsum("hgql,lhd->qhgd", probs, v.to(q.dtype))
     return out.reshape(nq, hq, d)
-
-
-def error_metrics(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
-    """Errors of `out` against `ref` (same shape `[rows, ..., head_dim]`), computed in fp64.
-
-    max_abs_err = max |out - ref|; rmse = sqrt(mean (out - ref)^2);
-    rel_l2_err = ||out - ref|| / ||ref||; cosine = cos(out, ref) over the flattened tensors;
-    min_row_cosine = the worst cosine of one output vector (last axis) with its reference.
-    """
-    o, r = out.double(), ref.double()
-    diff = o - r
-    ref_norm = float(torch.linalg.vector_norm(r))
-    rows_o, rows_r = o.reshape(-1, o.shape[-1]), r.reshape(-1, r.shape[-1])
-    row_cos = torch.nn.functional.cosine_similarity(rows_o, rows_r, dim=-1, eps=1e-300)
-    return {
-        "max_abs_err": float(diff.abs().amax()) if diff.numel() else 0.0,
-        "rmse": float(diff.pow(2).mean().sqrt()) if diff.numel() else 0.0,
-        "rel_l2_err": float(torch.linalg.vector_norm(diff)) / ref_norm if ref_norm else 0.0,
-        "cosine": float(
-            torch.nn.functional.cosine_similarity(o.flatten(), r.flatten(), dim=0, eps=1e-300)
-        ),
-        "min_row_cosine": float(row_cos.min()) if row_cos.numel() else 1.0,
-    }
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

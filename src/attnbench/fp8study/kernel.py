@@ -1,47 +1,55 @@
 """Kernel error of FlashInfer's and FA3's fp8 paged decode, kept apart from quantisation error.
 
-For each shape and fp8 format, `make_inputs` builds a bf16 paged KV cache (the *source*) and an
-fp8 copy with per-tensor scales (real = stored * k_scale, what `run(k_scale=, v_scale=)` takes).
-A second fp8 copy uses per-(token, head) scales, FlashInfer 0.7.4's `use_token_head_sf` layout
-(`plan(use_token_head_sf=True)`, `run(kv_cache_sf=(k_sf, v_sf))`, float32 `[num_pages,
-page_size, num_kv_heads]` for NHD; real = stored * sf), the brief's "per-token dynamic scaling".
+For each shape and fp8 format, the case's bf16 paged KV cache (the *source*) is quantised to fp8
+with per-tensor scales (real = stored * k_scale, what `run(k_scale=, v_scale=)` takes), or with
+per-(token, head) scales, FlashInfer 0.7.4's `use_token_head_sf` layout (`plan(
+use_token_head_sf=True)`, `run(kv_cache_sf=(k_sf, v_sf))`, float32 `[num_pages, page_size,
+num_kv_heads]` for NHD; real = stored * sf), the brief's "per-token dynamic scaling".
 
     quantisation error = fp64 reference on the dequantised fp8 cache vs on the bf16 source
-    kernel error       = FlashInfer fp8 decode vs fp64 reference on the dequantised fp8 cache
-    total error        = FlashInfer fp8 decode vs fp64 reference on the bf16 source
-    bf16 kernel error  = FlashInfer on the bf16 source vs its fp64 reference (16-bit baseline)
+    kernel error       = the fp8 decode vs fp64 reference on the dequantised fp8 cache
+    total error        = the fp8 decode vs fp64 reference on the bf16 source
+    bf16 kernel error  = the variant on the bf16 source vs its fp64 reference (16-bit baseline)
 
 FlashAttention-3's fp8 decode (`flash-attn:fa3`, per-tensor scales, e4m3 only; it quantises
 the query too, measured apart) runs beside them on each shape: `kernel_fa3`.
 
-Both libraries are imported lazily; without CUDA, FlashInfer or FA3 the study records why it
-skipped (`kernel_study`'s reason) and runs whichever of the two it can.
+The kernels run where every kernel attnbench times runs: one `run.session.RunSession` (worker
+processes under the watchdog on a GPU), each (scheme, format, shape) one job of kind
+`KernelErrorJob` (`run.kernel_error`), each variant through the sweep's plan, accuracy gate and
+measurement. This module says what to run and turns the rows into the study's records. Without
+CUDA, FlashInfer or FA3 the study records why it skipped (`kernel_study`'s reason) and runs
+whichever of the two it can.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attnbench.fp8study.errors import error_metrics
-from attnbench.workload.quant import FP8_MAX, fp8_format, quantize
+from attnbench.measure.config import MeasureConfig
 
 if TYPE_CHECKING:
-    from attnbench.fp8study import StudyConfig
-    from attnbench.workload.inputs import AttentionInputs
+    from attnbench.fp8study.config import StudyConfig
+    from attnbench.results import ResultRow
+    from attnbench.run.jobs import KernelErrorJob
     from attnbench.workload.spec import WorkloadSpec
 
-WORKSPACE_BYTES = 128 << 20
-KERNEL_VARIANTS: dict[str, bool] = {"flashinfer:fa2": False, "flashinfer:tc": True}
-"""Variant (named as the sweep names it) -> `use_tensor_cores` of
-BatchDecodeWithPagedKVCacheWrapper(backend="fa2"): the CUDA-core decode kernel, or the
-tensor-core (fa2 prefill template) one. Both dequantise fp8 K/V to the query dtype and keep q
-unquantised (FA3's fp8 path quantises q too: `kernel_fa3` measures that error apart). The
-per-token scale layout runs on the tensor-core path only (FlashInfer forces it)."""
-KvScales = tuple[torch.Tensor, torch.Tensor]
+KERNEL_VARIANTS = ("flashinfer:fa2", "flashinfer:tc")
+"""FlashInfer's decode variants, as the sweep names them: BatchDecodeWithPagedKVCacheWrapper
+(backend="fa2") on the CUDA-core decode kernel, or on the tensor-core (fa2 prefill template)
+one. Both dequantise fp8 K/V to the query dtype and keep q unquantised (FA3's fp8 path quantises
+q too: `kernel_fa3` measures that error apart)."""
+TOKEN_VARIANTS = ("flashinfer:tc",)
+"""The per-(token, head) scale layout runs on the tensor-core path only (FlashInfer forces it)."""
+KNOBS: tuple[tuple[str, object], ...] = (("use_cuda_graph", False),)
+"""FlashInfer's decode wrapper as a plain (not CUDA-graph mode) wrapper, as the study has always
+built it; a variant without the knob ignores it."""
+KERNEL_MEASURE = MeasureConfig(cold_l2=False, warmup_ms=1.0, min_runs=3, max_time_ms=5.0)
+"""The study records errors, not speed: its kernels get a short measurement."""
 
 
 def cuda_unavailable(device: str | torch.device) -> str | None:
@@ -66,77 +74,6 @@ def kernel_unavailable(device: str | torch.device) -> str | None:
     return None
 
 
-def flashinfer_decode(
-    inputs: AttentionInputs, use_tensor_cores: bool, kv_cache_sf: KvScales | None = None
-) -> tuple[torch.Tensor, str]:
-    """Run BatchDecodeWithPagedKVCacheWrapper once: (out `[batch, num_qo_heads, head_dim]`,
-    the resolved backend). An fp8 cache passes `k_scale`/`v_scale`, or per-(token, head)
-    scales `kv_cache_sf` when given."""
-    import flashinfer
-
-    spec = inputs.spec
-    workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=inputs.device)
-    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        workspace, spec.kv_layout, use_tensor_cores=use_tensor_cores, backend="fa2"
-    )
-    extra: dict[str, Any] = {"use_token_head_sf": True} if kv_cache_sf is not None else {}
-    wrapper.plan(
-        inputs.kv_indptr,
-        inputs.kv_indices,
-        inputs.kv_last_page_len,
-        spec.num_qo_heads,
-        spec.num_kv_heads,
-        spec.head_dim,
-        spec.page_size,
-        q_data_type=inputs.q.dtype,
-        kv_data_type=inputs.kv_cache.dtype,
-        **extra,
-    )
-    if kv_cache_sf is not None:
-        out = wrapper.run(inputs.q, inputs.kv_cache, kv_cache_sf=kv_cache_sf)
-    elif inputs.kv_cache.dtype in FP8_MAX:
-        out = wrapper.run(inputs.q, inputs.kv_cache, k_scale=inputs.k_scale, v_scale=inputs.v_scale)
-    else:
-        out = wrapper.run(inputs.q, inputs.kv_cache)
-    torch.cuda.synchronize(inputs.device)
-    return out, str(getattr(wrapper, "resolved_backend", ""))
-
-
-def token_head_quantize(
-    kv_source: torch.Tensor, fp8_dtype: torch.dtype
-) -> tuple[torch.Tensor, KvScales, torch.Tensor]:
-    """Per-(token, head) fp8 copy of an NHD cache `[num_pages, 2, page_size, num_kv_heads, D]`.
-
-    Returns (fp8 cache, (k_sf, v_sf) float32 `[num_pages, page_size, num_kv_heads]`, the
-    dequantised cache in float32): sf = amax over head_dim / format max (1 for an all-zero row).
-    """
-    amax = kv_source.abs().float().amax(dim=-1)  # [P, 2, S, H]
-    sf = torch.where(amax > 0, amax / FP8_MAX[fp8_dtype], torch.ones_like(amax))
-    stored = quantize(kv_source, sf[..., None], fp8_dtype)
-    dequant = stored.float() * sf[..., None]
-    return stored, (sf[:, 0].contiguous(), sf[:, 1].contiguous()), dequant
-
-
-def _spec(cfg: StudyConfig, kv_lens: tuple[int, ...], kv_dtype: str) -> WorkloadSpec:
-    from attnbench.workload.spec import WorkloadSpec
-
-    return WorkloadSpec.model_validate(
-        {
-            "kind": "decode",
-            "num_qo_heads": cfg.num_qo_heads,
-            "num_kv_heads": cfg.num_kv_heads,
-            "head_dim": cfg.head_dim,
-            "kv_lens": kv_lens,
-            "qo_lens": (1,) * len(kv_lens),
-            "page_size": cfg.kernel_page_size,
-            "kv_layout": "NHD",
-            "dtype": "bfloat16",
-            "kv_dtype": kv_dtype,
-            "seed": cfg.seed,
-        }
-    )
-
-
 def kernel_study(
     cfg: StudyConfig, on_record: Callable[[dict[str, Any]], None] | None = None
 ) -> tuple[list[dict[str, Any]], str | None]:
@@ -158,110 +95,112 @@ def kernel_study(
     if len(reasons) == len(skipped):  # nothing runs here; no CUDA is one cause, said once
         causes = set(reasons.values())
         return [], causes.pop() if len(causes) == 1 else reason
-    running = set(skipped) - set(reasons)
-    records: list[dict[str, Any]] = []
-    for scheme in ("tensor", "token"):
-        if scheme == "token" and "flashinfer" in reasons:
-            continue  # only FlashInfer takes per-(token, head) scales
-        for fmt_name in cfg.formats:
-            for label, batch_size, lengths in cfg.kernel_shapes:
-                shape = (label, batch_size, lengths)
-                for rec in _shape_records(cfg, scheme, fmt_name, *shape, running):
-                    records.append(rec)
-                    if on_record is not None:
-                        on_record(rec)
-    return records, reason
+    jobs = list(_jobs(cfg, set(skipped) - set(reasons)))
+    return _run(cfg, jobs, on_record), reason
 
 
-def _shape_records(
-    cfg: StudyConfig,
-    scheme: str,
-    fmt_name: str,
-    label: str,
-    batch_size: int,
-    lengths: str,
-    libraries: set[str],
-) -> Iterator[dict[str, Any]]:
-    """One shape and format under one scaling scheme, each record as it is measured:
-    per-tensor scales on both FlashInfer decode kernels and FA3, or per-(token, head) scales
-    on FlashInfer's tensor-core path. `libraries`: those that run here."""
-    from attnbench.backends.reference import reference_attention
-    from attnbench.fp8study.kernel_fa3 import FA3_VARIANT, fa3_record
-    from attnbench.workload.inputs import make_inputs
+Work = tuple["WorkloadSpec", tuple[str, ...], "KernelErrorJob", dict[str, Any]]
+"""One job of the study: its case, variants and kind, and the shape fields of its records."""
+
+
+def _jobs(cfg: StudyConfig, libraries: set[str]) -> Iterator[Work]:
+    """The study's jobs in order (see `kernel_study`); `libraries`: those that run here."""
+    from attnbench.fp8study.kernel_fa3 import FA3_VARIANT
+    from attnbench.run.jobs import KernelErrorJob
     from attnbench.workload.lengths import parse_lengths
+    from attnbench.workload.quant import fp8_format
 
-    kv_lens = parse_lengths(lengths, batch_size, cfg.seed)[0].kv_lens
-    fmt = fp8_format(fmt_name)
-    spec = _spec(cfg, kv_lens, f"fp8_{fmt.name}")
-    inputs = make_inputs(spec, cfg.device, keep_high_precision=True)
-    kv_source = inputs.extras.pop("kv_cache_hp")
-    source_spec = _spec(cfg, kv_lens, "bfloat16")
-    source = replace(inputs, spec=source_spec, kv_cache=kv_source, k_scale=1.0, v_scale=1.0)
-    ref_source = reference_attention(source)
-    shape = {
-        "shape": label,
-        "batch_size": len(kv_lens),
-        "lengths": lengths,
-        "max_kv_len": max(kv_lens),
-        "format": fmt.name,
-    }
-    if scheme == "tensor":
-        ref_fp8 = reference_attention(inputs)
-        base = {
-            **shape,
-            "scheme": "tensor",
-            "k_scale": inputs.k_scale,
-            "v_scale": inputs.v_scale,
-            "quant": error_metrics(ref_fp8, ref_source),
+    flashinfer = "flashinfer" in libraries
+    for scheme in ("tensor", "token"):
+        if scheme == "token" and not flashinfer:
+            continue  # only FlashInfer takes per-(token, head) scales
+        names: tuple[str, ...] = KERNEL_VARIANTS if flashinfer else ()
+        if scheme == "token":
+            names = TOKEN_VARIANTS
+        elif FA3_VARIANT in libraries:
+            names = (*names, FA3_VARIANT)
+        kind = KernelErrorJob(scheme=scheme, knobs=KNOBS)
+        for fmt_name in cfg.formats:
+            fmt = fp8_format(fmt_name).name
+            for label, batch_size, lengths in cfg.kernel_shapes:
+                kv_lens = parse_lengths(lengths, batch_size, cfg.seed)[0].kv_lens
+                shape = {
+                    "shape": label,
+                    "batch_size": len(kv_lens),
+                    "lengths": lengths,
+                    "max_kv_len": max(kv_lens),
+                    "format": fmt,
+                }
+                yield _spec(cfg, kv_lens, f"fp8_{fmt}", scheme), names, kind, shape
+
+
+def _spec(cfg: StudyConfig, kv_lens: tuple[int, ...], kv_dtype: str, scheme: str) -> WorkloadSpec:
+    from attnbench.workload.spec import WorkloadSpec
+
+    return WorkloadSpec.model_validate(
+        {
+            "kind": "decode",
+            "num_qo_heads": cfg.num_qo_heads,
+            "num_kv_heads": cfg.num_kv_heads,
+            "head_dim": cfg.head_dim,
+            "kv_lens": kv_lens,
+            "qo_lens": (1,) * len(kv_lens),
+            "page_size": cfg.kernel_page_size,
+            "kv_layout": "NHD",
+            "dtype": "bfloat16",
+            "kv_dtype": kv_dtype,
+            "seed": cfg.seed,
+            "label": f"fp8-study {scheme} scales",  # one case id per scheme
         }
-        if "flashinfer" in libraries:
-            for variant, tensor_cores in KERNEL_VARIANTS.items():
-                yield _measure(
-                    variant, tensor_cores, inputs, None, source, ref_fp8, ref_source, base
-                )
-        if FA3_VARIANT in libraries:
-            yield fa3_record(base, inputs, source, ref_fp8, ref_source)
-        del ref_fp8
-    else:
-        stored, sf, dequant = token_head_quantize(kv_source, fmt.dtype)
-        # the per-tensor k_scale/v_scale must not apply to these caches
-        token_inputs = replace(inputs, kv_cache=stored, k_scale=1.0, v_scale=1.0)
-        ref_token = reference_attention(replace(token_inputs, kv_cache=dequant))
-        del dequant
-        base = {**shape, "scheme": "token", "quant": error_metrics(ref_token, ref_source)}
-        yield _measure("flashinfer:tc", True, token_inputs, sf, source, ref_token, ref_source, base)
-        del token_inputs, stored, sf, ref_token
-    del inputs, source, ref_source
-    torch.cuda.empty_cache()
+    )
 
 
-def _measure(
-    variant: str,
-    tensor_cores: bool,
-    inputs: AttentionInputs,
-    kv_cache_sf: KvScales | None,
-    source: AttentionInputs,
-    ref_fp8: torch.Tensor,
-    ref_source: torch.Tensor,
-    base: dict[str, Any],
-) -> dict[str, Any]:
-    rec: dict[str, Any] = {**base, "variant": variant, "status": "ok", "reason": ""}
-    try:
-        out, resolved = flashinfer_decode(inputs, tensor_cores, kv_cache_sf)
-        rec["resolved"] = resolved
-        nonfinite = int((~torch.isfinite(out)).sum())
-        if nonfinite:
-            rec.update(status="mismatch", reason=f"output has {nonfinite} NaN/Inf values")
-            return rec
-        rec["kernel"] = error_metrics(out, ref_fp8)
-        rec["total"] = error_metrics(out, ref_source)
-    except Exception as exc:  # a failure is a value: recorded, never a crash of the study
-        rec.update(status="error", reason=f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
-        return rec
-    try:
-        out16, resolved16 = flashinfer_decode(source, tensor_cores)
-        rec["bf16_resolved"] = resolved16
-        rec["bf16_kernel"] = error_metrics(out16, ref_source)
-    except Exception as exc:
-        rec["bf16_reason"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+def _run(
+    cfg: StudyConfig, jobs: list[Work], on_record: Callable[[dict[str, Any]], None] | None
+) -> list[dict[str, Any]]:
+    """Every job in one session on `cfg.device`; a record per row, as each comes."""
+    from attnbench.measure.hardware import detect
+    from attnbench.run.plan import RunPlan, RunSink, placement
+    from attnbench.run.session import RunSession
+
+    shapes = {spec.case_id: shape for spec, _, _, shape in jobs}
+    records: list[dict[str, Any]] = []
+
+    def keep(row: ResultRow) -> None:
+        records.append(kernel_record(shapes[row.case_id], row))
+        if on_record is not None:
+            on_record(records[-1])
+
+    info = detect(cfg.device)
+    settings = {"fp8_study": asdict(cfg)}
+    plan = RunPlan(
+        run_id="fp8-study-kernel",
+        device=info,
+        where=placement(info),
+        measure_cfg=KERNEL_MEASURE,
+        settings=settings,
+    )
+    with RunSession(plan, RunSink(on_row=keep)) as session:
+        batch = [session.job(spec, names, kind) for spec, names, kind, _ in jobs]
+        session.run_jobs([j for j in batch if j is not None])
+    return records
+
+
+def kernel_record(shape: dict[str, Any], row: ResultRow) -> dict[str, Any]:
+    """The study's record of one row of a `KernelErrorJob`: the shape, the scheme's scales and
+    quantisation error, the variant's status, and its error split (`run.kernel_error`)."""
+    from attnbench.fp8study.kernel_fa3 import FA3_VARIANT, fa3_fields
+
+    errors = dict(row.details.get("kernel_error") or {})
+    plan_details = errors.pop("plan_details", None)
+    rec: dict[str, Any] = {**shape}
+    rec.update({k: errors.pop(k) for k in ("scheme", "k_scale", "v_scale", "quant") if k in errors})
+    rec.update(variant=row.backend, status=row.status, reason=row.reason)
+    if row.status == "ok":
+        rec["reason"] = ""  # an ok row's reason holds measurement notes, not the study's
+    if row.resolved:
+        rec["resolved"] = row.resolved
+    if row.backend == FA3_VARIANT and plan_details is not None:
+        rec.update(fa3_fields(plan_details))
+    rec.update(errors)
     return rec

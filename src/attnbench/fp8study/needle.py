@@ -34,7 +34,7 @@ from attnbench.fp8study.data import make_qkv
 from attnbench.workload.quant import Scheme, fp8_format, kv_schemes, quantize_tensor
 
 if TYPE_CHECKING:
-    from attnbench.fp8study import StudyConfig
+    from attnbench.fp8study.config import StudyConfig
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,11 @@ N steps are drawn from one replay (the hybrid's when there is one, else the firs
 decode steps spread evenly over the replay's range of batch KV tokens (quantiles of the steps
 sorted by total KV, deterministic). Each sampled step's decode batch becomes a `WorkloadSpec`
 with its exact KV lengths (and, with `prefill=True`, its prefill chunks one of kind
-prefill/append), and goes through `sweep.run_case` with every replayed decode variant: the same
-accuracy gate and measurement engine as `attnbench run`. Each measured row is kept (a JSONL
-results file, so it can be committed and fitted later) and compared with the model's prediction
-for that very batch: error = predicted / measured - 1, per call (one layer).
+prefill/append), and runs as a job of a `run.session.RunSession` with every replayed decode
+variant: the same worker pool, watchdog, accuracy gate and measurement as `attnbench run`. Each
+measured row is kept (a JSONL results file, so it can be committed and fitted later) and
+compared with the model's prediction for that very batch: error = predicted / measured - 1, per
+call (one layer).
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ from attnbench.workload.spec import WorkloadSpec
 Part = Literal["decode", "prefill"]
 
 if TYPE_CHECKING:
-    from attnbench.backends.base import Backend
-    from attnbench.run.sweep import SweepContext
+    from attnbench.measure.hardware import DeviceInfo
+    from attnbench.results import ResultRow
+
+CaseRunner = Callable[[WorkloadSpec, list[str]], list["ResultRow"]]
+"""The rows of one case run with the named variants: a session's `RunSession.run_case`."""
 
 
 def sample_steps(
@@ -168,16 +172,13 @@ def measure_samples(
     models: dict[str, AttentionCostModel],
     dep: Deployment,
     count: int,
-    ctx: SweepContext,
-    backends: dict[str, Backend],
+    run_case: CaseRunner,
     *,
     prefill: bool = False,
     progress: Callable[[str], None] = lambda msg: None,
 ) -> list[LiveResult]:
-    """Run `count` sampled steps (per part) of `sim` through `sweep.run_case` with every
-    variant of `models` that has a model for the part; one LiveResult per (step, variant)."""
-    from attnbench.run.sweep import run_case
-
+    """Run `count` sampled steps (per part) of `sim` through `run_case` with every variant of
+    `models` that has a model for the part; one LiveResult per (step, variant)."""
     results: list[LiveResult] = []
     parts: tuple[Literal["decode", "prefill"], ...] = (
         ("decode", "prefill") if prefill else ("decode",)
@@ -186,14 +187,14 @@ def measure_samples(
         names = [
             n
             for n, m in sorted(models.items())
-            if (m.decode if part == "decode" else m.prefill) is not None and n in backends
+            if (m.decode if part == "decode" else m.prefill) is not None
         ]
         if not names:
             continue
         for step in sample_steps(sim, count, part=part):
             spec = step_spec(sim, step, dep, part)
             progress(f"live {part} step {step}: {spec.batch_size} requests, {spec.total_kv} KV")
-            for row in run_case(spec, [backends[n] for n in names], ctx):
+            for row in run_case(spec, names):
                 pred, plan = predict(models[row.backend], spec)
                 ok = row.status == "ok"
                 results.append(
@@ -232,33 +233,42 @@ def run_live(
     replayed). Needs CUDA; raises RuntimeError without it.
     """
     from attnbench.backends import select_backends
-    from attnbench.measure.config import MeasureConfig
+    from attnbench.results import ResultWriter
+    from attnbench.run.plan import RunPlan, RunSink, placement
+    from attnbench.run.session import RunSession
+
+    info = cuda_device(device, "--live needs a CUDA GPU (it measures the replayed steps on it)")
+    known = {b.name for b in select_backends(sorted(models))}
+    plan = RunPlan(
+        run_id=out_path.stem,
+        device=info,
+        where=placement(info),
+        settings={"replay_live": {"samples": count, "prefill": prefill}},
+    )
+    with ResultWriter(out_path) as writer:
+        sink = RunSink(on_row=writer.write, on_header=writer.write, on_status=progress)
+        with RunSession(plan, sink) as session:
+            results = measure_samples(
+                sim,
+                {n: m for n, m in models.items() if n in known},
+                dep,
+                count,
+                session.run_case,
+                prefill=prefill,
+                progress=progress,
+            )
+    return live_report(results, str(out_path), info.name, sampled_from)
+
+
+def cuda_device(device: str, why: str) -> DeviceInfo:
+    """The CUDA device `device` names (`auto` resolved); RuntimeError(`why`) when it is not one."""
     from attnbench.measure.hardware import detect, resolve_device
-    from attnbench.results import Header, ResultWriter, provenance
-    from attnbench.run.sweep import SweepContext
 
     dev, _ = resolve_device(device)
     info = detect(dev)
     if info.kind != "cuda":
-        raise RuntimeError("--live needs a CUDA GPU (it measures the replayed steps on it)")
-    backends = {b.name: b for b in select_backends(sorted(models))}
-    run_id = out_path.stem
-    with ResultWriter(out_path) as writer:
-        writer.write(
-            Header(
-                run_id=run_id,
-                provenance=provenance(),
-                settings={"replay_live": {"samples": count, "prefill": prefill}},
-                device=info.as_dict(),
-            )
-        )
-        ctx = SweepContext(
-            run_id=run_id, info=info, measure_cfg=MeasureConfig(), on_row=writer.write
-        )
-        results = measure_samples(
-            sim, models, dep, count, ctx, backends, prefill=prefill, progress=progress
-        )
-    return live_report(results, str(out_path), info.name, sampled_from)
+        raise RuntimeError(why)
+    return info
 
 
 def live_report(

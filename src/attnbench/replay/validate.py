@@ -4,7 +4,8 @@ Steps are drawn from replays of several traces (Azure code, Azure conv, Mooncake
 450-agent stream by default): from each, `per_trace` decode steps at evenly spaced quantiles
 of their total KV (`live.sample_steps`), so the draw spans small and large, short and skewed
 batches. Every drawn step's exact decode batch is timed with every variant (a `Timer`: on the
-GPU, `sweep.run_case`, the same engine as `attnbench run`; in tests a fake) and compared with
+GPU, a job of a `run.session.RunSession`, the same workers, watchdog and measurement as
+`attnbench run`; in tests a fake) and compared with
 the variant's model: error = predicted / measured - 1, per call (one layer). Per variant the
 document gives the median and p90 absolute error, the share of steps outside the calibration
 rows' range, and whether it meets the target (median <= 5%, p90 <= 10%).
@@ -219,49 +220,48 @@ def validation_document(
 def gpu_timer(
     device: str, rows_path: str, max_time_ms: float = 100.0
 ) -> tuple[Timer, Callable[[], None], str]:
-    """A Timer that runs each batch through `sweep.run_case` on the GPU (at most `max_time_ms`
-    of timed calls per variant), writing every row to `rows_path` (a results file); (timer,
-    close, GPU name). RuntimeError without CUDA."""
+    """A Timer that runs each batch as a job of one `RunSession` on the GPU (at most
+    `max_time_ms` of timed calls per variant), writing every row to `rows_path` (a results
+    file); (timer, close, GPU name). RuntimeError without CUDA."""
     from pathlib import Path
 
     from attnbench.backends import select_backends
     from attnbench.measure.config import MeasureConfig
-    from attnbench.measure.hardware import detect, resolve_device
-    from attnbench.results import Header, ResultWriter, provenance
-    from attnbench.run.sweep import SweepContext, run_case
+    from attnbench.replay.live import cuda_device
+    from attnbench.results import ResultWriter
+    from attnbench.run.plan import RunPlan, RunSink, placement
+    from attnbench.run.session import RunSession
 
-    dev, _ = resolve_device(device)
-    info = detect(dev)
-    if info.kind != "cuda":
-        raise RuntimeError("replay-validate needs a CUDA GPU (it measures the drawn steps on it)")
+    why = "replay-validate needs a CUDA GPU (it measures the drawn steps on it)"
+    info = cuda_device(device, why)
     path = Path(rows_path)
-    writer = ResultWriter(path)
-    writer.__enter__()
-    writer.write(
-        Header(
-            run_id=path.stem,
-            provenance=provenance(),
-            settings={"replay_validate": True},
-            device=info.as_dict(),
-        )
-    )
-    ctx = SweepContext(
+    plan = RunPlan(
         run_id=path.stem,
-        info=info,
+        device=info,
+        where=placement(info),
         measure_cfg=MeasureConfig(max_time_ms=max_time_ms),
-        on_row=writer.write,
+        settings={"replay_validate": True},
     )
-    cache: dict[str, object] = {}
+    writer = ResultWriter(path).__enter__()
+    session = RunSession(plan, RunSink(on_row=writer.write, on_header=writer.write))
+    try:
+        session.__enter__()
+    except BaseException:
+        writer.__exit__(None, None, None)
+        raise
+    known: set[str] = set()
 
     def timer(spec: WorkloadSpec, names: list[str]) -> dict[str, float | None]:
-        missing = [n for n in names if n not in cache]
-        for b in select_backends(missing) if missing else []:
-            cache[b.name] = b
-        backends = [cache[n] for n in names if n in cache]
-        rows = run_case(spec, backends, ctx)  # type: ignore[arg-type]
+        missing = [n for n in names if n not in known]
+        if missing:  # an unknown name is a ValueError here, not a worker's crash
+            known.update(b.name for b in select_backends(missing))
+        rows = session.run_case(spec, [n for n in names if n in known])
         return {r.backend: (r.latency_us if r.status == "ok" else None) for r in rows}
 
     def close() -> None:
-        writer.__exit__(None, None, None)
+        try:
+            session.__exit__(None, None, None)
+        finally:
+            writer.__exit__(None, None, None)
 
     return timer, close, info.name

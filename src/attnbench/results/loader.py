@@ -51,6 +51,9 @@ class ResultFile:
     warnings: list[str] = field(default_factory=list)
     migrated: int = 0
     """Rows renamed from an older version's meaning (`results.legacy`)."""
+    row_headers: list[int] = field(default_factory=list)
+    """For each row, the index in `headers` of the header written before it: the run (and
+    commit) that wrote the row, also in a resumed file whose runs share one run_id."""
 
     @property
     def header(self) -> Header | None:
@@ -62,6 +65,10 @@ class ResultFile:
             if h.run_id == row.run_id:
                 return h
         return self.header
+
+    def header_at(self, index: int) -> Header:
+        """The header written before `rows[index]`."""
+        return self.headers[self.row_headers[index]]
 
     def gpu_of(self, row: ResultRow) -> str:
         """The device `row` ran on, as its run's header names it (`unknown` without one)."""
@@ -130,6 +137,7 @@ def _parse_line(out: ResultFile, data: object, lineno: int) -> None:
             if not out.headers:
                 raise ResultsFileError(f"{where}: result row before any header")
             out.rows.append(ResultRow.model_validate(data))
+            out.row_headers.append(len(out.headers) - 1)
         else:
             raise ResultsFileError(
                 f"{where}: not an attnbench row (type must be 'header' or 'result')"

@@ -43,9 +43,10 @@ from typing import Any
 
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
+from attnbench.run.jobs import Job
+from attnbench.run.plan import Limits
 from attnbench.run.progress import Activity
 from attnbench.run.worker import (
-    Job,
     JobDone,
     Message,
     Planned,
@@ -60,8 +61,31 @@ from attnbench.run.worker import (
 )
 
 POLL_S = 0.2
-READY_TIMEOUT_S = 600.0
 MAX_START_FAILURES = 3
+Prepare = Callable[[Job, Sequence[Job]], Job]
+"""How a job is handed out, given the jobs still waiting (tune gives it its share of the time
+budget there)."""
+
+
+def _as_is(job: Job, pending: Sequence[Job]) -> Job:
+    return job
+
+
+def _ignore(*args: object) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class PoolEvents:
+    """What the pool reports: every row (the workers' and the watchdog's failure rows), the
+    workers' devices and ceilings once all are ready (an empty list when none could start),
+    every tune trial, each (job, variant) the tune budget left untouched, what runs now."""
+
+    on_row: Callable[[ResultRow], None]
+    on_ready: Callable[[list[dict[str, Any]]], None] = _ignore
+    on_trial: Callable[[ResultRow], None] = _ignore
+    on_skip: Callable[[Job, str], None] = _ignore
+    on_activity: Callable[[Activity], None] = _ignore
 
 
 @dataclass
@@ -83,41 +107,28 @@ class _Worker:
 
 
 class WorkerPool:
-    """Runs jobs on worker processes; see the module docstring for the failure rules."""
+    """Runs jobs on worker processes; see the module docstring for the failure rules.
+
+    `run(jobs)` starts the workers, runs the jobs and stops them. As a context manager the pool
+    stays up between batches: `with pool: pool.drain(a); pool.drain(b)` measures each worker's
+    ceilings once and reports `on_ready` once."""
 
     def __init__(
         self,
         slots: list[WorkerSlot],
         run_id: str,
         measure_cfg: MeasureConfig,
-        *,
-        case_timeout_s: float = 0.0,
-        plan_timeout_s: float = 1800.0,
-        ready_timeout_s: float = READY_TIMEOUT_S,
-        on_row: Callable[[ResultRow], None],
-        on_ready: Callable[[list[dict[str, Any]]], None] = lambda infos: None,
-        on_trial: Callable[[ResultRow], None] = lambda row: None,
-        on_skip: Callable[[Job, str], None] = lambda job, backend: None,
-        on_activity: Callable[[Activity], None] = lambda activity: None,
-        prepare: Callable[[Job, Sequence[Job]], Job] = lambda job, pending: job,
+        events: PoolEvents,
+        limits: Limits | None = None,
+        prepare: Prepare = _as_is,
         target: WorkerTarget = worker_main,
     ) -> None:
-        """`on_row` gets every row (the workers' and the watchdog's failure rows), `on_trial`
-        every tune trial, `on_skip` each (job, variant) the tune budget left untouched;
-        `prepare` may change a job as it is handed out, given the jobs still waiting (tune
-        gives it its share of the time budget there)."""
         self._ctx = mp.get_context("spawn")
         self.slots = slots
         self.run_id = run_id
         self.measure_cfg = measure_cfg
-        self.case_timeout_s = case_timeout_s
-        self.plan_timeout_s = plan_timeout_s
-        self.ready_timeout_s = ready_timeout_s
-        self.on_row = on_row
-        self.on_ready = on_ready
-        self.on_trial = on_trial
-        self.on_skip = on_skip
-        self.on_activity = on_activity
+        self.events = events
+        self.limits = limits if limits is not None else Limits()
         self.prepare = prepare
         self.target = target
         self.workers: dict[int, _Worker] = {}
@@ -125,6 +136,8 @@ class WorkerPool:
         self.start_failures: dict[int, int] = {}
         self.given_up: dict[int, str] = {}
         """Slots that never started, with why."""
+        self.announced = False
+        """`on_ready` was called (once, when every worker first was ready, or none could be)."""
         self.cut_messages = 0
         """Messages cut short by a worker's death (read as end-of-file, then dropped)."""
 
@@ -163,33 +176,44 @@ class WorkerPool:
             w.broken = True
             return False
 
-    # -- the loop ----------------------------------------------------------------------------
-    def run(self, jobs: list[Job]) -> None:
-        pending = deque(jobs)
+    def __enter__(self) -> WorkerPool:
         for slot in self.slots:
             self._start(slot)
-        announced = False
-        try:
-            while pending or any(w.job is not None for w in self.workers.values()):
-                self._receive()
-                if not announced and all(w.ready for w in self.workers.values()):
-                    announced = True
-                    self.on_ready([self.infos[w] for w in sorted(self.infos)])
-                for w in list(self.workers.values()):
-                    self._watch(w, pending)
-                if not self.workers:
-                    self._give_up(pending, announced)
-                    return
-                for w in self.workers.values():
-                    # no job before every worker is up: the header (with all ceilings) comes first
-                    if announced and w.ready and w.job is None and pending and not w.broken:
-                        job = self.prepare(pending.popleft(), tuple(pending))
-                        w.job, w.current, w.finished = job, None, set()
-                        if not self._send(w, job):
-                            pending.appendleft(job)
-                            w.job = None
-        finally:
-            self.close()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self, jobs: list[Job]) -> None:
+        """Start the workers, run `jobs`, stop the workers."""
+        with self:
+            self.drain(jobs)
+
+    def drain(self, jobs: Sequence[Job]) -> None:
+        """Run `jobs` on the started workers; return once each has its rows."""
+        pending = deque(jobs)
+        while pending or any(w.job is not None for w in self.workers.values()):
+            self._receive()
+            if not self.announced and all(w.ready for w in self.workers.values()):
+                self.announced = True
+                self.events.on_ready([self.infos[w] for w in sorted(self.infos)])
+            for w in list(self.workers.values()):
+                self._watch(w, pending)
+            if not self.workers:
+                self._give_up(pending)
+                return
+            if self.announced:  # no job before every worker is up: the header comes first
+                self._hand_out(pending)
+
+    def _hand_out(self, pending: deque[Job]) -> None:
+        for w in self.workers.values():
+            if w.ready and w.job is None and pending and not w.broken:
+                job = self.prepare(pending.popleft(), tuple(pending))
+                w.job, w.current, w.finished = job, None, set()
+                if not self._send(w, job):
+                    pending.appendleft(job)
+                    w.job = None
 
     def _receive(self) -> None:
         """Wait up to POLL_S for a message or a worker's exit; handle what arrived."""
@@ -233,33 +257,36 @@ class WorkerPool:
         job, now = w.job, time.monotonic()
         if job is None or msg.job_id != job.job_id:
             return  # a message from a job already given up on
-        if isinstance(msg, Started):
-            w.current, w.started_s, w.planned = msg.backend, now, False
-            w.first_use = msg.first_use
-            self._activity(w, job, msg.backend, "plan", now)
-        elif isinstance(msg, Planned):
-            w.started_s, w.planned = now, True
-            self._activity(w, job, msg.backend, "run", now, msg.plan_s)
-        elif isinstance(msg, Trial):
-            self.on_trial(ResultRow.model_validate(msg.row))
-        elif isinstance(msg, RowDone):
-            row = ResultRow.model_validate(msg.row)
-            name = next((b for b in job.backends if job.row_name(b) == row.backend), row.backend)
-            w.finished.add(name)
-            if w.current == name:
-                w.current = None
-                self._activity(w, job, name, "idle", now)
-            self.on_row(row)
-        elif isinstance(msg, Skipped):
-            w.finished.add(msg.backend)
-            self.on_skip(job, msg.backend)
-        elif isinstance(msg, JobDone):
-            w.job, w.current = None, None
+        match msg:
+            case Started():
+                w.current, w.started_s, w.planned = msg.backend, now, False
+                w.first_use = msg.first_use
+                self._activity(w, job, msg.backend, "plan", now)
+            case Planned():
+                w.started_s, w.planned = now, True
+                self._activity(w, job, msg.backend, "run", now, msg.plan_s)
+            case Trial():
+                self.events.on_trial(ResultRow.model_validate(msg.row))
+            case RowDone():
+                self._row_done(w, job, ResultRow.model_validate(msg.row), now)
+            case Skipped():
+                w.finished.add(msg.backend)
+                self.events.on_skip(job, msg.backend)
+            case JobDone():
+                w.job, w.current = None, None
+
+    def _row_done(self, w: _Worker, job: Job, row: ResultRow, now: float) -> None:
+        name = next((b for b in job.backends if job.row_name(b) == row.backend), row.backend)
+        w.finished.add(name)
+        if w.current == name:
+            w.current = None
+            self._activity(w, job, name, "idle", now)
+        self.events.on_row(row)
 
     def _activity(
         self, w: _Worker, job: Job, backend: str, phase: Any, now: float, plan_s: float = 0.0
     ) -> None:
-        self.on_activity(
+        self.events.on_activity(
             Activity(
                 w.slot.worker_id,
                 job.case_id,
@@ -274,21 +301,22 @@ class WorkerPool:
     def _watch(self, w: _Worker, pending: deque[Job]) -> None:
         """Kill a worker stuck past its limit; replace a dead one; requeue what is left."""
         now = time.monotonic()
-        limit = self.case_timeout_s if w.planned else self.plan_timeout_s
+        lim = self.limits
+        limit = lim.case_timeout_s if w.planned else lim.plan_timeout_s
         overdue = (
-            self.case_timeout_s > 0
+            lim.case_timeout_s > 0
             and w.job is not None
             and w.current is not None
             and now - w.started_s > limit
         )
-        late = not w.ready and now - w.born_s > self.ready_timeout_s
+        late = not w.ready and now - w.born_s > lim.ready_timeout_s
         dead = w.broken or not w.proc.is_alive()
         if not (overdue or dead or late):
             return
         self._read_all(w)  # rows it sent before dying still count
         self._kill(w)  # also collects the exit code of a worker that is already gone
         if not w.ready:
-            what = f"did not start within {self.ready_timeout_s:g} s" if late else "exited"
+            what = f"did not start within {lim.ready_timeout_s:g} s" if late else "exited"
             self._failed_start(w, what)
             return
         job, current = w.job, w.current
@@ -329,10 +357,11 @@ class WorkerPool:
             f"worker {wid} {what} {MAX_START_FAILURES} times (last exit code {w.proc.exitcode})"
         )
 
-    def _give_up(self, pending: deque[Job], announced: bool) -> None:
+    def _give_up(self, pending: deque[Job]) -> None:
         """No worker could start: every variant not yet run becomes an error row."""
-        if not announced:
-            self.on_ready([])
+        if not self.announced:
+            self.announced = True
+            self.events.on_ready([])
         why = "; ".join(self.given_up.values()) or "no worker could start"
         while pending:
             job = pending.popleft()
@@ -344,4 +373,4 @@ class WorkerPool:
         from attnbench.workload.spec import WorkloadSpec
 
         spec = WorkloadSpec.model_validate(job.spec)
-        self.on_row(failure_row(self.run_id, spec, job.row_name(backend), status, reason))
+        self.events.on_row(failure_row(self.run_id, spec, job.row_name(backend), status, reason))

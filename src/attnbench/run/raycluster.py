@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attnbench.measure.config import MeasureConfig
-from attnbench.results import Details, Header, ResultRow
+from attnbench.results import Details, ResultRow
 
 _CEILINGS: dict[str, Any] = {}
 CONNECT_TIMEOUT_S = 5.0
@@ -82,7 +82,7 @@ def run_on_ray(
     run_id: str,
     measure_cfg: MeasureConfig,
     device_kind: str,
-    write: Callable[[Header | ResultRow], None],
+    write: Callable[[ResultRow], None],
 ) -> None:
     try:
         import ray

@@ -1,85 +1,44 @@
-"""One `attnbench run` or `attnbench tune`: where the cases execute and how rows reach the
-results file. `tune` is a mode of the same session: same cases, header, placement, workers and
-watchdog; its jobs carry a `TuneJob` (each gets its share of the time budget when handed out)
-and its rows are `<variant>+tuned`, with every trial going to `on_trial`.
+"""A session: where jobs execute and how their rows reach the sink. Every kernel attnbench
+times runs in one: `run` and `tune` (`run_session`: every case of the plan with every variant),
+the replay's live steps, `replay-validate` and the fp8 study's kernel part (each opens a
+`RunSession` and hands it its cases, `RunSession.run_case`, with its own job kind). So they share
+the worker pool and its watchdog, the accuracy gate, the measurement and the rows.
 
 Three ways, same rows:
 - in this process (CPU, no workers): simplest, used for quick CPU runs and tests; the same
   `worker.run_job` a worker runs;
 - a pool of worker processes (`pool.WorkerPool`): always on GPUs (one per GPU, or as
-  `--gpus` says), optional on CPU (`--workers N`); protects the sweep from hangs and crashes;
+  `--gpus` says), optional on CPU (`--workers N`); protects the session from hangs and crashes;
 - Ray tasks (`--ray ADDRESS`): the same cases on a cluster, one GPU per task (`run` only).
 
 The header row is written once the ceilings are known (measured here, or by the workers:
-then every worker's device and ceilings are in the header's `workers`).
+then every worker's device and ceilings are in the header's `workers`). `tune` is a mode of
+`run_session`: its jobs carry a `TuneJob` (each gets its share of the time budget when handed
+out) and its rows are `<variant>+tuned`, with every trial going to the sink's `on_trial`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from attnbench.backends.base import Backend
-from attnbench.measure.config import MeasureConfig
 from attnbench.measure.hardware import Ceilings, DeviceInfo
 from attnbench.results import Header, ResultRow, provenance
+from attnbench.run.jobs import Job, JobKind, TuneJob
+from attnbench.run.plan import RunPlan, RunSink
 from attnbench.run.progress import Activity
-from attnbench.run.tune_search import Deadline, final_reserve_s, knob_grid, share_s
-from attnbench.run.worker import Job, TuneJob
-from attnbench.workload.spec import WorkloadSpec
 
-
-@dataclass(frozen=True)
-class TunePlan:
-    """What makes a session a `tune`: the search's settings and the run's time budget."""
-
-    grid_limit: int
-    stage0_ms: float
-    budget_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Placement:
-    mode: str
-    """`inline`, `pool` or `ray`."""
-    gpus: tuple[int | None, ...] = ()
-    """One entry per worker: a GPU index, or None for a CPU worker."""
-    ray_address: str | None = None
-
-
-def placement(
-    info: DeviceInfo,
-    gpus: str | None,
-    workers: int,
-    ray: str | None,
-    visible_gpus: int,
-    tune: bool = False,
-) -> Placement:
-    """Decide where cases run; raises ValueError for an impossible request."""
-    from attnbench.run.worker import parse_gpus
-
-    if ray and tune:
-        raise ValueError("ray: tune runs on this host's workers only; allowed: --gpus, --workers")
-    if ray:
-        from attnbench.run.raycluster import check_address
-
-        check_address(ray)
-        return Placement("ray", ray_address=ray)
-    if info.kind == "cuda":
-        ids = parse_gpus(gpus, visible_gpus) if gpus else [info.index]
-        return Placement("pool", gpus=tuple(ids))
-    if gpus:
-        raise ValueError("gpus: no CUDA GPU in use (device is cpu); use --workers for CPU")
-    if workers:
-        return Placement("pool", gpus=(None,) * workers)
-    return Placement("inline")
+if TYPE_CHECKING:
+    from attnbench.run.pool import Prepare
+    from attnbench.run.sweep import SweepContext
+    from attnbench.workload.spec import WorkloadSpec
 
 
 def make_header(
     run_id: str,
-    settings: dict[str, Any],
+    settings: Mapping[str, Any],
     info: DeviceInfo,
     ceilings: Ceilings | dict[str, Any] | None,
     workers: list[dict[str, Any]] | None = None,
@@ -90,7 +49,7 @@ def make_header(
     return Header(
         run_id=run_id,
         provenance=provenance(),
-        settings=settings,
+        settings=dict(settings),
         device=info.as_dict(),
         ceilings=ceil,
         spec_sheet={"bandwidth_gbps": sheet.bandwidth_gbps, "tflops": sheet.tflops}
@@ -100,113 +59,170 @@ def make_header(
     )
 
 
-def run_session(
-    *,
-    run_id: str,
-    specs: list[WorkloadSpec],
-    backends: list[Backend],
-    info: DeviceInfo,
-    where: Placement,
-    measure_cfg: MeasureConfig,
-    settings: dict[str, Any],
-    skip: set[tuple[str, str]],
-    case_timeout_s: float,
-    plan_timeout_s: float = 1800.0,
-    write: Callable[[Header | ResultRow], None],
-    on_status: Callable[[str], None] = lambda text: None,
-    tune: TunePlan | None = None,
-    on_trial: Callable[[ResultRow], None] = lambda row: None,
-    on_skip: Callable[[str, str], None] = lambda case_id, backend: None,
-    on_activity: Callable[[Activity], None] = lambda activity: None,
-) -> None:
-    """Run every (case, variant) not in `skip` (keys as the rows name them: `x+tuned` when
-    tuning); `write` receives the header, then each row; `on_trial` each tune trial, `on_skip`
-    each (case, variant) the tune budget left untouched, `on_activity` what runs now."""
+def run_session(plan: RunPlan, sink: RunSink) -> None:
+    """`run` and `tune`: every (case, variant) of `plan` not in its `skip` (keys as the rows
+    name them: `x+tuned` when tuning), cases grouped by shape family (`sweep.order_cases`)."""
     from attnbench.run.sweep import order_cases
 
-    jobs = _jobs(order_cases(specs), backends, skip, tune)
-    prepare = _budget(tune, backends, measure_cfg, len(where.gpus) or 1)
-    if where.mode == "inline":
+    kind = None if plan.tune is None else TuneJob(plan.tune.grid_limit, plan.tune.stage0_ms)
+    names = [b.name for b in plan.backends]
+    with RunSession(plan, sink) as session:
+        # A step that must come before the first timed job (a JIT prebuild) goes here.
+        jobs = [session.job(spec, names, kind) for spec in order_cases(plan.cases)]
+        session.run_jobs([j for j in jobs if j is not None], _budget(plan))
+
+
+class RunSession:
+    """One session on `plan`: opened once (ceilings measured, workers started, header written),
+    then any number of jobs, closed once. Rows go to the sink as they are finished; each
+    `run_jobs` / `run_case` also returns the rows of its own jobs."""
+
+    def __init__(self, plan: RunPlan, sink: RunSink) -> None:
+        self.plan = plan
+        self.sink = replace(sink, on_row=self._row)
+        self._forward = sink.on_row
+        self._rows: list[ResultRow] = []
+        self._next_id = 0
+        self._runner: _Runner | None = None
+
+    def __enter__(self) -> RunSession:
+        mode = self.plan.where.mode
+        opened = {"inline": _Inline, "pool": _Pool, "ray": _Ray}[mode]
+        self._runner = opened(self.plan, self.sink)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def job(self, spec: WorkloadSpec, backends: Sequence[str], kind: JobKind = None) -> Job | None:
+        """A job of `spec` with the `backends` not finished yet (`plan.skip`); None if none."""
+        probe, skip = Job(0, {}, (), kind=kind), self.plan.skip
+        names = tuple(n for n in backends if (spec.case_id, probe.row_name(n)) not in skip)
+        if not names:
+            return None
+        self._next_id += 1
+        return Job(self._next_id, spec.model_dump(mode="json"), names, 0, spec.case_id, kind)
+
+    def run_case(
+        self, spec: WorkloadSpec, backends: Sequence[str], kind: JobKind = None
+    ) -> list[ResultRow]:
+        """One case with `backends` (a job of `kind`); its rows."""
+        job = self.job(spec, backends, kind)
+        return self.run_jobs([job] if job is not None else [])
+
+    def run_jobs(self, jobs: Sequence[Job], prepare: Prepare | None = None) -> list[ResultRow]:
+        """`jobs` in order (workers take them as they come free); the rows they wrote."""
+        if self._runner is None:
+            raise RuntimeError("RunSession.run_jobs outside `with RunSession(...)`")
+        self._rows = []
+        self._runner.run(list(jobs), prepare or _as_is)
+        rows, self._rows = self._rows, []
+        return rows
+
+    def _row(self, row: ResultRow) -> None:
+        self._rows.append(row)
+        self._forward(row)
+
+
+def _as_is(job: Job, pending: Sequence[Job]) -> Job:
+    return job
+
+
+class _Runner:
+    """Where a session's jobs execute: opened with the session, closed with it."""
+
+    def run(self, jobs: list[Job], prepare: Prepare) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        return None
+
+
+class _Inline(_Runner):
+    """Every job in this process, through the same `run_job` a worker runs."""
+
+    def __init__(self, plan: RunPlan, sink: RunSink) -> None:
         from attnbench.measure.hardware import measure_ceilings
+        from attnbench.run.sweep import SweepContext
 
-        on_status("measuring this device's ceilings (copy bandwidth, matmul TFLOP/s)")
+        info = plan.device
+        sink.on_status("measuring this device's ceilings (copy bandwidth, matmul TFLOP/s)")
         ceilings = measure_ceilings(info, quick=info.kind == "cpu")
-        write(make_header(run_id, settings, info, ceilings))
-        _run_inline(
-            jobs,
-            prepare,
-            _Outlet(write, on_trial, on_skip, on_activity),
-            run_id,
-            info,
-            measure_cfg,
-            ceilings,
+        sink.on_header(make_header(plan.run_id, plan.settings, info, ceilings))
+        self.base: SweepContext = SweepContext(
+            run_id=plan.run_id, info=info, measure_cfg=plan.measure_cfg, ceilings=ceilings
         )
-        return
+        self.outlet = _Outlet(sink)
 
-    if where.mode == "ray":
+    def run(self, jobs: list[Job], prepare: Prepare) -> None:
+        from attnbench.run.worker import run_job
+
+        for i, job in enumerate(jobs):
+            run_job(prepare(job, jobs[i + 1 :]), self.base, self.outlet)
+
+
+class _Pool(_Runner):
+    """The jobs on worker processes (`pool.WorkerPool`), started once for the session."""
+
+    def __init__(self, plan: RunPlan, sink: RunSink) -> None:
+        from attnbench.run.pool import PoolEvents, WorkerPool
+        from attnbench.run.worker import WorkerSlot
+
+        def ready(infos: list[dict[str, Any]]) -> None:
+            ceilings = infos[0]["ceilings"] if infos else None  # none: no worker could start
+            sink.on_header(make_header(plan.run_id, plan.settings, plan.device, ceilings, infos))
+
+        events = PoolEvents(
+            on_row=sink.on_row,
+            on_ready=ready,
+            on_trial=sink.on_trial,
+            on_skip=lambda job, backend: sink.on_skip(job.case_id, backend),
+            on_activity=sink.on_activity,
+        )
+        slots = [WorkerSlot(i, g) for i, g in enumerate(plan.where.gpus)]
+        sink.on_status(f"starting {len(slots)} worker(s); each measures its device's ceilings")
+        self.pool = WorkerPool(slots, plan.run_id, plan.measure_cfg, events, plan.limits)
+        self.pool.__enter__()
+
+    def run(self, jobs: list[Job], prepare: Prepare) -> None:
+        self.pool.prepare = prepare
+        self.pool.drain(jobs)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class _Ray(_Runner):
+    """The jobs as Ray tasks (`run.raycluster`): plain measurement jobs only."""
+
+    def __init__(self, plan: RunPlan, sink: RunSink) -> None:
+        self.plan, self.sink = plan, sink
+        sink.on_header(make_header(plan.run_id, plan.settings, plan.device, None))
+
+    def run(self, jobs: list[Job], prepare: Prepare) -> None:
         from attnbench.run.raycluster import run_on_ray
 
-        write(make_header(run_id, settings, info, None))
-        run_on_ray(where.ray_address or "local", jobs, run_id, measure_cfg, info.kind, write)
-        return
-
-    from attnbench.run.pool import WorkerPool
-    from attnbench.run.worker import WorkerSlot
-
-    slots = [WorkerSlot(i, g) for i, g in enumerate(where.gpus)]
-
-    def ready(infos: list[dict[str, Any]]) -> None:
-        ceilings = infos[0]["ceilings"] if infos else None  # none: no worker could start
-        write(make_header(run_id, settings, info, ceilings, workers=infos))
-
-    on_status(f"starting {len(slots)} worker(s); each measures its device's ceilings")
-    pool = WorkerPool(
-        slots,
-        run_id,
-        measure_cfg,
-        case_timeout_s=case_timeout_s,
-        plan_timeout_s=plan_timeout_s,
-        on_row=write,
-        on_ready=ready,
-        on_trial=on_trial,
-        on_skip=lambda job, backend: on_skip(job.case_id, backend),
-        on_activity=on_activity,
-        prepare=prepare,
-    )
-    pool.run(jobs)
+        if any(j.kind is not None for j in jobs):
+            raise ValueError("ray: only `run` jobs run as Ray tasks")
+        p = self.plan
+        address = p.where.ray_address or "local"
+        run_on_ray(address, jobs, p.run_id, p.measure_cfg, p.device.kind, self.sink.on_row)
 
 
-def _jobs(
-    specs: list[WorkloadSpec],
-    backends: list[Backend],
-    skip: set[tuple[str, str]],
-    tune: TunePlan | None,
-) -> list[Job]:
-    t = None if tune is None else TuneJob(tune.grid_limit, tune.stage0_ms)
-    jobs: list[Job] = []
-    for spec in specs:
-        probe = Job(0, {}, (), tune=t)
-        names = tuple(
-            b.name for b in backends if (spec.case_id, probe.row_name(b.name)) not in skip
-        )
-        if names:
-            jobs.append(Job(len(jobs), spec.model_dump(mode="json"), names, 0, spec.case_id, t))
-    return jobs
-
-
-Prepare = Callable[[Job, Sequence[Job]], Job]
-
-
-def _budget(
-    tune: TunePlan | None, backends: list[Backend], cfg: MeasureConfig, workers: int
-) -> Prepare:
+def _budget(plan: RunPlan) -> Prepare:
     """How a job is handed out: as it is, or (tune with a budget) with its share of the time
     left, weighted by grid size against the jobs still waiting (`tune_search.share_s`)."""
+    from attnbench.run.tune_search import Deadline, final_reserve_s, knob_grid, share_s
+
+    tune = plan.tune
     if tune is None or tune.budget_s is None:
-        return lambda job, pending: job
+        return _as_is
     deadline = Deadline(tune.budget_s)
-    grid = {b.name: len(knob_grid(b.knobs)) for b in backends}
-    reserve_s = final_reserve_s(cfg)
+    grid = {b.name: len(knob_grid(b.knobs)) for b in plan.backends}
+    reserve_s = final_reserve_s(plan.measure_cfg)
+    workers = len(plan.where.gpus) or 1
 
     def prepare(job: Job, pending: Sequence[Job]) -> Job:
         weight = sum(grid.get(n, 1) for n in job.backends)
@@ -221,52 +237,33 @@ def _budget(
             workers,
         )
         assert job.tune is not None
-        return replace(job, tune=replace(job.tune, budget_s=share))
+        return replace(job, kind=replace(job.tune, budget_s=share))
 
     return prepare
 
 
-@dataclass(frozen=True)
 class _Outlet:
-    """The session's callbacks, as the in-process path's `worker.JobSink`."""
+    """The sink, as the in-process path's `worker.JobSink`."""
 
-    write: Callable[[Header | ResultRow], None]
-    on_trial: Callable[[ResultRow], None]
-    on_skip: Callable[[str, str], None]
-    on_activity: Callable[[Activity], None]
+    def __init__(self, sink: RunSink) -> None:
+        self.sink = sink
+
+    def _activity(self, job: Job, backend: str, phase: Any, **extra: Any) -> None:
+        now = time.monotonic()
+        self.sink.on_activity(Activity(0, job.case_id, backend, phase, now, **extra))
 
     def started(self, job: Job, backend: str, first_use: bool) -> None:
-        self.on_activity(Activity(0, job.case_id, backend, "plan", time.monotonic(), first_use))
+        self._activity(job, backend, "plan", first_use=first_use)
 
     def planned(self, job: Job, backend: str, plan_s: float) -> None:
-        now = time.monotonic()
-        self.on_activity(Activity(0, job.case_id, backend, "run", now, plan_s=plan_s))
+        self._activity(job, backend, "run", plan_s=plan_s)
 
     def trial(self, job: Job, row: ResultRow) -> None:
-        self.on_trial(row)
+        self.sink.on_trial(row)
 
     def row(self, job: Job, row: ResultRow) -> None:
-        self.write(row)
-        now = time.monotonic()
-        self.on_activity(Activity(0, job.case_id, row.backend, "idle", now))
+        self.sink.on_row(row)
+        self._activity(job, row.backend, "idle")
 
     def skipped(self, job: Job, backend: str) -> None:
-        self.on_skip(job.case_id, backend)
-
-
-def _run_inline(
-    jobs: list[Job],
-    prepare: Prepare,
-    outlet: _Outlet,
-    run_id: str,
-    info: DeviceInfo,
-    measure_cfg: MeasureConfig,
-    ceilings: Ceilings,
-) -> None:
-    """Every job in this process, through the same `run_job` a worker runs."""
-    from attnbench.run.sweep import SweepContext
-    from attnbench.run.worker import run_job
-
-    base = SweepContext(run_id=run_id, info=info, measure_cfg=measure_cfg, ceilings=ceilings)
-    for i, job in enumerate(jobs):
-        run_job(prepare(job, jobs[i + 1 :]), base, outlet)
+        self.sink.on_skip(job.case_id, backend)

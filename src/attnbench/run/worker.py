@@ -1,7 +1,10 @@
 """The worker side of the pool (`run.pool`): what the parent and a worker process send each
 other (a `Job` down; `Ready`, `Started`, `Planned`, `Trial`, `RowDone`, `Skipped`, `JobDone` up),
-`run_job` (one job, run or tune: what a worker does with a job, and what the in-process path
-does too), the worker's entry point, and which GPUs `--gpus` names.
+`run_job` (one job of any kind: what a worker does with a job, and what the in-process path does
+too), the worker's entry point, and which GPUs `--gpus` names.
+
+A job's kind (`run.jobs`) says what is done with its case and variants; each kind goes through
+the sweep's `run_backend` (plan, accuracy gate, measurement, row), under the same watchdog.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
-from attnbench.run.tune_search import TUNED_SUFFIX
+from attnbench.run.jobs import Job, KernelErrorJob, TuneJob
 
 if TYPE_CHECKING:
+    from attnbench.backends.base import Backend
     from attnbench.run.sweep import SweepContext
+    from attnbench.workload.spec import WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -26,30 +31,6 @@ class WorkerSlot:
 
     worker_id: int
     gpu: int | None
-
-
-@dataclass(frozen=True)
-class TuneJob:
-    """A job of `tune`: search each variant's knobs instead of measuring its default."""
-
-    grid_limit: int
-    stage0_ms: float
-    budget_s: float | None = None
-    """This job's share of the run's time budget (None: no budget); set when handed out."""
-
-
-@dataclass(frozen=True)
-class Job:
-    job_id: int
-    spec: dict[str, Any]
-    backends: tuple[str, ...]
-    attempt: int = 0
-    case_id: str = ""
-    tune: TuneJob | None = None
-
-    def row_name(self, backend: str) -> str:
-        """The name this job's rows carry for `backend` (`<variant>+tuned` when tuning)."""
-        return backend + TUNED_SUFFIX if self.tune is not None else backend
 
 
 # Messages from a worker to the parent.
@@ -144,8 +125,8 @@ class JobSink(Protocol):
 
 
 def run_job(job: Job, base: SweepContext, sink: JobSink) -> None:
-    """One job: `sweep.run_case` for `run`, `tune.tune_case` for `tune`. Raises
-    `tune.DeviceLost` when a trial left the GPU unusable (its row is sent first)."""
+    """One job, by its kind (see the module docstring). Raises `sweep.DeviceLost` when a run
+    left the GPU unusable (its row is sent first)."""
     from attnbench.backends import select_backends
     from attnbench.workload.spec import WorkloadSpec
 
@@ -157,14 +138,28 @@ def run_job(job: Job, base: SweepContext, sink: JobSink) -> None:
     )
     spec = WorkloadSpec.model_validate(job.spec)
     backends = select_backends(list(job.backends))
-    if job.tune is None:
+    if isinstance(job.kind, TuneJob):
+        _tune(job, job.kind, spec, backends, ctx, sink)
+    elif isinstance(job.kind, KernelErrorJob):
+        from attnbench.run.kernel_error import error_case
+
+        error_case(spec, backends, ctx, job.kind)
+    else:
         from attnbench.run.sweep import run_case
 
         run_case(spec, backends, ctx)
-        return
+
+
+def _tune(
+    job: Job,
+    t: TuneJob,
+    spec: WorkloadSpec,
+    backends: list[Backend],
+    ctx: SweepContext,
+    sink: JobSink,
+) -> None:
     from attnbench.run.tune import Deadline, TuneOptions, tune_case
 
-    t = job.tune
     tune_case(
         spec,
         backends,

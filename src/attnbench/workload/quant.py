@@ -270,3 +270,19 @@ def quantize_calibrated(
         scales = compute_scales(calibration, scheme, fp8_dtype, calibration_tokens=None)
         return quantize_tensor(x, scheme, fp8_dtype, scales=scales)
     return quantize_tensor(x, scheme, fp8_dtype, calibration_tokens=None)
+
+
+def token_head_quantize(
+    kv_source: torch.Tensor, fp8_dtype: torch.dtype
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Per-(token, head) fp8 copy of an NHD cache `[num_pages, 2, page_size, num_kv_heads, D]`.
+
+    Returns (fp8 cache, (k_sf, v_sf) float32 `[num_pages, page_size, num_kv_heads]`, the
+    dequantised cache in float32): sf = amax over head_dim / format max (1 for an all-zero row).
+    The scales' layout is FlashInfer 0.7.4's `use_token_head_sf` one (real = stored * sf).
+    """
+    amax = kv_source.abs().float().amax(dim=-1)  # [P, 2, S, H]
+    sf = torch.where(amax > 0, amax / FP8_MAX[fp8_dtype], torch.ones_like(amax))
+    stored = quantize(kv_source, sf[..., None], fp8_dtype)
+    dequant = stored.float() * sf[..., None]
+    return stored, (sf[:, 0].contiguous(), sf[:, 1].contiguous()), dequant

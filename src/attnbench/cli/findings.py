@@ -1,0 +1,124 @@
+"""`attnbench findings`: every measured figure the README and docs quote, generated from the
+committed files (`report.findings`), and `--check`, which fails when the committed document or
+the README's generated block differs from what the files give."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from attnbench.cli.app import app
+from attnbench.cli.common import (
+    EXIT_REGRESSION,
+    check_output_file,
+    console,
+    err_console,
+    fail,
+    note,
+    write_output,
+)
+
+if TYPE_CHECKING:
+    from attnbench.report.findings import Difference
+
+DEFAULT_OUT = Path("docs/h200.md")
+DEFAULT_README = Path("README.md")
+
+
+def _generate(results: list[Path] | None, out: Path, readme: Path | None) -> dict[Path, str]:
+    """What each target file should hold: the document, and the README with its block."""
+    from attnbench.analysis.frame import NoResultsError
+    from attnbench.report.findings import (
+        FAILED,
+        BlockMarkersError,
+        build,
+        document,
+        load_inputs,
+        readme_block,
+        splice,
+    )
+    from attnbench.results import ResultsFileError
+
+    try:
+        inputs = load_inputs(results)
+    except (NoResultsError, FileNotFoundError, ResultsFileError, ValueError) as exc:
+        fail(str(exc))
+    sections = build(inputs)
+    for s in sections:
+        if s.text.startswith(FAILED):
+            note(f"section {s.title}: {s.text}")
+    label = ", ".join(f"`{p}`" for p in results) if results else "`results/`"
+    want = {out: document(sections, label)}
+    if readme is not None:
+        if not readme.is_file():
+            fail(f"--readme={readme}: no such file")
+        link = Path(os.path.relpath(out, readme.parent)).as_posix()
+        try:
+            want[readme] = splice(
+                readme.read_text(encoding="utf-8"), readme_block(sections, link), str(readme)
+            )
+        except BlockMarkersError as exc:
+            fail(str(exc))
+    return want
+
+
+def _report(diff: Difference) -> None:
+    err_console.print(
+        f"{escape(str(diff.path))}: {diff.changed} lines differ from what the files give "
+        "(run `attnbench findings` and commit the result):",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for line in diff.excerpt:
+        err_console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def findings(
+    results: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Results files or folders (default: the committed results/)."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The generated document.")] = DEFAULT_OUT,
+    readme: Annotated[
+        Path | None,
+        typer.Option(
+            "--readme",
+            help="A Markdown file whose generated block (between its findings:begin and "
+            "findings:end markers) is rewritten too (default: README.md, when no RESULTS are "
+            "given).",
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Write nothing; exit 1 when --out or the README's block differs from what "
+            "the files give.",
+        ),
+    ] = False,
+) -> None:
+    """Every measured figure the README and docs quote, from the committed files."""
+    from attnbench.report.findings import difference
+
+    if readme is None and not results:
+        readme = DEFAULT_README
+    if not check:
+        check_output_file(out, "--out")
+    want = _generate(results, out, readme)
+    if check:
+        have = {p: p.read_text(encoding="utf-8") if p.is_file() else "" for p in want}
+        diffs = [d for p, text in want.items() if (d := difference(p, have[p], text))]
+        for d in diffs:
+            _report(d)
+        if diffs:
+            raise typer.Exit(EXIT_REGRESSION)
+        console.print(f"{', '.join(map(str, want))}: as the files give", highlight=False)
+        return
+    for path, text in want.items():
+        write_output(path, text, "--out" if path == out else "--readme")
+    console.print(f"wrote {', '.join(map(str, want))}", highlight=False)

@@ -1,0 +1,187 @@
+"""Sections on what an engine deploys (`attnbench recommend --engine vllm|sglang`, ranked by
+`analysis.engine_rank` with uniform capture-bucket weights, as `recommend --engine` without
+`--trace` ranks them) and on the fp8 numerics study (`attnbench fp8`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pandas as pd
+
+from attnbench.analysis.engine_rank import rank_engine
+from attnbench.backends.engine_paths import ENGINES
+from attnbench.report.findings.core import (
+    Headline,
+    Inputs,
+    Section,
+    Table,
+    doc_commit,
+    fpct,
+    frange,
+    fx,
+    section,
+    sources,
+)
+
+ENGINE_PREFIXES = tuple(f"{e}:" for e in ENGINES)
+FP8_STUDY_TYPE = "fp8-study"
+"""`fp8study.DOCUMENT_TYPE` (not imported: the fp8 study package imports torch)."""
+FA3_VARIANT = "flash-attn:fa3"
+
+
+def _engine_rows(frame: pd.DataFrame, label: str) -> list[list[str]]:
+    out = []
+    for engine in ENGINES:
+        for rec in rank_engine(frame, engine):
+            c = rec.choice
+            if c is None:
+                continue
+            out.append(
+                [
+                    label,
+                    engine,
+                    f"`{c.config.command}`",
+                    fx(c.decode_vs_default),
+                    fx(c.prefill_vs_default),
+                    rec.default.label if rec.default else "-",
+                    fpct(rec.regret, 1) if rec.regret is not None else "-",
+                    *sources(frame),
+                ]
+            )
+    return out
+
+
+@section("engines")
+def engines(inputs: Inputs) -> Section | None:
+    rows = inputs.rows
+    if rows.empty:
+        return None
+    has_engine = rows["backend"].astype(str).str.startswith(ENGINE_PREFIXES)
+    files = list(dict.fromkeys(rows.loc[has_engine, "file"]))
+    if not files:
+        return None
+    table = _engine_rows(rows[rows["file"].isin(files)], "every engine file")
+    for f in files:
+        table += _engine_rows(rows[rows["file"] == f], f"`{f}` alone")
+    text = (
+        "What `attnbench recommend --engine vllm|sglang` deploys from the engine-variant rows "
+        "(every capture bucket weighted alike): over every file that has them (what "
+        "`recommend --engine` on the inputs chooses), then per file. The engine command, its "
+        "expected decode and prefill attention time as multiples of the engine default's on the "
+        "same cases, and the regret of one server-wide choice against choosing per capture "
+        "bucket."
+    )
+    cols = [
+        "rows",
+        "engine",
+        "deploy",
+        "decode vs default",
+        "prefill vs default",
+        "default",
+        "regret",
+        "file",
+        "commit",
+    ]
+    heads = [
+        Headline.of(f"recommend --engine {r[1]}", f"{r[2]}: decode {r[3]} the default", r[-2:])
+        for r in table
+        if r[0] == "every engine file"
+    ]
+    return Section("Engine deployments", text, [Table(cols, table)], heads)
+
+
+def _rel(records: list[dict[str, Any]], metric: str) -> list[float]:
+    values = [(r.get(metric) or {}).get("rel_l2_err") for r in records]
+    return [float(v) for v in values if v is not None]
+
+
+def _pct_range(values: list[float]) -> str:
+    return f"{frange(values, lambda v: fpct(v, 2))} ({len(values)})" if values else "-"
+
+
+def _scheme_groups(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        out[str(r.get("scheme", "tensor"))].append(r)
+    return out
+
+
+def _study_rows(name: str, doc: dict[str, Any]) -> list[list[str]]:
+    records = [r for r in doc.get("kernel") or [] if isinstance(r, dict)]
+    src = [f"`{name}`", doc_commit(doc)]
+    rows = []
+    for (fmt, variant), recs in _by(records, ("format", "variant")).items():
+        ok = [r for r in recs if r.get("status") == "ok"]
+        for scheme, group in _scheme_groups(ok).items():
+            metric = ["quant", "q_quant", "kernel", "total", "bf16_kernel"]
+            rows.append(
+                [
+                    str(variant),
+                    str(fmt),
+                    scheme,
+                    *(_pct_range(_rel(group, m)) for m in metric),
+                    *src,
+                ]
+            )
+        for r in [r for r in recs if r.get("status") != "ok"]:
+            reason = f"{r.get('status')}: {str(r.get('reason', ''))[:100]}"
+            rows.append(
+                [
+                    str(variant),
+                    str(fmt),
+                    str(r.get("scheme", "tensor")),
+                    reason,
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    *src,
+                ]
+            )
+    return rows
+
+
+def _by(records: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple[Any, ...], list[Any]]:
+    out: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    for r in records:
+        out[tuple(r.get(k) for k in keys)].append(r)
+    return out
+
+
+@section("fp8-study")
+def fp8_study(inputs: Inputs) -> Section | None:
+    docs = [
+        (n, d)
+        for n, d in inputs.docs.items()
+        if isinstance(d, dict) and d.get("type") == FP8_STUDY_TYPE
+    ]
+    rows = [r for n, d in docs for r in _study_rows(n, d)]
+    if not rows:
+        return None
+    text = (
+        "The fp8 study's kernel part: relative L2 error against fp64 attention, min-max over "
+        "the records (their count), per variant, fp8 format and scaling scheme: the KV "
+        "quantisation's own error, the query's (FA3 quantises it too), the kernel's own error "
+        "apart from quantisation, the total, and the same kernel on the bf16 cache. Records "
+        "that did not run say why."
+    )
+    cols = [
+        "variant",
+        "format",
+        "scheme",
+        "KV quant",
+        "q quant",
+        "kernel",
+        "total",
+        "bf16 kernel",
+        "file",
+        "commit",
+    ]
+    complete = [
+        [f"`{n}`", str(d.get("complete")), str(len(d.get("kernel") or [])), doc_commit(d)]
+        for n, d in docs
+        if d.get("kernel")
+    ]
+    tables = [Table(cols, rows), Table(["file", "complete", "kernel records", "commit"], complete)]
+    return Section("FP8 numerics on the GPU", text, tables)

@@ -1,0 +1,271 @@
+"""Sections comparing kernels on the same cases: what paging costs FA3, paged FA3 against the
+fastest FlashInfer variant per kind, and the fastest variant of every case of each suite."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pandas as pd
+
+from attnbench.measure.metrics import binding_fraction
+from attnbench.report.findings.core import (
+    Headline,
+    Inputs,
+    Section,
+    Table,
+    case_label,
+    fnum,
+    fpct,
+    frange,
+    fx,
+    kernels,
+    section,
+    sources,
+)
+
+FA3 = "flash-attn:fa3"
+FA3_CONTIGUOUS = "flash-attn:fa3-contiguous"
+ENGINE_PREFIXES = ("vllm:", "sglang:")
+FLASHINFER_DEFAULT = "flashinfer:auto"
+SUITES = (
+    "h200-brief",
+    "h200-default-fresh",
+    "h200-default-warm",
+    "h200-fp8",
+    "h200-paged64",
+    "h200-traces",
+    "h200-trees",
+    "h200-read-ceiling",
+)
+"""Suites whose every case gets a fastest-variant row (the studies have sections of their own)."""
+
+
+def _raw(rows: pd.DataFrame) -> pd.DataFrame:
+    """Kernel rows without engine variants and tuned variants."""
+    rows = kernels(rows)
+    if rows.empty:
+        return rows
+    b = rows["backend"].astype(str)
+    return rows[~b.str.startswith(ENGINE_PREFIXES) & ~b.str.contains("+", regex=False)]
+
+
+def _ok(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[(rows["status"] == "ok") & rows["latency_us"].notna()]
+
+
+def _pairs(ok: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """Per (file, case): the rows of `a` and `b` side by side (`_b` suffix), and `ratio` a/b."""
+    left = ok[ok["backend"] == a].set_index(["file", "case_id"])
+    right = ok[ok["backend"] == b].set_index(["file", "case_id"])
+    both = left.join(right.add_suffix("_b"), how="inner")
+    return both.assign(ratio=both["latency_us"] / both["latency_us_b"])
+
+
+@section("paging")
+def paging(inputs: Inputs) -> Section | None:
+    """Paged FA3 / FA3 on a contiguous copy of the same cache, per file and over all."""
+    both = _pairs(_ok(_raw(inputs.rows)), FA3, FA3_CONTIGUOUS).reset_index()
+    if both.empty:
+        return None
+    rows = [
+        [f, str(len(g)), frange(g["ratio"], fx), *sources(g)[1:]]
+        for f, g in both.groupby("file", sort=False)
+    ]
+    rows.append(["every file", str(len(both)), frange(both["ratio"], fx), sources(both)[1]])
+    text = (
+        f"Latency of `{FA3}` (the page table at the case's page size, as engines run it) over "
+        f"`{FA3_CONTIGUOUS}` (the same build on a contiguous copy of the cache) on the same "
+        "case of the same file: above 1, paging costs time."
+    )
+    head = Headline.of(
+        "paged / contiguous FA3", f"{frange(both['ratio'], fx)} over {len(both)} case pairs", both
+    )
+    return Section(
+        "Paging cost of FA3",
+        text,
+        [Table(["file", "pairs", "paged / contiguous", "commit"], rows)],
+        [head],
+    )
+
+
+def _fastest_flashinfer(raw: pd.DataFrame) -> pd.DataFrame:
+    fi = _ok(raw[raw["backend"].str.startswith("flashinfer:")])
+    if fi.empty:
+        return fi
+    return fi.loc[fi.groupby(["file", "case_id"])["latency_us"].idxmin()].set_index(
+        ["file", "case_id"]
+    )
+
+
+def _extreme(g: pd.DataFrame, idx: tuple[str, str]) -> str:
+    r = g.loc[idx]
+    return (
+        f"{case_label(r)} in {idx[0]}: FA3 {fnum(r['latency_us'])} µs vs "
+        f"{r['backend_b']} {fnum(r['latency_us_b'])} µs ({fx(r['ratio'])})"
+    )
+
+
+@section("fa3-vs-flashinfer")
+def fa3_vs_flashinfer(inputs: Inputs) -> Section | None:
+    """Paged FA3 / the fastest FlashInfer variant on the same case, per kind."""
+    raw = _raw(inputs.rows)
+    if raw.empty:
+        return None
+    fa3 = _ok(raw[raw["backend"] == FA3]).set_index(["file", "case_id"])
+    both = fa3.join(_fastest_flashinfer(raw).add_suffix("_b"), how="inner")
+    if both.empty:
+        return None
+    both = both.assign(ratio=both["latency_us"] / both["latency_us_b"])
+    rows, heads = [], []
+    for kind, g in both.groupby("kind"):
+        wins = Counter(g["backend_b"]).most_common()
+        faster = int((g["ratio"] < 1).sum())
+        rows.append(
+            [
+                str(kind),
+                frange(g["ratio"], fx),
+                f"{faster} of {len(g)}",
+                ", ".join(f"{b.split(':')[1]} {n}" for b, n in wins),
+                _extreme(g, g["ratio"].idxmin()),
+                _extreme(g, g["ratio"].idxmax()),
+                *sources(g.reset_index()),
+            ]
+        )
+        heads.append(
+            Headline.of(
+                f"paged FA3 / fastest FlashInfer, {kind}",
+                f"{frange(g['ratio'], fx)} (FA3 faster in {faster} of {len(g)})",
+                g.reset_index(),
+            )
+        )
+    text = (
+        f"Latency of paged `{FA3}` over the fastest FlashInfer variant (untuned, no engine "
+        "variant) on the same case of the same file; below 1, FA3 is faster. Extremes name "
+        "their case and file."
+    )
+    cols = [
+        "kind",
+        "FA3 / FlashInfer",
+        "FA3 faster",
+        "fastest FlashInfer variant (cases)",
+        "lowest",
+        "highest",
+        "file",
+        "commit",
+    ]
+    return Section("Paged FA3 against FlashInfer", text, [Table(cols, rows)], heads)
+
+
+def _binding(r: pd.Series) -> str:
+    got = binding_fraction(r.get("bandwidth_frac_measured"), r.get("tflops_frac_measured"))
+    if got is None:
+        return "-"
+    bound, frac = got
+    return f"{fpct(frac)} of {'copy' if bound == 'memory' else 'matmul'}"
+
+
+def _winner_row(g: pd.DataFrame, failed: int) -> list[str]:
+    g = g.sort_values("latency_us")
+    best = g.iloc[0]
+    second = g.iloc[1] if len(g) > 1 else None
+    auto = g[g["backend"] == FLASHINFER_DEFAULT]
+    return [
+        case_label(best),
+        str(best["backend"]),
+        fnum(best["latency_us"]),
+        _binding(best),
+        f"{second['backend']} {fx(second['latency_us'] / best['latency_us'])}"
+        if second is not None
+        else "-",
+        fx(auto["latency_us"].iloc[0] / best["latency_us"]) if not auto.empty else "-",
+        f"{len(g)} ok, {failed} failed",
+        *sources(g),
+    ]
+
+
+WINNER_FIELDS = [
+    "file",
+    "commit",
+    "case_id",
+    "backend",
+    "library",
+    "status",
+    "latency_us",
+    "bandwidth_frac_measured",
+    "tflops_frac_measured",
+    "kind",
+    "batch_size",
+    "lengths",
+    "dtype",
+    "kv_dtype",
+    "model",
+    "tp",
+    "page_size",
+    "spec",
+]
+
+
+def winners(rows: pd.DataFrame) -> list[list[str]]:
+    """One row per case: its fastest ok variant, the runner-up, and flashinfer:auto's ratio."""
+    out = []
+    raw = _raw(rows[WINNER_FIELDS])
+    for _, g in raw.groupby("case_id", sort=False):
+        ok = _ok(g)
+        failed = int(g["status"].isin(["error", "mismatch", "oom", "timeout"]).sum())
+        if not ok.empty:
+            out.append(_winner_row(ok, failed))
+    return out
+
+
+WINNER_COLUMNS = [
+    "case",
+    "fastest",
+    "µs",
+    "of ceiling",
+    "runner-up (x slower)",
+    "flashinfer:auto (x slower)",
+    "variants",
+    "file",
+    "commit",
+]
+
+
+@section("suites")
+def suites(inputs: Inputs) -> Section | None:
+    """The fastest variant of every case of each suite file."""
+    tables = []
+    for name in SUITES:
+        rows = inputs.of(name)
+        if not rows.empty:
+            tables.append(Table(WINNER_COLUMNS, winners(rows), title=f"`{name}`"))
+    if not tables:
+        return None
+    text = (
+        "Per case, the fastest variant that passed the accuracy gate (engine variants, tuned "
+        "variants and the oracle left out), its fraction of the ceiling that binds it in its "
+        "own run, the runner-up and FlashInfer's default path as multiples of its time, and "
+        "how many variants ran and failed."
+    )
+    return Section("Fastest variant per case", text, tables)
+
+
+@section("variants-per-case")
+def variants_per_case(inputs: Inputs) -> Section | None:
+    """Every variant of the brief suite's prefill cases (where the kernels differ most)."""
+    ok = _ok(_raw(inputs.of("h200-brief")))
+    ok = ok[ok["kind"] == "prefill"]
+    if ok.empty:
+        return None
+    rows = [
+        [
+            case_label(r),
+            str(r["backend"]),
+            fnum(r["latency_us"]),
+            _binding(r),
+            *sources(ok[(ok["case_id"] == r["case_id"]) & (ok["backend"] == r["backend"])]),
+        ]
+        for _, r in ok.sort_values(["case_id", "latency_us"]).iterrows()
+    ]
+    text = "Every ok variant of each prefill case of the brief suite, fastest first."
+    cols = ["case", "variant", "µs", "of ceiling", "file", "commit"]
+    return Section("Brief suite: prefill, every variant", text, [Table(cols, rows)])

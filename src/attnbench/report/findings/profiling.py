@@ -1,0 +1,200 @@
+"""Sections from the profiler documents (`attnbench fidelity`): timing fidelity (engine against
+the torch profiler and Nsight Compute) and SM activity on uniform and ragged batches, and from
+the tuned rows (`attnbench tune`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from attnbench.analysis.fidelity import (
+    FIDELITY_MIN_US,
+    FIDELITY_TOLERANCE,
+    agreement,
+    batch_order,
+    claim_verdict,
+    disagreement_cause,
+    is_fidelity_document,
+    kernel_timings,
+    sm_activity,
+)
+from attnbench.analysis.tuning import TUNED_SUFFIX
+from attnbench.report.findings.core import (
+    Headline,
+    Inputs,
+    Section,
+    Table,
+    doc_commit,
+    fnum,
+    fpct,
+    frange,
+    fx,
+    section,
+    sources,
+)
+
+
+def _fidelity_docs(inputs: Inputs) -> list[tuple[str, Any]]:
+    return [(n, d) for n, d in inputs.docs.items() if is_fidelity_document(d)]
+
+
+def _diff(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:+.1f}%"
+
+
+@section("fidelity")
+def fidelity(inputs: Inputs) -> Section | None:
+    """Per document, every kernel timed by the engine, the torch profiler and ncu."""
+    docs = _fidelity_docs(inputs)
+    if not docs:
+        return None
+    every = [t for _, d in docs for t in kernel_timings(d)]
+    rows, summary = [], []
+    for name, doc in docs:
+        timings = kernel_timings(doc)
+        agree = agreement(timings)
+        summary.append([f"{agree.agree} of {agree.long}", f"`{name}`", doc_commit(doc)])
+        for t in timings:
+            verdict = "agrees" if t.agrees else "differs" if t.disagrees else "not judged"
+            rows.append(
+                [
+                    t.case,
+                    t.backend,
+                    fnum(t.engine_us),
+                    fnum(t.profiler_us),
+                    fnum(t.ncu_us),
+                    _diff(t.judged_diff),
+                    verdict,
+                    disagreement_cause(t, every) or "-",
+                    f"`{name}`",
+                    doc_commit(doc),
+                ]
+            )
+    total = agreement(every)
+    text = (
+        f"The engine's median against the torch profiler's CUPTI kernel time and Nsight "
+        f"Compute's per-call time; a kernel over {FIDELITY_MIN_US:.0f} µs agrees when within "
+        f"{100 * FIDELITY_TOLERANCE:.0f}% of ncu (else of the profiler). A difference names its "
+        "cause from what the row recorded."
+    )
+    head = Headline.of(
+        "timing fidelity",
+        f"{total.agree} of {total.long} kernels over {FIDELITY_MIN_US:.0f} µs within "
+        f"{100 * FIDELITY_TOLERANCE:.0f}%",
+        [", ".join(n for n, _ in docs), ", ".join(doc_commit(d) for _, d in docs)],
+    )
+    cols = [
+        "case",
+        "variant",
+        "engine µs",
+        "profiler µs",
+        "ncu µs",
+        "judged diff",
+        "verdict",
+        "cause",
+        "file",
+        "commit",
+    ]
+    tables = [
+        Table(["kernels over the bound that agree", "file", "commit"], summary),
+        Table(cols, rows),
+    ]
+    return Section("Timing fidelity", text, tables, [head])
+
+
+@section("sm-activity")
+def sm_activity_section(inputs: Inputs) -> Section | None:
+    """ncu's SM activity per decode kernel on batches holding the same total KV tokens."""
+    rows, verdicts = [], []
+    for name, doc in _fidelity_docs(inputs):
+        for backend, by_batch in sm_activity(doc).items():
+            for batch, a in sorted(by_batch.items(), key=lambda kv: batch_order(kv[0])):
+                rows.append(
+                    [
+                        backend,
+                        batch,
+                        fpct((a.sm_active_pct or 0) / 100) if a.sm_active_pct is not None else "-",
+                        fnum(a.occupancy_pct),
+                        fnum(a.engine_us),
+                        f"{a.total_kv_tokens:,}" if a.total_kv_tokens else "-",
+                        f"`{name}`",
+                        doc_commit(doc),
+                    ]
+                )
+            v = claim_verdict(backend, by_batch)
+            verdicts.append([backend, v.verdict, f"`{name}`", doc_commit(doc)])
+    if not rows:
+        return None
+    text = (
+        "Nsight Compute's SM activity (cycles with an SM active) and achieved occupancy per "
+        "decode kernel, on 32 requests holding the same KV tokens evenly, as the brief's "
+        "256..64k mix, or as four 64k requests beside short ones; and whether the brief's claim "
+        "(uniform grids leave most SMs idle on ragged batches) holds for the kernel."
+    )
+    cols = [
+        "variant",
+        "batch",
+        "SMs active",
+        "occupancy %",
+        "engine µs",
+        "KV tokens",
+        "file",
+        "commit",
+    ]
+    tables = [Table(cols, rows), Table(["variant", "claim", "file", "commit"], verdicts)]
+    return Section("SM activity", text, tables)
+
+
+def _tuned(rows: pd.DataFrame) -> pd.DataFrame:
+    ok = rows[(rows["status"] == "ok") & rows["backend"].str.endswith(TUNED_SUFFIX)]
+    default = ok["details"].map(lambda d: d.get("default_latency_us") if d is not None else None)
+    tune = ok["details"].map(lambda d: d.get("tune") or {} if d is not None else {})
+    ok = ok.assign(
+        default_us=pd.to_numeric(default, errors="coerce"),
+        budget=tune.map(lambda t: bool(t.get("stopped_by_budget"))),
+        variant=ok["backend"].str[: -len(TUNED_SUFFIX)],
+    )
+    ok = ok[ok["default_us"].notna()]
+    return ok.assign(speedup=ok["default_us"] / ok["latency_us"])
+
+
+@section("tuning")
+def tuning(inputs: Inputs) -> Section | None:
+    """Per tuned file and variant: default latency / tuned latency over every tuned case."""
+    rows_all = inputs.rows
+    if rows_all.empty:
+        return None
+    tuned = _tuned(rows_all)
+    if tuned.empty:
+        return None
+    rows = []
+    for (_, variant), g in tuned.groupby(["file", "variant"], sort=False):
+        best = g.loc[g["speedup"].idxmax()]
+        knobs = best["details"].get("knobs_label") or "-"
+        rows.append(
+            [
+                str(variant),
+                str(len(g)),
+                frange(g["speedup"], fx),
+                f"{int(g['budget'].sum())}",
+                f"{best['lengths']} bs{best['batch_size']} {best['kv_dtype']}: "
+                f"{fnum(best['default_us'])} -> {fnum(best['latency_us'])} µs ({knobs})",
+                *sources(g),
+            ]
+        )
+    text = (
+        "`attnbench tune` re-measures each variant with its default knobs and with the best "
+        "configuration its search found: default / tuned latency (1.00x: the default was kept), "
+        "how many searches the time budget stopped, and the largest gain with its knobs."
+    )
+    cols = [
+        "variant",
+        "cases",
+        "default / tuned",
+        "stopped by budget",
+        "largest gain",
+        "file",
+        "commit",
+    ]
+    return Section("Tuning", text, [Table(cols, rows)])

@@ -1,0 +1,207 @@
+"""Sections on the runs themselves, from the session logs (`logs/*.txt`) and the GPU test
+reports (`h200-gpu-tests-*.txt`): wall times, first-use setup, test pass counts (every log and
+report names its commit in a line of its own); and, last, every file read with its commits."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from attnbench.report.findings.core import (
+    UNKNOWN,
+    Headline,
+    Inputs,
+    Section,
+    Table,
+    doc_commit,
+    fnum,
+    header_commit,
+    joined,
+    section,
+    sources,
+    stem,
+)
+
+COMMIT_LINE = re.compile(r"^(?:=== )?commit (\S+?);?(?:\s|$)", re.M)
+ROWS_LINE = re.compile(r"^rows: (.+?) in (\d+) s -> (\S+)$", re.M)
+PYTEST_SUMMARY = re.compile(r"^(\d+ passed.*) in ([\d.]+)s(?: \(.*\))?$", re.M)
+GROUP_LINE = re.compile(r"^=== group (\w+): (.+): exit (\d+) after (\d+) s$", re.M)
+COMPILED = re.compile(r"^compiled (\d+) s ", re.M)
+GPU_TESTS = re.compile(r"^h200-gpu-tests-(\w+)\.txt$")
+DEFAULT_RUNS = ("h200-default-fresh", "h200-default-warm")
+
+
+def commit_before(text: str, pos: int) -> str:
+    """The commit named by the last `commit X` line before `pos` in a log."""
+    found = [m.group(1) for m in COMMIT_LINE.finditer(text, 0, pos)]
+    return found[-1] if found else UNKNOWN
+
+
+def run_walls(inputs: Inputs) -> list[dict[str, str]]:
+    """Every `rows: ... in N s -> FILE` line of the session logs (what `attnbench run` prints
+    last), with its log and commit; a log that names no commit before the line is left out."""
+    out = []
+    for name, text in inputs.texts.items():
+        for m in ROWS_LINE.finditer(text):
+            if commit_before(text, m.start()) == UNKNOWN:
+                continue
+            out.append(
+                {
+                    "log": name,
+                    "file": m.group(3).rsplit("/", 1)[-1],
+                    "rows": m.group(1),
+                    "wall_s": m.group(2),
+                    "commit": commit_before(text, m.start()),
+                }
+            )
+    return out
+
+
+def _first_plan(rows: pd.DataFrame) -> list[list[str]]:
+    """Seconds of first plans (where libraries JIT-compile) per library of one run."""
+    first = rows["details"].map(lambda d: d.get("first_plan_s") if d is not None else None)
+    rows = rows.assign(first_plan_s=pd.to_numeric(first, errors="coerce"))
+    out = []
+    for lib, g in rows.groupby("library"):
+        total = g["first_plan_s"].sum()
+        if total > 0:
+            out.append([str(lib), fnum(total), str(int(g["first_plan_s"].notna().sum()))])
+    return out
+
+
+@section("default-run")
+def default_run(inputs: Inputs) -> Section | None:
+    """The README's first command on the H200: its wall time, run twice, and first plans."""
+    walls = [w for w in run_walls(inputs) if stem(w["file"]) in DEFAULT_RUNS]
+    tables = []
+    if walls:
+        rows = [[w["file"], w["rows"], w["wall_s"], f"`{w['log']}`", w["commit"]] for w in walls]
+        tables.append(Table(["run", "rows by status", "wall s", "log", "commit"], rows))
+    for name in DEFAULT_RUNS:
+        rows = inputs.of(name)
+        if not rows.empty:
+            plan = [[*r, *sources(rows)] for r in _first_plan(rows)]
+            cols = ["library", "first plans, s", "rows", "file", "commit"]
+            tables.append(Table(cols, plan, title=f"`{name}`: first plan per library"))
+    if not tables:
+        return None
+    text = (
+        "`attnbench run` (the default suite) on a fresh machine and again with every kernel "
+        "compiled: the wall time its last line printed (from the session log), and per library "
+        "the seconds its first plans took (`details.first_plan_s`: where FlashInfer JIT-compiles "
+        "and FlexAttention's Inductor compiles)."
+    )
+    heads = [
+        Headline(
+            f"default suite wall time, {stem(w['file'])}", f"{w['wall_s']} s", w["log"], w["commit"]
+        )
+        for w in walls
+        if " ok " in f" {w['rows']}"
+    ]
+    return Section("Default run: wall time and first use", text, tables, heads)
+
+
+def _gpu_group(name: str, text: str) -> list[str] | None:
+    m = GPU_TESTS.match(name)
+    summary = PYTEST_SUMMARY.search(text)
+    if m is None or summary is None:
+        return None
+    group = GROUP_LINE.search(text)
+    compiled = [int(s) for s in COMPILED.findall(text)]
+    modules = f"{len(compiled)} ({min(compiled)}-{max(compiled)} s each)" if compiled else "0"
+    return [
+        m.group(1),
+        summary.group(1),
+        f"{float(summary.group(2)):.0f}",
+        f"exit {group.group(3)} after {group.group(4)} s" if group else "-",
+        modules,
+        f"`{name}`",
+        commit_before(text, len(text)),
+    ]
+
+
+@section("gpu-tests")
+def gpu_tests(inputs: Inputs) -> Section | None:
+    """`pytest -m gpu` in the groups of `scripts/h200/gpu_tests.sh`: each group's report."""
+    rows = [r for name, text in inputs.texts.items() if (r := _gpu_group(name, text))]
+    if not rows:
+        return None
+    text = (
+        "Each group's pytest summary, the call's exit status and wall time, and the FlashInfer "
+        "modules it JIT-compiled, from the report the group wrote."
+    )
+    cols = ["group", "pytest", "pytest s", "call", "modules compiled", "file", "commit"]
+    figure = "; ".join(f"{r[0]}: {r[1].split(', ')[0]}" for r in rows)
+    heads = [
+        Headline.of(
+            "GPU tests (`pytest -m gpu`)",
+            figure,
+            [", ".join(r[5] for r in rows), ", ".join(r[6] for r in rows)],
+        )
+    ]
+    return Section("GPU tests", text, [Table(cols, rows)], heads)
+
+
+@section("run-walls")
+def run_wall_table(inputs: Inputs) -> Section | None:
+    """Every run's wall time the session logs record."""
+    walls = run_walls(inputs)
+    if not walls:
+        return None
+    rows = [[w["file"], w["rows"], w["wall_s"], f"`{w['log']}`", w["commit"]] for w in walls]
+    text = "Every `attnbench run`/`tune` line `rows: ... in N s` in the session logs."
+    return Section(
+        "Run wall times", text, [Table(["output", "rows", "wall s", "log", "commit"], rows)]
+    )
+
+
+LIBRARIES = {
+    "flashinfer-python": "flashinfer",
+    "tokenspeed-fa3": "fa3",
+    "torch": "torch",
+    "nvidia-cudnn-cu13": "cuDNN",
+}
+"""The libraries a row depends on most, by their short names."""
+
+
+def _libraries(headers: list[Any]) -> str:
+    libs = [h.provenance.get("libraries") or {} for h in headers]
+    parts = [
+        f"{short} {joined(lib[k] for lib in libs if k in lib)}"
+        for k, short in LIBRARIES.items()
+        if any(k in lib for lib in libs)
+    ]
+    driver = joined(h.provenance.get("driver") for h in headers if h.provenance.get("driver"))
+    return ", ".join([*parts, f"driver {driver or '-'}"])
+
+
+@section("files")
+def files(inputs: Inputs) -> Section | None:
+    """Every file read: its rows or records, GPU, libraries and commits."""
+    rows = []
+    for name, headers in inputs.headers.items():
+        n = int((inputs.rows["file"] == name).sum()) if not inputs.rows.empty else 0
+        gpus = joined(h.gpu for h in headers)
+        commits = joined(header_commit(h) for h in headers)
+        rows.append([f"`{name}`", str(n), gpus, _libraries(headers), commits])
+    for name, doc in inputs.docs.items():
+        prov = doc.get("provenance", {}) if isinstance(doc, dict) else {}
+        gpu = prov.get("gpu") or (doc.get("gpu") if isinstance(doc, dict) else None) or "-"
+        rows.append([f"`{name}`", "document", str(gpu), "-", doc_commit(doc)])
+    for name, text in inputs.texts.items():
+        commit = commit_before(text, len(text))
+        kind = "GPU test report" if GPU_TESTS.match(name) else "log"
+        shown = commit if commit != UNKNOWN else "no commit line (gives no figure)"
+        rows.append([f"`{name}`", kind, "-", "-", shown])
+    if not rows:
+        return None
+    text = (
+        "Each results file with its rows (the latest per case and variant), the GPU and "
+        "libraries its headers record, and the commit of every run it holds; each JSON "
+        "document with the commit its provenance names; each report and log with the commit "
+        "its own line names."
+    )
+    table = Table(["file", "rows", "GPU", "libraries", "commit"], rows)
+    return Section("Files and commits", text, [table])
