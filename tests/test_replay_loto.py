@@ -24,7 +24,7 @@ from attnbench.replay.trust import choose_validation, trust_line
 from attnbench.replay.validation_doc import load_validation
 from attnbench.report.blocks import Table, Text
 from attnbench.report.replay_validation import validation_blocks
-from attnbench.results import ResultRow
+from attnbench.results import ResultRow, read_json
 from attnbench.workload.spec import WorkloadSpec
 from attnbench.workload.suite import load_suite, suite_specs
 
@@ -121,7 +121,7 @@ def test_steps_suite_runs_the_calibration_first_then_the_traces_in_turn(tmp_path
 def test_cli_scores_the_steps_and_the_replay_prefers_the_heldout_figures(tmp_path: Path) -> None:
     calib = rr.write(tmp_path / "calibration.jsonl")
     live = rr.write(tmp_path / "heldout.jsonl", held_out_rows({"mooncake-conv": 1.08}))
-    out = tmp_path / "replay" / "validation-heldout.json"
+    out = tmp_path / "replay" / "validation-heldout.json.gz"
     res = runner.invoke(
         app, ["replay-validate", str(calib), "--heldout", str(live), "--out", str(out)]
     )
@@ -131,16 +131,16 @@ def test_cli_scores_the_steps_and_the_replay_prefers_the_heldout_figures(tmp_pat
     assert doc.heldout
     assert doc.rule == loto.FORM_RULE
     assert set(doc.per_trace) == set(TRACES)
-    assert set(json.loads(out.read_text())["folds"]) == set(TRACES)
+    assert set(read_json(out)["folds"]) == set(TRACES)
     fa3 = doc.summary["flash-attn:fa3"]
     assert fa3.worst_trace == "mooncake-conv"
     assert fa3.bound == pytest.approx(max(fa3.worst_p90_abs_err, fa3.p90_abs_err))
     # a newer live validation does not replace the held-out figures
-    newer = json.loads(out.read_text()) | {"method": "live", "per_trace": {}}
+    newer = read_json(out) | {"method": "live", "per_trace": {}}
     newer["provenance"] = {"time": "2099-01-01T00:00:00+00:00"}
     (tmp_path / "replay" / "validation-live.json").write_text(json.dumps(newer))
     shapes = {"flash-attn:fa3": KEY.describe()}
-    found = sorted((tmp_path / "replay").glob("*.json"))
+    found = sorted((tmp_path / "replay").glob("*.json*"))
     _, chosen, _ = choose_validation(None, found, shapes, rr.GPU)
     assert chosen["flash-attn:fa3"].heldout
     assert chosen["flash-attn:fa3"].per_trace["mooncake-conv"].steps == 12

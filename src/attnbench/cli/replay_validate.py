@@ -180,7 +180,11 @@ def _write_validation(out: Path, doc: dict[str, object]) -> None:
 
     from attnbench.cli.replay_tables import escape
 
-    write_output(out, json.dumps(doc, indent=1, default=str) + "\n", "--out")
+    text = json.dumps(doc, indent=1, default=str) + "\n"
+    if out.name.endswith(".gz"):  # a committed document stays small (results/textfile reads it)
+        _write_gzip(out, text)
+    else:
+        write_output(out, text, "--out")
     summary = doc["summary"]
     assert isinstance(summary, dict)
     for name, s in summary.items():
@@ -196,6 +200,16 @@ def _write_validation(out: Path, doc: dict[str, object]) -> None:
             highlight=False,
         )
     console.print(f"validation -> {escape(str(out))}", highlight=False)
+
+
+def _write_gzip(path: Path, text: str) -> None:
+    import gzip
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
+    except OSError as exc:
+        fail(f"--out={path}: writing failed: {exc.strerror or exc}")
 
 
 def _rescore(
