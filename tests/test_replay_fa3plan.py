@@ -101,7 +101,7 @@ def test_recorded_decision_reads_back_what_the_backend_writes() -> None:
 
 def _recorded_rows() -> list[tuple[str, list[int], FA3Decision, FA3Call]]:
     out = []
-    for path in sorted(RESULTS.glob("*.jsonl*")):
+    for path in sorted([*RESULTS.glob("*.jsonl*"), *RESULTS.glob("replay/*.jsonl*")]):
         for r in read_results(path).rows:
             if r.backend != "flash-attn:fa3" or r.spec.kind != "decode" or r.status != "ok":
                 continue
