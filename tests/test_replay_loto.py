@@ -90,9 +90,18 @@ def test_each_trace_is_judged_by_models_fitted_without_it() -> None:
 
 
 def test_a_trace_the_others_do_not_predict_is_the_worst() -> None:
-    _, live = loto.split_rows(held_out_rows({"mooncake-conv": 1.3}))
+    _, live = loto.split_rows(held_out_rows({"mooncake-conv": 1.3}, per_trace=50))
     errors, _ = loto.leave_one_trace_out(_calibration(), live, KEY)
     summary = loto.variant_summary(errors, loto.trace_stats(errors))
+    notes = loto.miss_notes(errors, loto.trace_stats(errors))
+    fa3 = [n for n in notes if n.startswith("flash-attn:fa3 on mooncake-conv: 50 of 50 steps")]
+    assert len(fa3) == 1
+    assert "its 5 largest misses" in fa3[0]
+    assert "error -2" in fa3[0]  # under-predicted by ~23%
+    some = [e for e in errors if e.trace == "mooncake-conv"][:40]  # 20 steps of 2 variants
+    few = loto.miss_notes(some, loto.trace_stats(some))
+    assert len(few) == 2
+    assert all("fewer than 50 measured" in n for n in few)
     for s in summary.values():
         assert s["worst_trace"] == "mooncake-conv"
         assert float(s["worst_p90_abs_err"]) > 0.15  # ~1/1.3 - 1 = -23%, diluted by the rows

@@ -236,6 +236,45 @@ def variant_summary(
     return out
 
 
+def _span(values: Iterable[int]) -> str:
+    v = list(values)
+    return f"{min(v)}-{max(v)}" if min(v) != max(v) else str(v[0])
+
+
+def miss_notes(
+    errors: Sequence[StepError], per_trace: Mapping[str, Mapping[str, Mapping[str, object]]]
+) -> list[str]:
+    """One line per (variant, trace) that misses the target, saying where: too few steps
+    measured, or the worst steps' requests, KV tokens, longest request and error."""
+    out = []
+    for trace, by in per_trace.items():
+        for name, st in sorted(by.items()):
+            if st["meets_target"]:
+                continue
+            mine = [e for e in errors if (e.trace, e.backend) == (trace, name)]
+            timed = sorted(
+                (e for e in mine if e.rel_err is not None), key=lambda e: -abs(e.rel_err or 0.0)
+            )
+            head = (
+                f"{name} on {trace}: {st['measured']} of {st['steps']} steps measured, median "
+                f"|err| {float(str(st['median_abs_err'])):.1%}, p90 "
+                f"{float(str(st['p90_abs_err'])):.1%}"
+            )
+            if int(str(st["measured"])) < MIN_STEPS:
+                out.append(f"{head}: fewer than {MIN_STEPS} measured")
+                continue
+            worst = timed[: max(1, len(timed) // 10)]
+            errs = [e.rel_err or 0.0 for e in worst]
+            out.append(
+                f"{head}; its {len(worst)} largest misses: "
+                f"{_span(e.requests for e in worst)} requests, "
+                f"{_span(e.kv_total for e in worst)} KV tokens, "
+                f"longest {_span(e.kv_max for e in worst)}, "
+                f"error {min(errs):+.1%} to {max(errs):+.1%}"
+            )
+    return out
+
+
 def heldout_document(
     errors: Sequence[StepError],
     folds: Mapping[str, Mapping[str, AttentionCostModel]],
@@ -263,6 +302,7 @@ def heldout_document(
         "folds": {t: [m.as_dict() for _, m in sorted(ms.items())] for t, ms in folds.items()},
         "summary": variant_summary(errors, per_trace),
         "per_trace": per_trace,
+        "misses": miss_notes(errors, per_trace),
         "steps": [e.as_dict() for e in errors],
     }
 

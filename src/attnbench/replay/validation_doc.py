@@ -106,6 +106,8 @@ class ValidationDocument(_Part):
     """Held out: the rule that keeps the steps held out (`loto.FORM_RULE`)."""
     per_trace: dict[str, dict[str, VariantError]] = Field(default_factory=dict)
     """Held out: per trace, per variant, its steps' error."""
+    misses: list[str] = Field(default_factory=list)
+    """Held out: where each (variant, trace) that misses the target misses it."""
     rescored_from: dict[str, Any] | None = None
     """`replay-validate --rescore`: the document whose measured steps were re-predicted (its
     path and provenance); None for a document measured as it stands."""

@@ -122,7 +122,12 @@ def heldout_blocks(path: Path, vdoc: ValidationDocument) -> list[Block]:
         "error = predicted / measured - 1 per call; the `worst` line pools the variant's "
         "held-out steps and names the trace with the largest p90, the error its rankings use",
     )  # fmt: skip
-    return [text, table]
+    blocks: list[Block] = [text, table]
+    if vdoc.misses:
+        blocks.append(
+            Text("Where the target is missed:\n" + "\n".join(f"- {m}" for m in vdoc.misses))
+        )
+    return blocks
 
 
 def _pct1(v: float) -> str:
