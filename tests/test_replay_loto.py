@@ -117,7 +117,7 @@ def test_steps_suite_runs_the_calibration_first_then_the_traces_in_turn(tmp_path
     path.write_text(loto.steps_suite(steps, Deployment(), "here", groups), encoding="utf-8")
     specs = suite_specs(load_suite(str(path)), Settings())
     heldout = [s for s in specs if loto.parse_label(s.label)]
-    assert len(specs) - len(heldout) == 24  # replay-calibration-heldout's cases
+    assert len(specs) - len(heldout) == 12  # replay-calibration-heldout's cases
     assert [loto.parse_label(s.label) for s in heldout[:3]] == [
         ("a", 0),
         ("b", 0),
