@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -130,3 +131,24 @@ def test_the_heldout_calibration_suite_states_its_cases_and_holds_the_regime() -
         assert 49152 <= max(s.kv_lens) <= 131072
         assert 0.4e6 < s.total_kv < 2.6e6
     assert synthetic_family(FAMILY)[1].sessions > 256
+
+
+def test_replay_runs_a_synthetic_family_from_a_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    import replay_rows as rr
+    from attnbench.cli.app import app
+
+    rows = rr.write(tmp_path / "rows.jsonl")
+    family = tmp_path / "mine.toml"
+    family.write_text(TOML, encoding="utf-8")
+    out = tmp_path / "replay.json"
+    res = CliRunner().invoke(
+        app, ["replay", str(rows), "--trace", f"synthetic:{family}#tiny", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["trace"]["synthetic"] is True
+    assert doc["trace"]["has_prefix_hashes"] is True
+    assert doc["scheduler"]["prefix_cache"] is True
+    assert doc["scheduler"]["max_batch"] == 256  # a family is not agents:N (all at once)
