@@ -161,7 +161,10 @@ def cache_part(
         meta_args = (seqlens, max_k, page_size, causal)
         kw["scheduler_metadata"] = scheduler_metadata_call(s, *meta_args)
         if spec.kind == "decode" and spec.window_left < 0:
-            s.details.update(record_decision(s, kw, k_cache, v_cache, meta_args))
+            try:  # a record, never a reason for the row to fail
+                s.details.update(record_decision(s, kw, k_cache, v_cache, meta_args))
+            except Exception as exc:
+                s.details["fa3_metadata"] = f"unread: {type(exc).__name__}: {exc}"[:200]
     q_lens = list(spec.qo_lens)
     q = s.q
 
