@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 
 import replay_rows as rr
 from attnbench.cli import app
+from attnbench.cli.export import EXPORT_COLUMNS
+from attnbench.config import usable_cpus
 from attnbench.results import SCHEMA_VERSION
 
 pytestmark = pytest.mark.usefixtures("isolated")
@@ -36,6 +38,23 @@ ROW = (
     '{"type": "result", "run_id": "r", "case_id": "c", "backend": "b", "status": "ok", '
     f'"spec": {SPEC}}}\n'
 )
+ROW_NEGATIVE = ROW.replace('"status": "ok", ', '"status": "ok", "latency_us": -5.0, ')
+RESUMED = (
+    f'{{"type": "header", "schema_version": {SCHEMA_VERSION}, "run_id": "r", "provenance": {{}}, '
+    '"settings": {"suite": "custom", "num_heads": 64, "batch_size": 32}}\n'
+)
+TOO_MANY_WORKERS = str(usable_cpus() + 1)
+README_EXAMPLE = [
+    "--model",
+    "llama-3.1-70b",
+    "--tp",
+    "8",
+    "--kv-dtype",
+    "fp8_e4m3",
+    "--timer",
+    "fake",
+]
+HUGE = ["--device", "cpu", "-l", "4194304", "--batch-size", "16", "--kv-dtype", "bf16"]
 TINY = ["--device", "cpu", "-b", "reference", "-l", "16", "--batch-size", "1"]
 TINY += ["--kv-dtype", "bf16", "--timer", "fake", "--max-time-ms", "1"]
 BAD_UTF8 = b"\x00\x01\xff\xfe binary"
@@ -85,6 +104,65 @@ RUN = [
     case(["run", "--max-time-ms", "nan"], 2, "max_time_ms=nan", id="run-max-time-nan"),
     case(["run", "--case-timeout", "-1"], 2, "case_timeout_s=-1", id="run-case-timeout"),
     case(["run", "--workers", "-1"], 2, "workers=-1", id="run-workers"),
+    case(
+        ["run", "--workers", TOO_MANY_WORKERS],
+        2,
+        f"workers={TOO_MANY_WORKERS}: allowed: 0 (run in this process) to {usable_cpus()}",
+        id="run-workers-over-cores",
+    ),
+    case(["run", "--max-time-ms", "inf"], 2, "max_time_ms=inf", id="run-max-time-inf"),
+    case(
+        ["run"],
+        2,
+        "max_time_ms='1e400' (from environment ATTNBENCH_MAX_TIME_MS): must be a positive finite",
+        env={"ATTNBENCH_MAX_TIME_MS": "1e400"},
+        id="var-max-time-overflow",
+    ),
+    case(["run", "--case-timeout", "inf"], 2, "case_timeout_s=inf", id="run-case-timeout-inf"),
+    case(
+        ["run", "--model", "llama-3.1-8b", "--num-heads", "16"],
+        2,
+        "--num-heads=16 conflicts with model='llama-3.1-8b', whose num_heads is 32",
+        id="run-model-and-heads",
+    ),
+    case(
+        ["run", "--model", "llama-3.1-8b"],
+        2,
+        "head_dim=64 (from environment ATTNBENCH_HEAD_DIM) conflicts with model=",
+        env={"ATTNBENCH_HEAD_DIM": "64"},
+        id="var-model-and-head-dim",
+    ),
+    case(
+        ["run", *TINY, "--kind", "decode", "--kind", "decode"], 0, "rows: ok 1 in", id="kind-twice"
+    ),
+    case(["run", *TINY, "-l", "16", "-l", "16"], 0, "rows: ok 1 in", id="lengths-twice"),
+    case(
+        ["run", "-b", "all", "-b", "flex", "--device", "cpu"],
+        2,
+        "all (every variant that runs here) cannot be combined with flex",
+        id="run-backend-all-and-more",
+    ),
+    case(
+        ["run", *TINY],
+        2,
+        "out='' (from environment ATTNBENCH_OUT): is empty",
+        env={"ATTNBENCH_OUT": ""},
+        id="var-out-empty",
+    ),
+    case(
+        ["config"],
+        2,
+        "ATTNBENCH_GIT_SHA='abc\\ndef' is not a commit name",
+        env={"ATTNBENCH_GIT_SHA": "abc\ndef"},
+        id="var-git-sha-newline",
+    ),
+    case(
+        ["--version"],
+        2,
+        "is not a commit name",
+        env={"ATTNBENCH_GIT_SHA": "1a2b c3d"},
+        id="version-git-sha-space",
+    ),
     case(["run", "--tp", "0"], 2, "tp=0", id="run-tp-0"),
     case(["run", "--model", "llama-3.1-70b", "--tp", "3"], 2, "tp=3", id="run-tp-3"),
     case(["run", "--model", "nope"], 2, "model='nope'", id="run-model"),
@@ -172,6 +250,20 @@ RUN = [
         "s.toml",
         files={"s.toml": 'name = "s"\ngroup = 3\n'},
         id="suite-group-not-table",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "suite s.toml: name = 42 must be a string",
+        files={"s.toml": "name = 42\n" + GROUP},
+        id="suite-name-not-text",
+    ),
+    case(
+        ["run", "--suite", "s.toml", "--device", "cpu"],
+        2,
+        "group 1: lengths = [] is empty",
+        files={"s.toml": 'name = "s"\n[[group]]\nlengths = []\n'},
+        id="suite-group-empty-list",
     ),
     # -- attnbench.toml, --config -------------------------------------------------------------
     case(["run", "--config", "missing.toml"], 2, "missing.toml: not found", id="config-missing"),
@@ -352,12 +444,31 @@ RUN = [
         files={"f.jsonl": '{"type": "resu'},
         id="resume-torn-only-line",
     ),
+    case(
+        ["run", *TINY, "--resume", "--out", "f.jsonl"],
+        2,
+        "--resume: f.jsonl was written with num_heads=64 and this run has num_heads=32",
+        files={"f.jsonl": RESUMED},
+        id="resume-other-shape",
+    ),
     # -- nothing could run (tiny: every variant is refused before any input is built) ---------
     case(
         ["run", *TINY[:2], "-b", "sdpa:flash", "-l", "16", "--batch-size", "1", "--out", "u.jsonl"],
         3,
         "nothing could run",
         id="run-all-unsupported",
+    ),
+    case(  # README's example at a CPU's size: fp8 KV leaves only the fp64 oracle
+        ["run", *README_EXAMPLE, "--device", "cpu", "-l", "16", "--batch-size", "1"],
+        3,
+        "nothing could run: only the reference (the fp64 oracle",
+        id="run-only-the-oracle",
+    ),
+    case(  # every variant refused by the memory guard: the summary gives the figures
+        ["run", *HUGE, "-b", "reference", "--timer", "fake"],
+        3,
+        "nothing ran: every variant was refused",
+        id="run-memory-refused",
     ),
 ]
 
@@ -531,6 +642,56 @@ ANALYZE = [
     ),
     case(["compare", "{rows}", "{rows}", "--threshold", "-5%"], 2, "-5%", id="compare-neg"),
     case(
+        ["compare", "{rows}", "{rows}", "--threshold", "1001%"],
+        2,
+        "--threshold='1001%' must be from 0% to 1000%",
+        id="compare-threshold-over",
+    ),
+    case(["compare", "{rows}", "{rows}", "--threshold", "1000%"], 0, "1000%", id="compare-1000"),
+    case(
+        ["show", "d"],
+        2,
+        "d: is a folder; `attnbench show` reads results files",
+        files={"d/x.jsonl": HEADER + ROW},
+        id="show-folder",
+    ),
+    case(["show", "nope.jsonl"], 2, "nope.jsonl: no such file", id="show-missing"),
+    case(
+        ["show", "n.jsonl"],
+        0,
+        "1 ok rows have a latency_us that is not a positive finite number",
+        files={"n.jsonl": HEADER + ROW_NEGATIVE},
+        id="show-negative-latency",
+    ),
+    case(
+        ["export", "d", "--csv", "o.csv"],
+        2,
+        "d: is a folder; `attnbench export` reads results files",
+        files={"d/x.jsonl": HEADER + ROW},
+        id="export-folder",
+    ),
+    case(
+        ["export", "{rows}", "--csv", "notes.txt"],
+        2,
+        "--csv=notes.txt exists and is not a CSV that `attnbench export` wrote",
+        files={"notes.txt": "my notes\n"},
+        id="export-over-other-file",
+    ),
+    case(
+        ["export", "{rows}", "--csv", "old.csv"],
+        0,
+        "rows -> old.csv",
+        files={"old.csv": ",".join(EXPORT_COLUMNS) + "\n"},
+        id="export-over-earlier-export",
+    ),
+    case(
+        ["export", "r.jsonl", "--csv", "r.jsonl"],
+        2,
+        "--csv=r.jsonl is one of the results files being exported",
+        files={"r.jsonl": HEADER + ROW},
+        id="export-over-its-input",
+    ),
+    case(
         ["compare", "{rows}", "{rows}", "--noise-floor", "x"],
         2,
         "--noise-floor='x'",
@@ -703,6 +864,16 @@ OTHER = [
     case(["lengths", "uniform:1-99999999"], 2, "99999999", id="lengths-huge"),
     case(["lengths", "prefix:4194000+1000"], 2, "reaches 4195000 tokens", id="lengths-prefix-huge"),
     case(["lengths"], 2, "Missing argument", id="lengths-missing"),
+    case(["lengths", "uniform:1,2-5"], 2, "uniform takes LO-HI, two integers", id="len-uni-list"),
+    case(["lengths", "uniform:1-2-3"], 2, "uniform takes LO-HI, two integers", id="len-uni-3"),
+    case(["lengths", "mixed:1-2-3"], 2, "mixed takes LO-HI", id="lengths-mixed-3"),
+    case(
+        ["lengths", "trace-prefix:mooncake-conv,0"],
+        2,
+        "K the number of prefixes (a positive integer)",
+        id="lengths-tprefix-0",
+    ),
+    case(["lengths", "1024,abc"], 2, "fixed takes comma-separated integers", id="len-fixed-text"),
     case(["tune", "--budget-s", "0"], 2, "--budget-s=0", id="tune-budget"),
     case(["tune", "--grid-limit", "0"], 2, "--grid-limit=0", id="tune-grid"),
     case(["tune", "--device", "cpu", "--timer", "cuda-graph"], 2, "--timer", id="tune-timer"),
@@ -767,3 +938,56 @@ def test_bad_input(
     assert lines, f"no line contains {message!r}:\n{output}"
     errors = [ln for ln in output.splitlines() if ln.startswith("error:")]
     assert len(errors) <= 1, output  # one error line, not a stream of them
+
+
+# -- what the run's summary and messages say about these inputs ----------------------------------
+
+
+def test_an_ok_row_with_a_nan_latency_is_invalid_data_not_a_gate_failure() -> None:
+    from tests.fixtures_results import row, spec
+
+    from attnbench.report.summary import render_summary, summarize_rows
+
+    s = spec("decode", [1024] * 8, dtype="bfloat16", kv_dtype="bfloat16")
+    nan = row(s, "flash-attn:fa3").model_copy(update={"latency_us": float("nan")})
+    negative = row(s, "flashinfer:tc").model_copy(update={"latency_us": -5.0})
+    summary = summarize_rows([nan, negative])
+    assert summary.cases == []
+    assert [(f.backend, f.status) for f in summary.failures] == [
+        ("flash-attn:fa3", "invalid"),
+        ("flashinfer:tc", "invalid"),
+    ]
+    text = " ".join(" ".join(render_summary(summary, width=80)).split())
+    assert "no variant passed; failed: invalid 2" in text
+    assert "latency_us=nan is not a positive finite number: invalid data" in text
+    assert "of read ceiling" not in text  # no -5.0 µs winner
+
+
+def test_a_case_whose_variants_were_all_refused_says_why_with_the_memory_figures() -> None:
+    res = runner.invoke(app, ["run", *HUGE, "-b", "reference", "-b", "sdpa:math"])
+    assert res.exit_code == 3, res.output
+    text = " ".join(res.output.split())
+    assert "decode ctx4194304 bs16 bf16/bf16: nothing ran: every variant was refused:" in text
+    assert "no variant passed the accuracy gate" not in text
+    for variant in ("reference", "sdpa:math"):
+        assert re.search(rf"{variant}: needs ~[\d.]+ GiB \(KV cache 256\.0", text), text
+    assert re.search(r"of host memory; [\d.]+ GiB free", text), text
+
+
+def test_an_unknown_backend_lists_what_a_user_can_select() -> None:
+    res = runner.invoke(app, ["run", "-b", "nope", "--device", "cpu"])
+    assert res.exit_code == 2
+    assert "allowed: all, flash-attn" in res.output
+    assert "faulty" not in res.output  # the fault-injection variants are internal
+
+
+def test_backend_names_are_read_as_the_registry_spells_them() -> None:
+    from attnbench.config_load import load_settings
+
+    settings, _ = load_settings({"backends": ["ALL"]})
+    assert settings.backends == ["all"]
+    settings, _ = load_settings({"backends": ["FLEX", "flex,sdpa:Math", " flex"]})
+    assert settings.backends == ["flex", "sdpa:math"]
+    settings, _ = load_settings({"kinds": ["decode", "prefill,decode"], "lengths": ["16;16"]})
+    assert settings.kinds == ["decode", "prefill"]
+    assert settings.lengths == ["16"]

@@ -10,7 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import typer
 
+from attnbench.cli.common import EXIT_NOTHING_RAN
 from attnbench.cli.run import execute
 from attnbench.results import read_results
 
@@ -61,10 +63,17 @@ def _check(out: Path, backends: list[str], cases: int = 2) -> None:
     assert all(r.latency_us is not None for r in rows if r.status == "ok")
 
 
+def _execute_nothing_ran(cli: dict[str, object]) -> None:
+    """Only the fp64 oracle passes beside the faults: the run exits 3 (nothing ran)."""
+    with pytest.raises(typer.Exit) as exited:
+        execute(cli)
+    assert exited.value.exit_code == EXIT_NOTHING_RAN
+
+
 def test_in_process_faults_become_rows(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     backends = ["reference", *FAULTS]
-    execute(_cli(out, backends))
+    _execute_nothing_ran(_cli(out, backends))
     _check(out, backends)
 
 
@@ -73,7 +82,7 @@ def test_worker_pool_survives_hangs_and_crashes(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     backends = ["reference", "faulty:hang", "faulty:slowplan", "faulty:crash", "faulty:nan"]
     t0 = time.monotonic()
-    execute(_cli(out, backends, workers=2, case_timeout_s=3.0, plan_timeout_s=4.0))
+    _execute_nothing_ran(_cli(out, backends, workers=2, case_timeout_s=3.0, plan_timeout_s=4.0))
     _check(out, backends)
     assert time.monotonic() - t0 < 120
     rows = read_results(out).rows

@@ -66,3 +66,42 @@ def test_top_level_help_offers_version_and_completion() -> None:
     for flag in ("--version", "--install-completion", "--show-completion"):
         assert flag in res.output
     assert not TYPE_NAME.search(res.output)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("run", "the suite's [defaults] and [[group]] values"),
+        ("tune", "the suite's [defaults] and [[group]] values"),
+        ("replay", "agents:N[@LO-HI]"),
+        ("run", "[default: all]"),
+    ],
+)
+def test_help_keeps_square_brackets(name: str, text: str) -> None:
+    """Help texts are plain text: rich markup must not eat `[defaults]` or `[[group]]`."""
+    res = runner.invoke(app, [name, "--help"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert text in " ".join(res.output.split())
+    assert "\\[" not in res.output
+
+
+def test_run_help_names_the_folder_rows_go_to() -> None:
+    res = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "400"})
+    flat = " ".join(res.output.split())
+    assert "runs/" in flat
+    assert "results/" not in flat
+
+
+def test_options_list_each_alias_and_negative_form_on_its_own_line() -> None:
+    res = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "80"})
+    lines = [ln.strip("│ ") for ln in res.output.splitlines()]
+    assert any(ln.startswith("--num-qo-heads") for ln in lines), res.output
+    assert any(ln.startswith("--no-fp8-mode") for ln in lines), res.output
+    assert "…" not in res.output
+
+
+@pytest.mark.parametrize("name", ["replay", "replay-validate", "fidelity"])
+def test_other_commands_backend_options_do_not_claim_the_settings_default(name: str) -> None:
+    """`replay -b` is replay's own option: `all` is run's default, not its (it refuses `all`)."""
+    params = {p.name: p for p in _params(name)}
+    assert "[default: all]" not in (params["backend"].help or "").replace("\\", "")

@@ -37,7 +37,10 @@ def test_uniform_lognormal_and_list() -> None:
     ("text", "message"),
     [
         ("gamma:3", "not a known distribution"),
-        ("uniform:300", "needs LO-HI"),
+        ("uniform:300", "takes LO-HI"),
+        ("uniform:1,2-5", "takes LO-HI, two integers"),
+        ("uniform:1-2-3", "takes LO-HI, two integers"),
+        ("trace-prefix:mooncake-conv,0", "a positive integer"),
         ("uniform:300-100", "LO > HI"),
         ("lognormal:2048", "MEDIAN,SIGMA"),
         ("lognormal:-1,1", "positive"),

@@ -1,5 +1,5 @@
-"""Model presets: published values with their provenance, attention features, TP sharding, and
-`--model` refusing what attnbench cannot run as a plain GQA workload yet."""
+"""Model presets: published values with their provenance, attention features (windows, sinks,
+MLA, Gemma-2's soft-cap and softmax scale), TP sharding, and `--model` running every preset."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.config_load import ConfigError, load_settings
-from attnbench.workload.models import MODELS, get_model
+from attnbench.workload.models import MODELS, get_model, layer_shapes
 from attnbench.workload.shapes import MLAShape, ModelShape, layer_cycle
 from attnbench.workload.suite import settings_specs
 
@@ -113,26 +113,46 @@ def test_mla_presets_refuse_gqa_sharding(name: str) -> None:
         get_model(name).shard(8)
 
 
-def test_every_preset_but_soft_cap_runs() -> None:
-    runnable = {n for n, m in MODELS.items() if m.unsupported_reason() is None}
-    assert runnable == set(MODELS) - {"gemma-2-27b", "gemma-2-9b"}
-    why = get_model("gemma-2-9b").unsupported_reason() or ""
-    assert "logit soft-capping" in why
-    assert "--num-heads 16 --num-kv-heads 8 --head-dim 256" in why
+def test_every_preset_runs_soft_capped_gemma2_included() -> None:
+    assert {n for n, m in MODELS.items() if m.unsupported_reason() is not None} == set()
+    for model in ("gemma-2-9b", "gemma-2-27b"):
+        s, _ = load_settings({"model": model, "lengths": ["256"], "batch_size": 2})
+        specs = settings_specs(s)
+        assert {x.layer_type for x in specs} == {"sliding_attention", "full_attention"}
+        assert {x.logits_soft_cap for x in specs} == {50.0}
+        assert {x.window_left for x in specs} == {4095, -1}
+
+
+def test_gemma2_softmax_scale_follows_query_pre_attn_scalar() -> None:
+    """Gemma-2-27b scales by 144 ** -0.5 at head_dim 128; Gemma-2-9b's 256 is its head_dim, so its
+    cases keep the default scale and the plain serialisation."""
+    big = layer_shapes(get_model("gemma-2-27b"))
+    assert {layer.spec_fields["query_pre_attn_scalar"] for layer in big} == {144.0}
+    small = layer_shapes(get_model("gemma-2-9b"))
+    assert all("query_pre_attn_scalar" not in layer.spec_fields for layer in small)
+    assert get_model("gemma-2-9b").query_pre_attn_scalar == 256.0
+    s, _ = load_settings({"model": "gemma-2-27b", "lengths": ["256"], "batch_size": 2})
+    spec = settings_specs(s)[0]
+    assert spec.sm_scale == pytest.approx(1 / 12)
+    assert "/cap50/qscale144/" in spec.case_id
 
 
 @pytest.mark.parametrize(
-    ("model", "message"),
+    ("name", "core"),
     [
-        ("gemma-2-9b", "logit soft-cap 50"),
-        ("gemma-2-27b", "does not run logit soft-capping yet"),
+        ("phi-3-mini-4k", (32, 32, 96, 32, 3072, 8192, 32064)),
+        ("phi-3-medium-4k", (40, 10, 128, 40, 5120, 17920, 32064)),
     ],
 )
-def test_model_flag_refuses_soft_cap_in_one_line(model: str, message: str) -> None:
-    with pytest.raises(ConfigError) as err:
-        load_settings({"model": model})
-    assert message in str(err.value)
-    assert "\n" not in str(err.value)
+def test_phi3_presets_window_every_layer(name: str, core: tuple[int, ...]) -> None:
+    m = get_model(name)
+    assert _values(m, CORE) == core
+    assert m.sliding_window == 2047
+    assert m.window_pattern() == f"window 2047 on {m.num_layers}/{m.num_layers} layers (1:0)"
+    (layer,) = layer_shapes(m)
+    assert layer.spec_fields == {"layer_type": "sliding_attention", "window_left": 2046}
+    assert layer.num_layers == m.num_layers
+    assert "sliding_window 2047" in m.source
 
 
 def test_model_flag_sets_qwen25_7b_group_7_shape() -> None:
@@ -182,7 +202,8 @@ def test_models_command_lists_features_and_sources() -> None:
     for text in (
         "MLA latent 512+64",
         "window 128 on 18/36 layers (1:1); attention sinks",
-        "logit soft-cap 50; (--model:",
+        "window 4096 on 21/42 layers (1:1); logit soft-cap 50",
+        "window 2047 on 32/32 layers (1:0)",
         "GQA 7",
         "inference/configs/config_671B.json",
         "[LOCAL_SLIDING, GLOBAL]",

@@ -4,6 +4,7 @@ import time
 from pathlib import Path
 
 import pytest
+import typer
 
 from attnbench.cli.run import execute
 from attnbench.measure.config import MeasureConfig
@@ -67,18 +68,19 @@ def test_ray_local_cluster_runs_the_sweep(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        execute(
-            {
-                "device": "cpu",
-                "backends": ["reference", "faulty:raise"],
-                "batch_size": 2,
-                "lengths": ["16,32"],
-                "kv_dtype": "bfloat16",
-                "timer": "fake",
-                "ray": "local",
-                "out": out,
-            }
-        )
+        with pytest.raises(typer.Exit):  # only the oracle passed: nothing ran (exit 3)
+            execute(
+                {
+                    "device": "cpu",
+                    "backends": ["reference", "faulty:raise"],
+                    "batch_size": 2,
+                    "lengths": ["16,32"],
+                    "kv_dtype": "bfloat16",
+                    "timer": "fake",
+                    "ray": "local",
+                    "out": out,
+                }
+            )
     finally:
         ray.shutdown()
     rows = read_results(out).rows

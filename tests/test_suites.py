@@ -22,6 +22,8 @@ WORKLOAD_SUITES = (
     "mla",
     "gptoss",
     "replay-calibration-fp8",
+    "headdim",
+    "headdim-models",
 )
 KV_BUDGET_BYTES = 40e9
 """The largest case's KV cache must leave room on the 139 GiB H200 for backend copies."""
@@ -178,3 +180,26 @@ def test_replay_calibration_covers_live_replay_shapes() -> None:
         (n, mx) for n in (72, 100, 136, 200) for mx in (65535, 131071)
     }
     assert max(_kv_bytes(s) for s in specs) < KV_BUDGET_BYTES
+
+
+def test_headdim_suite_crosses_every_head_dim_with_groups_and_batches() -> None:
+    specs = _specs("headdim")
+    decode = Counter((s.head_dim, s.group_size, s.lengths) for s in specs if s.kind == "decode")
+    dims = (64, 80, 96, 112, 128, 192, 256)
+    assert set(decode) == {
+        (d, g, length)
+        for d in dims
+        for g in (1, 4, 8)
+        for length in ("mixed(256..65536)", "ctx8192")
+    }
+    prefill = {(s.head_dim, s.group_size) for s in specs if s.kind == "prefill"}
+    assert prefill == {(d, 4) for d in dims}
+    assert {s.dtype for s in specs} == {s.kv_dtype for s in specs} == {"bfloat16"}
+    models = _specs("headdim-models")
+    assert {s.model for s in models} == {
+        "gemma-2-9b", "gemma-2-27b", "phi-3-mini-4k", "phi-3-medium-4k"
+    }  # fmt: skip
+    gemma = [s for s in models if s.model and s.model.startswith("gemma")]
+    assert {s.logits_soft_cap for s in gemma} == {50.0}
+    assert {s.layer_type for s in gemma} == {"sliding_attention", "full_attention"}
+    assert all(max(s.kv_lens) > s.window_left for s in models if s.window_left >= 0)

@@ -385,16 +385,17 @@ def test_run_gemma3_and_gpt_oss_on_the_cpu(tmp_path: Path) -> None:
     """Gemma-3's windowed and full layers, and gpt-oss's windowed and full layers with sinks, pass
     the gate on sdpa:math (flex: above, eager) through `attnbench run --model`."""
     out = tmp_path / "w.jsonl"
+    oss_out = tmp_path / "oss.jsonl"  # --resume refuses to mix two models in one file
     base = ["run", "--device", "cpu", "--batch-size", "2", "--kind", "decode", "--timer", "fake"]
-    base += ["--kv-dtype", "bfloat16", "--out", str(out), "--backend", "sdpa:math"]
-    base += ["--backend", "reference"]
-    res = CliRunner().invoke(app, [*base, "--model", "gemma-3-27b", "--tp", "16", "-l", "1100"])
+    base += ["--kv-dtype", "bfloat16", "--backend", "sdpa:math", "--backend", "reference"]
+    gemma = ["--model", "gemma-3-27b", "--tp", "16", "-l", "1100", "--out", str(out)]
+    res = CliRunner().invoke(app, [*base, *gemma])
     assert res.exit_code == 0, res.output
-    res = CliRunner().invoke(
-        app, [*base, "--model", "gpt-oss-120b", "--tp", "8", "-l", "200", "--resume"]
-    )
+    oss = ["--model", "gpt-oss-120b", "--tp", "8", "-l", "200", "--out", str(oss_out)]
+    res = CliRunner().invoke(app, [*base, *oss])
     assert res.exit_code == 0, res.output
-    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    text = out.read_text() + oss_out.read_text()
+    rows = [json.loads(x) for x in text.splitlines()]
     rows = [r for r in rows if r.get("type") == "result"]
     got = {(r["spec"]["model"], r["spec"]["layer_type"], r["backend"]): r for r in rows}
     for layer in ("sliding_attention", "full_attention"):

@@ -9,6 +9,7 @@ device). Library code never reads Settings: the CLI turns them into frozen run c
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,11 +42,12 @@ LIMITS = {
 }
 """Upper bounds that keep a typo from asking for petabytes."""
 ENV_PREFIX = "ATTNBENCH_"
-OTHER_ENV_VARS = ("ATTNBENCH_RESULTS", "ATTNBENCH_GIT_SHA")
+OTHER_ENV_VARS = ("ATTNBENCH_RESULTS", "ATTNBENCH_GIT_SHA", "ATTNBENCH_RECHECK_KNOWN_BUGS")
 """`ATTNBENCH_*` environment variables that are not settings: where `report`, `recommend`,
-`compare` and `replay` look for results, and the commit a copy without .git names in
-provenance. Any other `ATTNBENCH_*` name that is not a setting is an error (a typo would
-otherwise be ignored); names without the prefix are other tools' and are left alone."""
+`compare` and `replay` look for results, the commit a copy without .git names in
+provenance, and the known library bugs to run anyway (`backends.known_bugs`). Any other
+`ATTNBENCH_*` name that is not a setting is an error (a typo would otherwise be ignored); names
+without the prefix are other tools' and are left alone."""
 _MEASURE = MeasureConfig()
 """The measurement defaults; the settings below take theirs from it."""
 
@@ -63,6 +65,33 @@ def _split(value: Any) -> Any:
                 raise ValueError(f"not a valid JSON list: {text!r}") from None
         return [v.strip() for v in text.split(",") if v.strip()]
     return value
+
+
+def _comma_items(value: Any) -> Any:
+    """`_split`, and each string of a list split at commas too (repeated flags, each of
+    which may hold `a,b`)."""
+    value = _split(value)
+    if isinstance(value, list):
+        return [p for v in value for p in (_split(v) if isinstance(v, str) else [v])]
+    return value
+
+
+def _unique(values: Any) -> Any:
+    """A list without repeats, in first-seen order (`--kind decode --kind decode` runs each
+    case once); anything else as it is, for the type check to judge."""
+    return (
+        [v for i, v in enumerate(values) if v not in values[:i]]
+        if isinstance(values, list)
+        else values
+    )
+
+
+def usable_cpus() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    import os
+
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def _split_semicolon(value: Any) -> Any:
@@ -145,7 +174,8 @@ class Settings(BaseSettings):
     backends: Annotated[list[str], NoDecode] = ["all"]
     """Backends or variants (`flashinfer`, `flashinfer:tc`, `sdpa:math`...), or all."""
     out: Path | None = None
-    """Results file (JSONL); default results/<time>_<device>_<suite>.jsonl."""
+    """Results file (JSONL); default: a new file in runs/ (or $ATTNBENCH_RESULTS) named after
+    the time, the device and the suite."""
     resume: bool = False
     """Skip cases already finished in --out."""
 
@@ -179,15 +209,31 @@ class Settings(BaseSettings):
     """Stop when the median's 95% CI half-width is within this fraction of it."""
 
     # -- validation ---------------------------------------------------------------------------
-    @field_validator("context_lengths", "kinds", "backends", mode="before")
+    @field_validator("context_lengths", "kinds", mode="before")
     @classmethod
     def _comma_lists(cls, v: Any) -> Any:
-        return _split(v)
+        return _unique(_comma_items(v))
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _backend_names(cls, v: Any) -> Any:
+        """Names as `select_backends` matches them (lower case); `all` stands alone."""
+        names = _comma_items(v)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return names
+        names = _unique([n.strip().lower() for n in names])
+        if "all" in names and len(names) > 1:
+            others = ", ".join(n for n in names if n != "all")
+            raise ValueError(
+                f"all (every variant that runs here) cannot be combined with {others}; "
+                "give all alone, or name each variant to run"
+            )
+        return names or ["all"]
 
     @field_validator("lengths", mode="before")
     @classmethod
     def _length_list(cls, v: Any) -> Any:
-        return _split_semicolon(v)
+        return _unique(_split_semicolon(v))
 
     @field_validator("dtype")
     @classmethod
@@ -240,23 +286,36 @@ class Settings(BaseSettings):
 
     @field_validator("workers")
     @classmethod
-    def _non_negative(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("must be 0 or more")
+    def _workers(cls, v: int) -> int:
+        cores = usable_cpus()
+        if not 0 <= v <= cores:
+            raise ValueError(
+                f"allowed: 0 (run in this process) to {cores}, the CPU cores this process "
+                "may use (each worker is a process with its own torch and its own threads)"
+            )
         return v
 
     @field_validator("case_timeout_s", "plan_timeout_s")
     @classmethod
     def _timeout(cls, v: float) -> float:
-        if not v >= 0:
-            raise ValueError("must be 0 (no limit) or a positive number of seconds")
+        if not (v >= 0 and math.isfinite(v)):
+            raise ValueError("must be 0 (no limit) or a positive finite number of seconds")
         return v
 
     @field_validator("warmup_ms", "max_time_ms", "target_rel_ci")
     @classmethod
     def _positive_float(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError("must be positive")
+        if not (v > 0 and math.isfinite(v)):
+            raise ValueError("must be a positive finite number")
+        return v
+
+    @field_validator("out", mode="before")
+    @classmethod
+    def _out_path(cls, v: Any) -> Any:
+        if isinstance(v, str | Path) and not str(v).strip():
+            raise ValueError(
+                "is empty; give a file path, or leave it unset for a new file in runs/"
+            )
         return v
 
     @field_validator("context_lengths")

@@ -69,7 +69,40 @@ def load_settings(
         raise ConfigError(str(exc).splitlines()[0]) from None
     except ValueError as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
+    check_model_shape(settings, sources)
     return settings, sources
+
+
+MODEL_FIELDS = {"num_heads": "num_qo_heads", "num_kv_heads": "num_kv_heads", "head_dim": "head_dim"}
+"""Settings a `model` sets (setting -> the preset's attribute)."""
+
+
+def check_model_shape(settings: Settings, sources: dict[str, str]) -> None:
+    """A model sets the heads and head_dim: raise ConfigError when one is also given (by a
+    flag, the environment or a file) with another value, which the model would silently
+    override (`--model llama-3.1-8b --num-heads 16` ran 32 heads)."""
+    if settings.model is None:
+        return
+    from attnbench.workload.models import get_model
+
+    model = get_model(settings.model)
+    for field, attribute in MODEL_FIELDS.items():
+        value, preset = getattr(settings, field), getattr(model, attribute)
+        if sources.get(field, "default") != "default" and value != preset:
+            raise ConfigError(
+                f"{_given(field, value, sources[field])} conflicts with model={model.name!r}, "
+                f"whose {field} is {preset}: a model sets num_heads, num_kv_heads and "
+                "head_dim, so give the model or the shape, not both"
+            )
+
+
+def _given(field: str, value: object, source: str) -> str:
+    """`--num-heads=16` for a flag, else `head_dim=64 (from environment ATTNBENCH_HEAD_DIM)`."""
+    if source == "cli":
+        return f"--{field.replace('_', '-')}={value}"
+    env = ENV_PREFIX + field.upper()
+    where = {"env": f"environment {env}", ".env": f".env {env}"}.get(source, source)
+    return f"{field}={value} (from {where})"
 
 
 def setting_env_names() -> list[str]:

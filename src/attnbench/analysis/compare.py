@@ -324,7 +324,7 @@ def compare_frames(
 
 
 def parse_threshold(text: str, name: str = "threshold") -> float:
-    """`5%` or `0.05` -> 0.05; raises ValueError otherwise (and for values outside (0, 10))."""
+    """`5%` or `0.05` -> 0.05; raises ValueError otherwise (and for values outside [0, 10])."""
     t = text.strip()
     try:
         value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
@@ -332,6 +332,6 @@ def parse_threshold(text: str, name: str = "threshold") -> float:
         raise ValueError(f"{name}={text!r} is not a number; write e.g. 5% or 0.05") from None
     if not t.endswith("%") and value >= 1:
         raise ValueError(f"{name}={text!r} is ambiguous; write {t}% or {value / 100:g}")
-    if not 0 <= value < 10:
-        raise ValueError(f"{name}={text!r} must be between 0% and 1000%")
+    if not 0 <= value <= 10:
+        raise ValueError(f"{name}={text!r} must be from 0% to 1000% (0 to 10)")
     return value

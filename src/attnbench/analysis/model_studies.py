@@ -268,7 +268,7 @@ def _sweep(g: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) -> GqaSwe
     bad = bad.assign(message=[str(m)[:PROBLEM_KEY_CHARS] for m in bad["reason"]])
     for (backend, status, _), pg in bad.groupby(["backend", "status", "message"]):
         sources = sorted(set(pg["source"]))
-        libs = _versions(
+        libs = backend_versions(
             [versions.get(s, {}) for s in sources], str(pg.iloc[0]["library"]), str(backend)
         )
         problems.append(
@@ -316,7 +316,7 @@ _LIBRARY_KEYS = {
 }
 
 
-def _versions(found: list[Mapping[str, str]], library: str, backend: str) -> str:
+def backend_versions(found: list[Mapping[str, str]], library: str, backend: str) -> str:
     """`flashinfer-python 0.7.4, nvidia-cudnn-cu13 9.19.0.56`: the versions in the rows' headers
     of the libraries this backend runs on (cuDNN too for a cudnn variant)."""
     tokens = _LIBRARY_KEYS.get(library, (library,))

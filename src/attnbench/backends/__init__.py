@@ -72,9 +72,8 @@ def select_backends(names: list[str] | None) -> list[Backend]:
         name = raw.strip().lower()
         matches = [b for b in everything if b.name == name or b.name.split(":")[0] == name]
         if not matches:
-            allowed = sorted(
-                {b.name.split(":")[0] for b in everything} | {b.name for b in everything}
-            )
-            raise ValueError(f"backend={raw!r} is not known; allowed: {', '.join(allowed)}")
+            listed = [b for b in everything if not getattr(b, "hidden", False)]
+            allowed = sorted({b.name.split(":")[0] for b in listed} | {b.name for b in listed})
+            raise ValueError(f"backend={raw!r} is not known; allowed: all, {', '.join(allowed)}")
         chosen += [b for b in matches if b not in chosen]
     return chosen

@@ -6,7 +6,6 @@ case; the variants and their rules are described there.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -48,7 +47,7 @@ class Setup:
 
     @property
     def sm_scale(self) -> float:
-        return 1.0 / math.sqrt(self.spec.head_dim)
+        return self.spec.sm_scale
 
     @property
     def out_dtype(self) -> torch.dtype:
@@ -56,8 +55,11 @@ class Setup:
 
     def common(self, batch: int) -> dict[str, Any]:
         """Keyword arguments of every call: scale, descales (fp8), FA3 tuning knobs, a sliding
-        window as (window_left, 0) and the sink logits (bf16 `[num_qo_heads]`)."""
+        window as (window_left, 0), the soft-cap (`softcap`: cap * tanh(s / cap) on the scaled
+        logits) and the sink logits (bf16 `[num_qo_heads]`)."""
         kw: dict[str, Any] = {"softmax_scale": self.sm_scale}
+        if self.spec.logits_soft_cap > 0:
+            kw["softcap"] = self.spec.logits_soft_cap
         if self.spec.window_left >= 0:
             kw["window_size_left"], kw["window_size_right"] = self.spec.window_left, 0
         if self.inputs.sinks is not None:
@@ -316,6 +318,8 @@ def setup(
     s = Setup(lib, spec, inputs, knobs, q=inputs.q, layout=layout)
     if lib.generation == 3:
         s.details["scheduler_metadata"] = METADATA_IN_RUN  # until a call computes it in plan
+    if spec.logits_soft_cap > 0:
+        s.details["softcap"] = spec.logits_soft_cap
     if spec.is_fp8:  # FA3's fp8 path takes an fp8 query: one per-tensor scale (a pure function)
         s.q, s.q_scale, _ = quantize_query(inputs.q, spec.kv_dtype)
         s.details["q_scale"] = s.q_scale

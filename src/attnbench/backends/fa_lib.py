@@ -117,6 +117,22 @@ class FlashLib:
             return False
 
     @property
+    def softcap(self) -> bool:
+        """The build applies logit soft-capping (`softcap=`): not compiled out
+        (FLASHATTENTION_DISABLE_SOFTCAP, set in tokenspeed-fa3 3.0.0.post20260810) and in the
+        raw operator's schema, else in the public function's signature (FA2 since 2.6)."""
+        if self.disabled("SOFTCAP"):
+            return False
+        if self.raw is not None:
+            return "softcap" in self.raw_args
+        name = "flash_attn_with_kvcache" if self.generation == 3 else "flash_attn_varlen_func"
+        func = getattr(self.module, name, None)
+        try:
+            return func is not None and "softcap" in inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            return False
+
+    @property
     def window(self) -> bool:
         """The build has sliding-window (local) kernels (FLASHATTENTION_DISABLE_LOCAL unset)."""
         return not self.disabled("LOCAL")

@@ -1,6 +1,6 @@
 """Which attention features beyond plain GQA a backend variant computes: MLA's latent cache, a
-sliding window, attention sinks (`WorkloadSpec.features()`), and the one-line reason a variant
-gives for a case that needs one it does not.
+sliding window, attention sinks, logit soft-capping (`WorkloadSpec.features()`), and the
+one-line reason a variant gives for a case that needs one it does not.
 
 Every variant's `check` asks `missing_feature` first, so a case is refused before anything is
 built, with a reason that says where such cases run instead; a variant that ignored the feature
@@ -15,6 +15,10 @@ from attnbench.backends.base import Unsupported
 from attnbench.workload.spec import WorkloadSpec
 
 MLA_VARIANTS = "sdpa:mla, flashinfer:mla-fa2, flashinfer:mla-fa3"
+SOFT_CAP_VARIANTS = (
+    "flashinfer:fa2/tc/fa3/auto/ragged-fa2/ragged-fa3 (logits_soft_cap), flex (a score_mod) and "
+    "flash-attn:fa3 builds with softcap"
+)
 DEFAULT_REASONS: dict[str, str] = {
     "mla": (
         "{who} computes grouped-query attention; MLA cases (one latent shared by every query "
@@ -22,6 +26,8 @@ DEFAULT_REASONS: dict[str, str] = {
     ),
     "window": "{who} takes no sliding window (window_left)",
     "sinks": "{who} takes no attention sinks",
+    "softcap": "{who} takes no logit soft-cap (logits_soft_cap); soft-capped cases (Gemma-2) run "
+    "on " + SOFT_CAP_VARIANTS,
 }
 
 

@@ -35,7 +35,9 @@ the error budget is fp8's (P is fp8 on that path). The output of the fp8 path is
 
 Sliding windows: `window_size=(window_left, 0)` (FA3 and FA2; bottom-right aligned like the
 reference). Attention sinks: `sinks=` (bf16 per query head) where the build takes it
-(tokenspeed-fa3; `FlashLib.sinks`). MLA is refused here (`flash-attn:mla`, `fa3_mla`).
+(tokenspeed-fa3; `FlashLib.sinks`). Logit soft-capping: `softcap=` where the build has it
+(`FlashLib.softcap`; tokenspeed-fa3 3.0.0.post20260810 compiles it out, so it refuses). MLA
+is refused here (`flash-attn:mla`, `fa3_mla`).
 """
 
 from __future__ import annotations
@@ -126,11 +128,14 @@ class FlashAttnBackend:
         lib = self._lib()
         if isinstance(lib, str):
             return Unsupported(lib)
-        features = ["window"] * lib.window + ["sinks"] * lib.sinks
+        features = ["window"] * lib.window + ["sinks"] * lib.sinks + ["softcap"] * lib.softcap
         reasons = {
             "mla": "{who} computes GQA attention; FA3 on MLA is flash-attn:mla",
             "window": f"{lib.label} was built without local (sliding-window) kernels",
             "sinks": f"{lib.label} takes no `sinks` (tokenspeed-fa3's FA3 build does)",
+            "softcap": f"{lib.label} was built without logit soft-capping "
+            "(FLASHATTENTION_DISABLE_SOFTCAP, or no `softcap` argument); soft-capped cases run on "
+            "flashinfer:fa2/tc/fa3/auto and flex",
         }
         if refused := missing_feature(self.name, spec, features, reasons):
             return refused

@@ -11,8 +11,9 @@
     flashinfer:ragged-fa3  the same with fa3
     flashinfer:cascade     shared prefix: MultiLevelCascadeAttentionWrapper, 2 levels
 
-Which variant serves which case, and why not, is in `flashinfer_rules` (pure, tested on CPU);
-the calls are in `flashinfer_decode` and `flashinfer_prefill`. `flashinfer` itself is imported
+Which variant serves which case, and why not, is in `flashinfer_rules` (pure, tested on CPU),
+the library's known bugs, refused in `check`, in `flashinfer_bugs`; the calls are in
+`flashinfer_decode` and `flashinfer_prefill`. `flashinfer` itself is imported
 only inside `available()` and `plan()`.
 """
 
@@ -22,6 +23,7 @@ import functools
 from collections.abc import Mapping
 
 from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
+from attnbench.backends.flashinfer_bugs import bug_refusal
 from attnbench.backends.flashinfer_rules import INSTALL_HINT, VARIANTS, Route, resolve_knobs, route
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
@@ -63,6 +65,8 @@ class FlashInferBackend:
         found = route(self.short, spec, device)
         if isinstance(found, Unsupported):
             return found
+        if (bug := bug_refusal(self.short, found, spec)) is not None:  # flashinfer_bugs
+            return bug
         if found.backend == "cudnn" and not _has_cudnn_frontend():
             return Unsupported(
                 "FlashInfer's cuDNN decode needs nvidia-cudnn-frontend (without it FlashInfer "

@@ -93,6 +93,18 @@ def output_buffer(spec: WorkloadSpec, inputs: AttentionInputs) -> torch.Tensor:
     )
 
 
+def logits_kwargs(spec: WorkloadSpec) -> dict[str, float]:
+    """`plan()` keywords for the logits: `logits_soft_cap` under a soft-cap (Gemma-2) and
+    `sm_scale` where the model sets its own scale (query_pre_attn_scalar); otherwise none, and
+    FlashInfer uses 1/sqrt(head_dim), the same value."""
+    kwargs: dict[str, float] = {}
+    if spec.logits_soft_cap > 0:
+        kwargs["logits_soft_cap"] = spec.logits_soft_cap
+    if spec.query_pre_attn_scalar > 0:
+        kwargs["sm_scale"] = spec.sm_scale
+    return kwargs
+
+
 def knob_details(route: Route, knobs: dict[str, object]) -> dict[str, str | int | float | bool]:
     """Knob values the route applied (None as `none`) and the ones it ignored, for the row."""
     details: dict[str, str | int | float | bool] = {}

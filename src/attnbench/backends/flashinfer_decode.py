@@ -6,8 +6,10 @@ indptr/indices/last_page_len buffers), as serving engines build it; `plan` fills
 
 FP8 KV (0.7.4, decode.py `run`): `k_scale` multiplies `sm_scale` on the host, `v_scale`
 scales the output after the kernel (`out *= v_scale`, in place, so `run` stays
-allocation-free). XQA takes them fused: `bmm1_scale = k_scale / sqrt(head_dim)`,
-`bmm2_scale = v_scale`.
+allocation-free). XQA takes them fused: `bmm1_scale = k_scale * sm_scale`,
+`bmm2_scale = v_scale`. Soft-cap and the model's softmax scale: `plan(logits_soft_cap=,
+sm_scale=)` (`flashinfer_common.logits_kwargs`); XQA and cuDNN take no soft-cap (the rules
+refuse it there).
 
 FP8 KV with one scale per (token, KV head) (the fp8 study's `token` scheme): inputs that carry
 `extras["k_cache_sf"]` and `extras["v_cache_sf"]` (float32 `[num_pages, page_size,
@@ -21,7 +23,6 @@ Sliding window: `plan(window_left=)` (the run inherits it); XQA takes `window_le
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from attnbench.backends.flashinfer_common import (
     WORKSPACE_BYTES,
     dense_block_tables,
     knob_details,
+    logits_kwargs,
     output_buffer,
     workspace,
     xqa_causal_mask,
@@ -67,6 +69,7 @@ def plan_decode(
         "q_data_type": torch_dtype(spec.dtype),
         "kv_data_type": torch_dtype(spec.kv_dtype),
         "q_len_per_req": route.q_len_per_req,
+        **logits_kwargs(spec),
     }
     if spec.window_left >= 0:
         plan_kwargs["window_left"] = spec.window_left
@@ -118,6 +121,7 @@ def plan_decode(
         "use_tensor_cores": bool(wrapper.use_tensor_cores),
         "q_len_per_req": route.q_len_per_req,
         "flashinfer": str(flashinfer.__version__),
+        **logits_kwargs(spec),
         **knob_details(route, knobs),
     }
     if token_sf is not None:
@@ -181,7 +185,7 @@ def plan_xqa(
 
     ws = workspace(inputs.device, "xqa")
     out = output_buffer(spec, inputs)
-    bmm1_scale = inputs.k_scale / math.sqrt(spec.head_dim)
+    bmm1_scale = inputs.k_scale * spec.sm_scale
     bmm2_scale = inputs.v_scale
     q, kv_cache, seq_lens = inputs.q, inputs.kv_cache, inputs.kv_lens
     sinks = sink_tensor(inputs) if inputs.sinks is not None else None

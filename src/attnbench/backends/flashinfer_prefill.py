@@ -21,6 +21,7 @@ from attnbench.backends.base import PlannedRun
 from attnbench.backends.flashinfer_common import (
     WORKSPACE_BYTES,
     knob_details,
+    logits_kwargs,
     output_buffer,
     quantize_query,
     workspace,
@@ -63,17 +64,22 @@ def _split_kwargs(route: Route, knobs: dict[str, object]) -> dict[str, Any]:
 
 
 def _window_kwargs(spec: WorkloadSpec) -> dict[str, Any]:
-    """`plan(window_left=)` for a sliding window (every prefill planner takes it)."""
-    return {"window_left": spec.window_left} if spec.window_left >= 0 else {}
+    """`plan(window_left=)` for a sliding window (every prefill planner takes it), with the
+    soft-cap and the model's softmax scale (`logits_kwargs`)."""
+    window = {"window_left": spec.window_left} if spec.window_left >= 0 else {}
+    return window | logits_kwargs(spec)
 
 
-def _details(api: str, route: Route, knobs: dict[str, object], version: str) -> dict[str, Any]:
+def _details(
+    api: str, route: Route, spec: WorkloadSpec, knobs: dict[str, object], version: str
+) -> dict[str, Any]:
     return {
         "api": api,
         "backend_requested": route.backend,
         "kernel": "prefill",
         "fp8_query": route.fp8_query,
         "flashinfer": version,
+        **logits_kwargs(spec),
         **knob_details(route, knobs),
     }
 
@@ -121,7 +127,7 @@ def plan_paged(
         return result
 
     details = _details(
-        "BatchPrefillWithPagedKVCacheWrapper", route, knobs, str(flashinfer.__version__)
+        "BatchPrefillWithPagedKVCacheWrapper", route, spec, knobs, str(flashinfer.__version__)
     )
     details["custom_mask"] = route.custom_mask
     return _planned(wrapper, route, spec, query, run, replan, out, details)
@@ -186,7 +192,7 @@ def plan_ragged(
         return result
 
     details = _details(
-        "BatchPrefillWithRaggedKVCacheWrapper", route, knobs, str(flashinfer.__version__)
+        "BatchPrefillWithRaggedKVCacheWrapper", route, spec, knobs, str(flashinfer.__version__)
     )
     details["kv_contiguous"] = True
     details["gathered_kv_bytes"] = 2 * k.numel() * k.element_size()
@@ -229,6 +235,7 @@ def plan_cascade(route: Route, spec: WorkloadSpec, inputs: AttentionInputs) -> P
             spec.head_dim,
             spec.page_size,
             causal=spec.causal,  # the wrapper applies it to the last level only
+            **logits_kwargs(spec),
             q_data_type=torch_dtype(spec.dtype),
             kv_data_type=torch_dtype(spec.kv_dtype),
         )

@@ -199,12 +199,23 @@ _FEATURE_REASONS = {
     "sinks": "{who}: FlashInfer 0.7.4's fa2/fa3 kernels drop `sinks` (its run() passes them to "
     "trtllm-gen, cuDNN and XQA only); flashinfer:xqa serves sinks on SM90",
     "window": "{who}: MultiLevelCascadeAttentionWrapper takes no window_left per level",
+    "softcap": "{who} takes no logit soft-cap in 0.7.4 (XQA's call has no such argument, "
+    "trtllm-gen's plan asserts it is 0, cuDNN's decode graph takes none); soft-capped cases run "
+    "on flashinfer:fa2/tc/fa3/auto",
 }
 
 
+SOFT_CAP_VARIANTS = ("fa2", "tc", "fa3", "auto", "ragged-fa2", "ragged-fa3")
+"""Variants whose wrappers take `plan(logits_soft_cap=)` in 0.7.4 (the fa2 and fa3 prefill and
+the decode modules are built with `use_logits_soft_cap`); XQA's call has no such argument,
+trtllm-gen's plan asserts it is 0 and cuDNN's decode graph takes none."""
+
+
 def _features(short: str, spec: WorkloadSpec) -> Unsupported | None:
-    """Refusals for MLA, sliding windows and sinks (`plan(window_left=)` serves windows)."""
+    """Refusals for MLA, sliding windows, sinks and soft-caps (`plan(window_left=)` serves
+    windows, `plan(logits_soft_cap=)` soft-caps)."""
     supported = ["window"] * (short != "cascade") + ["sinks"] * (short in SINK_VARIANTS)
+    supported += ["softcap"] * (short in SOFT_CAP_VARIANTS)
     reasons = dict(_FEATURE_REASONS)
     if short == "cudnn":
         reasons["sinks"] = "{who}: cuDNN takes sinks only with cudnn-frontend 1.30+ (SM100 FROST)"

@@ -7,7 +7,9 @@ causal (within spec.window_left keys before it, under a sliding window), or for 
 whole context plus its tree ancestors. Attention sinks (spec.sinks) are one more key, after the
 packed batch, with a zero value: every query may see it (`mask_mod`), and a `score_mod` replaces
 its score with the head's sink logit, so the softmax denominator gains exp(sink) and the output
-nothing, as the reference's `cat([QK, S])` softmax. The block mask is built in
+nothing, as the reference's `cat([QK, S])` softmax. Logit soft-capping (spec.logits_soft_cap,
+Gemma-2) is a `score_mod` too: the scaled score s becomes cap * tanh(s / cap), as the reference
+computes it (soft-capping and sinks never meet: no model has both). The block mask is built in
 plan (`create_block_mask`, compiled on GPU so the full Q x KV mask is never materialised) and
 rebuilding it is the per-step plan (`replan`). `flex_attention` is compiled once per process
 (`torch.compile`), with a recompile limit high enough for a sweep's shapes: a fall-back to the
@@ -26,7 +28,6 @@ Triton kernel (BACKEND="TRITON"), and the row says which kernel ran.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import cache
@@ -126,6 +127,16 @@ def sink_score_mod(sink_key: int, sinks: torch.Tensor) -> Callable[..., torch.Te
     return sink_score
 
 
+def soft_cap_score_mod(cap: float) -> Callable[..., torch.Tensor]:
+    """score_mod: Gemma-2's logit soft-cap, cap * tanh(score / cap), on the scaled score."""
+
+    def capped(score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
+        out: torch.Tensor = torch.tanh(score / cap) * cap
+        return out
+
+    return capped
+
+
 def _base_mask_mod(spec: WorkloadSpec, ids: TokenIds) -> Callable[..., torch.Tensor]:
     q_req, q_pos, q_node = ids.q_req, ids.q_pos, ids.q_node
     kv_req, kv_pos, kv_node = ids.kv_req, ids.kv_pos, ids.kv_node
@@ -190,7 +201,7 @@ class FlexBackend:
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
         if device.kind not in self.devices:
             return Unsupported(f"flex runs on cpu or cuda, not {device.kind}")
-        if why := missing_feature(self.name, spec, ("window", "sinks")):
+        if why := missing_feature(self.name, spec, ("window", "sinks", "softcap")):
             return why
         if spec.is_fp8:
             return Unsupported("flex has no fp8 KV path (dequantising in plan is no fp8 kernel)")
@@ -226,6 +237,8 @@ class FlexBackend:
             k4, v4 = torch.cat([k4, zero], dim=2), torch.cat([v4, zero], dim=2)
             ids = with_sink_key(ids)
             score_mod = sink_score_mod(sink_key, inputs.sinks.to(dev, torch.float32))
+        if spec.logits_soft_cap > 0:
+            score_mod = soft_cap_score_mod(spec.logits_soft_cap)
         block_mask = build_block_mask(spec, ids, dev, sink_key)
         options: dict[str, Any] = {}
         if dev.type == "cuda":
@@ -238,7 +251,7 @@ class FlexBackend:
         fn: Callable[..., Any] = compiled_flex() if compiled else eager
         kw: dict[str, Any] = {
             "block_mask": block_mask,
-            "scale": 1.0 / math.sqrt(spec.head_dim),
+            "scale": spec.sm_scale,
             "enable_gqa": spec.group_size > 1,
         }
         if score_mod is not None:
@@ -266,6 +279,8 @@ class FlexBackend:
         }
         if spec.sinks:
             details["sinks"] = "score_mod-key"
+        if spec.logits_soft_cap > 0:
+            details["soft_cap"] = "score_mod-tanh"
         details.update({k.lower(): v for k, v in options.items()})
         if main_kernel:
             details["flex_kernel"] = "main (flex-decoding has no valid tile)"

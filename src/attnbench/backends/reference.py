@@ -8,6 +8,10 @@ before it is timed.
 Beyond plain GQA it computes:
 
 - a sliding window (spec.window_left = W): query at position p sees keys max(0, p - W)..p;
+- logit soft-capping (spec.logits_soft_cap = c, Gemma-2): each scaled logit s becomes
+  c * tanh(s / c) before the mask and the softmax, as Gemma-2 computes it (HF `Gemma2Attention`:
+  scores / softcap, tanh, * softcap), with the softmax scale spec.sm_scale
+  (query_pre_attn_scalar ** -0.5 where the model sets it);
 - attention sinks (spec.sinks): one logit per query head joins each softmax denominator as a
   key with no value, as gpt-oss computes it (`torch.cat([QK, S])`, softmax, sink column
   dropped): out = sum_j exp(s_j) v_j / (sum_j exp(s_j) + exp(sink));
@@ -17,7 +21,6 @@ Beyond plain GQA it computes:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import torch
@@ -51,7 +54,7 @@ def reference_attention(
     q_all = inputs.q if q is None else q
     if spec.mla is not None:
         return mla_reference(inputs, accum_dtype=accum_dtype, q=q_all)
-    sm_scale = 1.0 / math.sqrt(spec.head_dim)
+    sm_scale = spec.sm_scale
     num_kv, group, dim = spec.num_kv_heads, spec.group_size, spec.head_dim
     sinks = None
     if inputs.sinks is not None:  # [Hq] -> [Hkv, group, 1, 1] beside the logits [Hkv, g, q, k]
@@ -70,7 +73,7 @@ def reference_attention(
         chunk = max(1, _LOGITS_BUDGET_BYTES // (spec.num_qo_heads * seq_len * 8))
         for c0 in range(0, n, chunk):
             c1 = min(n, c0 + chunk)
-            logits = torch.einsum("hgqd,khd->hgqk", qb[:, :, c0:c1], k) * sm_scale
+            logits = soft_cap(torch.einsum("hgqd,khd->hgqk", qb[:, :, c0:c1], k) * sm_scale, spec)
             allowed = _mask(spec, seq_len, n, c0, c1, tree, logits.device)
             if allowed is not None:
                 logits.masked_fill_(~allowed, float("-inf"))
@@ -79,6 +82,12 @@ def reference_attention(
             out[q0 + c0 : q0 + c1] = ob.reshape(c1 - c0, spec.num_qo_heads, dim)
         q0 += n
     return out
+
+
+def soft_cap(logits: torch.Tensor, spec: WorkloadSpec) -> torch.Tensor:
+    """`cap * tanh(logits / cap)` under spec.logits_soft_cap (Gemma-2), else the logits."""
+    cap = spec.logits_soft_cap
+    return logits if cap <= 0 else torch.tanh(logits / cap) * cap
 
 
 def _softmax(logits: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:

@@ -29,7 +29,6 @@ sinks. MLA runs on `sdpa:mla` (`sdpa_mla`).
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -139,8 +138,13 @@ class SdpaBackend:
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
         if device.kind not in self.devices:
             return Unsupported(f"{self.name} needs a CUDA GPU")
-        mla = f"{self.name} runs grouped-query attention; MLA cases run on sdpa:mla"
-        if why := missing_feature(self.name, spec, ("window", "sinks"), {"mla": mla}):
+        reasons = {
+            "mla": f"{self.name} runs grouped-query attention; MLA cases run on sdpa:mla",
+            "softcap": f"{self.name}: scaled_dot_product_attention takes a scale and an additive "
+            "mask, no logit soft-cap (tanh of the logits); soft-capped cases run on flex (a "
+            "score_mod) and flashinfer:fa2/tc",
+        }
+        if why := missing_feature(self.name, spec, ("window", "sinks"), reasons):
             return why
         if spec.is_fp8:
             return Unsupported("sdpa has no fp8 KV path (dequantising in plan is no fp8 kernel)")
@@ -172,7 +176,8 @@ class SdpaBackend:
         failures: list[str] = []
         for how in tries:
             t = _nested(spec, inputs, how) if mode == "nested" else _padded(spec, inputs, mode, how)
-            run = self._runner(t, native_gqa=how == "native" and spec.group_size > 1)
+            native = how == "native" and spec.group_size > 1
+            run = self._runner(t, spec.sm_scale, native_gqa=native)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
@@ -195,9 +200,8 @@ class SdpaBackend:
             )
         raise UnsupportedCase(f"{self.name} cannot run this case: " + "; ".join(failures))
 
-    def _runner(self, t: _Tensors, *, native_gqa: bool) -> Callable[[], torch.Tensor]:
+    def _runner(self, t: _Tensors, scale: float, *, native_gqa: bool) -> Callable[[], torch.Tensor]:
         backend = KERNELS[self.kernel]
-        scale = 1.0 / math.sqrt(t.q.shape[-1])
         kw: dict[str, Any] = {"attn_mask": t.mask, "is_causal": t.is_causal, "scale": scale}
         if native_gqa:
             kw["enable_gqa"] = True

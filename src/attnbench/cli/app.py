@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from attnbench.cli.common import EXIT_CODES_HELP
+from attnbench.cli.common import EXIT_CODES_HELP, check_git_sha_env
 from attnbench.cli.options import DocumentedGroup
 
 app = typer.Typer(
@@ -34,6 +34,7 @@ def version_text() -> str:
 
 def _print_version(value: bool) -> None:
     if value:
+        check_git_sha_env()
         typer.echo(version_text())
         raise typer.Exit()
 
@@ -51,6 +52,7 @@ def _main(
     ] = False,
 ) -> None:
     """Measure, check and choose LLM-serving attention kernels on this machine."""
+    check_git_sha_env()
 
 
 def main() -> None:

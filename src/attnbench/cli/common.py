@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -12,10 +14,19 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-# Wide enough for result tables when output goes to a file or a CI log (rich assumes 80).
+
+def _width(stream: object) -> int | None:
+    """A terminal's own width; else `$COLUMNS` when set (`COLUMNS=80 attnbench show F | less`);
+    else 160, wide enough for result tables in a file or a CI log (rich would assume 80)."""
+    if getattr(stream, "isatty", lambda: False)():
+        return None
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else 160
+
+
 # No emoji codes: data such as `root:x:0` must not print as `root❌0`.
-console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
+console = Console(width=_width(sys.stdout), emoji=False)
+err_console = Console(stderr=True, width=_width(sys.stderr), emoji=False)
 
 EXIT_OK = 0
 """Measured, written or printed what was asked."""
@@ -33,9 +44,25 @@ EXIT_CODES_HELP = (
     "Exit codes: 0 ok (measured / written); 1 `compare` found a regression (or `findings "
     "--check` a figure that differs from the files); "
     "2 bad input (the message names the flag, setting or file); "
-    "3 nothing could run (every case unsupported or failed, or no GPU for a GPU-only step); "
+    "3 nothing could run (every case unsupported or failed, the fp64 reference alone is not a "
+    "run, or no GPU for a GPU-only step); "
     "130 interrupted (finished rows are kept)."
 )
+
+
+GIT_SHA_ENV = "ATTNBENCH_GIT_SHA"
+_GIT_REF = re.compile(r"[0-9A-Za-z][0-9A-Za-z._/+-]{0,99}")
+
+
+def check_git_sha_env() -> None:
+    """`ATTNBENCH_GIT_SHA` goes verbatim into every file header: refuse a value that is not
+    one commit name (hex, a ref such as v1.2 or main, `-dirty` allowed), before any work."""
+    value = os.environ.get(GIT_SHA_ENV)
+    if value and not _GIT_REF.fullmatch(value):
+        fail(
+            f"{GIT_SHA_ENV}={value!r} is not a commit name: allowed one line of letters, "
+            "digits and . _ / + - (e.g. 1a2b3c4d5e6f, 1a2b3c4d5e6f-dirty, v1.2), at most 100"
+        )
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -45,8 +72,37 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
 
 def note(message: str) -> None:
-    """One plain-text line on stderr (square brackets in it are kept, not read as markup)."""
-    err_console.print(f"[yellow]note:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    """One plain-text message on stderr, wrapped at spaces to the terminal's width (square
+    brackets in it are kept, not read as markup)."""
+    err_console.print(f"[yellow]note:[/] {escape(message)}", highlight=False)
+
+
+def print_fitted(renderable: object, keys: int = 1, out: Console | None = None) -> None:
+    """A rich table split by columns into parts that fit the console `out` (default: the
+    one console; `keys` leading columns repeat in each part: `report.table.fit_columns`);
+    anything else printed as it is."""
+    from rich.table import Table
+
+    from attnbench.report.table import fit_columns
+
+    out = out or console
+    if not isinstance(renderable, Table):
+        out.print(renderable)
+        return
+    for part in fit_columns(renderable, out.width, out, keys=keys):
+        out.print(part)
+
+
+def check_input_file(path: Path, command: str) -> None:
+    """Fail unless `path` is a file to read: a folder or a missing path is one line saying
+    which (`show` and `export` read files; `report` and `recommend` take folders)."""
+    if path.is_dir():
+        fail(
+            f"{path}: is a folder; `attnbench {command}` reads results files: give them, "
+            f"e.g. `attnbench {command} {path / '*.jsonl*'}`"
+        )
+    if not path.exists():
+        fail(f"{path}: no such file")
 
 
 def check_output_file(path: Path, flag: str) -> None:

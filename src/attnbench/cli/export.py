@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnbench.cli.app import app
-from attnbench.cli.common import check_output_file, console, fail, note, write_output
+from attnbench.cli.common import (
+    check_input_file,
+    check_output_file,
+    console,
+    fail,
+    note,
+    write_output,
+)
 
 if TYPE_CHECKING:
     from attnbench.results import Header, ResultRow
@@ -94,7 +101,9 @@ def export(
     TFLOP/s, fractions of the ceilings, accuracy and the commit that measured them."""
     from attnbench.results import ResultsFileError, read_results
 
-    check_output_file(csv_out, "--csv")
+    check_csv_target(csv_out, files)
+    for path in files:
+        check_input_file(path, "export")
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -111,6 +120,27 @@ def export(
             count += 1
     write_output(csv_out, buffer.getvalue(), "--csv")
     console.print(f"{count} rows -> {csv_out}", markup=False, highlight=False)
+
+
+def check_csv_target(csv_out: Path, files: list[Path]) -> None:
+    """`--csv` may replace an earlier export (its first line is the header `export` writes),
+    never one of the inputs or any other file."""
+    check_output_file(csv_out, "--csv")
+    if any(csv_out.resolve() == f.resolve() for f in files):
+        fail(f"--csv={csv_out} is one of the results files being exported; give another file")
+    if not csv_out.is_file() or csv_out.stat().st_size == 0:
+        return
+    try:
+        with csv_out.open(encoding="utf-8") as fh:
+            first = fh.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError):
+        first = ""
+    if first != ",".join(EXPORT_COLUMNS):
+        fail(
+            f"--csv={csv_out} exists and is not a CSV that `attnbench export` wrote (its "
+            "first line is not the export header); it would be replaced: give another file, "
+            "or remove it first"
+        )
 
 
 def export_record(row: ResultRow, header: Header | None, path: Path) -> dict[str, Any]:

@@ -11,7 +11,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli.app import app
-from attnbench.cli.common import check_output_file, console, fail, write_output
+from attnbench.cli.common import check_output_file, console, fail, print_fitted, write_output
+
+INLINE_REASON_CHARS = 40
+"""A reason this short is shown in its row; a longer one is a numbered note under the table,
+written once for every variant it applies to (the install hint of a missing library)."""
 
 
 @app.command()
@@ -19,7 +23,6 @@ def backends(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N.")] = "auto",
 ) -> None:
     """Each backend variant: whether it can run here, and why not."""
-    from attnbench.backends import all_backends
     from attnbench.measure.hardware import detect, resolve_device
 
     try:
@@ -27,10 +30,36 @@ def backends(
     except ValueError as exc:
         fail(str(exc))
     info = detect(dev)
-    table = Table(title=f"backends on {info.name}", header_style="bold")
-    table.add_column("variant")
-    table.add_column("runs here")
-    table.add_column("why not / notes", overflow="fold")
+    found = _backend_states(info.kind)
+    notes: dict[str, int] = {}
+    table = Table(title=f"backends on {info.name} ({info.kind})", header_style="bold")
+    table.add_column("variant", no_wrap=True)
+    table.add_column("runs here", no_wrap=True)
+    table.add_column("why not")
+    for name, why, _ in found:
+        cell = why
+        if len(why) > INLINE_REASON_CHARS:
+            cell = f"[{notes.setdefault(why, len(notes) + 1)}]"
+        table.add_row(name, "[green]yes[/]" if not why else "[red]no[/]", escape(cell))
+    console.print(table)
+    for why, n in notes.items():
+        _print_wrapped(f"[{n}] {why}", "    ")
+    builds: dict[str, list[str]] = {}
+    for name, _, build in found:
+        if build:
+            builds.setdefault(build, []).append(name)
+    if builds:
+        console.print("builds (the library found, or the engine's kernel call):", style="bold")
+    for build, names in builds.items():
+        _print_wrapped(f"{', '.join(names)}: {build}", "    ")
+
+
+def _backend_states(device_kind: str) -> list[tuple[str, str, str]]:
+    """(variant, why it cannot run here or "", the library build it found or "") for every
+    variant a user can select (fault injection is left out)."""
+    from attnbench.backends import all_backends
+
+    out = []
     for b in all_backends():
         if getattr(b, "hidden", False):
             continue
@@ -40,12 +69,21 @@ def backends(
             build = str(describe()) if callable(describe) else ""
         except Exception as exc:
             reason, build = f"{type(exc).__name__}: {exc}", ""
-        if reason is None and info.kind not in b.devices:
-            reason = f"needs {' or '.join(b.devices)}; this is {info.kind}"
-        ok = reason is None
-        notes = "; ".join(n for n in (reason, build and f"build: {build}") if n)
-        table.add_row(b.name, "[green]yes[/]" if ok else "[red]no[/]", notes)
-    console.print(table)
+        if reason is None and device_kind not in b.devices:
+            reason = f"needs {' or '.join(b.devices)}; this is {device_kind}"
+        out.append((b.name, " ".join((reason or "").split()), " ".join(build.split())))
+    return out
+
+
+def _print_wrapped(text: str, indent: str) -> None:
+    """Plain text wrapped at spaces to the console's width, later lines indented."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        text, console.width, subsequent_indent=indent, break_on_hyphens=False
+    ) or [""]
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -138,11 +176,10 @@ def models() -> None:
     from attnbench.workload.models import MODELS, valid_tps
 
     table = Table(title="models", header_style="bold")
-    for col in ("model", "num_qo_heads", "num_kv_heads", "head_dim", "layers"):
-        table.add_column(col)
-    table.add_column("attention", overflow="fold")
-    table.add_column("experts")
-    table.add_column("valid --tp")
+    table.add_column("model", no_wrap=True)
+    for col in ("qo/kv heads", "head_dim", "layers", "experts", "valid --tp"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("attention")
     for m in MODELS.values():
         tps = [str(tp) for tp in valid_tps(m)]
         group = m.num_qo_heads // m.num_kv_heads
@@ -153,18 +190,17 @@ def models() -> None:
         experts = f"{m.num_experts_per_tok}/{m.num_experts}" if m.num_experts else "-"
         table.add_row(
             m.name,
-            str(m.num_qo_heads),
-            str(m.num_kv_heads),
+            f"{m.num_qo_heads}/{m.num_kv_heads}",
             str(m.head_dim),
             str(m.num_layers),
-            Text("; ".join(features)),
             experts,
             ",".join(tps) or "-",
+            Text("; ".join(features)),
         )
-    console.print(table)
+    print_fitted(table)
     console.print("[bold]sources[/] (config fields and values, and the file they were read from)")
     for m in MODELS.values():
-        console.print(Text.assemble((m.name, "bold"), ": ", (m.source, "dim")))
+        console.print(Text.assemble((m.name, "bold"), ": ", (m.source, "dim")), highlight=False)
 
 
 @app.command()

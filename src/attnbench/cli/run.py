@@ -25,8 +25,8 @@ __all__ = ["WORKLOAD_FIELDS", "check_timer", "execute", "run"]
 
 
 @app.command(
-    help=f"Benchmark every installed backend on a suite; write results/<run>.jsonl and "
-    f"a table. {FLAGS_WIN}"
+    help="Benchmark every installed backend on a suite: each row goes to a results file "
+    f"(--out; default a new file in runs/), then the summary. {FLAGS_WIN}"
 )
 @with_run_options
 def run(
@@ -62,21 +62,41 @@ def execute(cli: dict[str, Any], config_file: Path | None = None, verbose: bool 
 def _exit_if_nothing_ran(
     rows: list[ResultRow], todo: int, resume: bool, out_path: Path, summary: str
 ) -> None:
-    """Exit EXIT_NOTHING_RAN when no (case, variant) was measured, unless --resume found
-    nothing left to do or measured rows from before are in the file."""
+    """Exit EXIT_NOTHING_RAN when no serving kernel was measured (the fp64 oracle alone is
+    nothing ran, unless it is all the run asked for), unless --resume found nothing left to do
+    or measured rows from before are in the file."""
+    from attnbench.report.summary import ORACLE
     from attnbench.results import read_results
 
-    if any(r.status == "ok" for r in rows):
+    if measured(rows):
         return
     if resume:
         if todo == 0:
             note(f"nothing left to run: every (case, variant) is finished in {out_path}")
             return
-        if any(r.status == "ok" for r in read_results(out_path).rows):
+        if measured(read_results(out_path).rows):
             return
+    only_oracle = any(r.status == "ok" and r.backend == ORACLE for r in rows)
+    what = (
+        "only the reference (the fp64 oracle every kernel is checked against) was measured; "
+        "every serving kernel was refused or failed"
+        if only_oracle
+        else f"none of {todo} (case, variant) pairs was measured"
+    )
     fail(
-        f"nothing could run: none of {todo} (case, variant) pairs was measured "
-        f"({summary or 'no rows'}); the reasons are in the table and in {out_path}; "
-        "`attnbench backends` says what runs here",
+        f"nothing could run: {what} ({summary or 'no rows'}); the summary above says why, "
+        f"every reason is in {out_path}; `attnbench backends` says what runs here",
         EXIT_NOTHING_RAN,
     )
+
+
+def measured(rows: list[ResultRow]) -> bool:
+    """Whether a serving kernel has an `ok` row with a real latency; where the run asked for
+    nothing but the oracle (`-b reference`), whether the oracle has one."""
+    from attnbench.report.summary import ORACLE
+    from attnbench.report.table import valid_latency
+
+    ok = [r for r in rows if r.status == "ok" and valid_latency(r.latency_us)]
+    if all(r.backend == ORACLE for r in rows):
+        return bool(ok)
+    return any(r.backend != ORACLE for r in ok)

@@ -59,7 +59,8 @@ _OPTIONS: dict[str, Any] = {
     "device": Annotated[str | None, Opt(help="auto, cpu, cuda, cuda:N.")],
     "seed": Annotated[int | None, Opt(help="Seed of every random input.")],
     "out": Annotated[
-        Path | None, Opt(help="Results file (JSONL); default runs/<time>_<device>_<suite>.jsonl")
+        Path | None,
+        Opt(help="Results file (JSONL); default: a new runs/TIME_DEVICE_SUITE.jsonl."),
     ],
     "resume": Annotated[
         bool | None,
@@ -151,6 +152,44 @@ def with_run_options(
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}
     return command
+
+
+SHAPE_FIELDS = (
+    "suite",
+    "model",
+    "tp",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "page_size",
+    "kv_layout",
+    "dtype",
+)
+"""What `--resume` must keep: the suite and the attention shape. The grid's axes (lengths,
+kinds, batch size, KV dtypes) may grow: `-l 16` resumed with `-l 16,32` adds the 32 cases."""
+
+
+def check_resume_shape(path: Path | None, current: dict[str, Any]) -> None:
+    """`--resume` finishes the run that wrote `path` (None: no resume): refuse, before any
+    work, settings whose SHAPE_FIELDS differ from those in the file's first header, which
+    would mix two shapes in one file without a word."""
+    from attnbench.cli.common import fail
+    from attnbench.results import ResultsFileError, read_results
+
+    if path is None or not path.is_file():
+        return  # the resume check of the file itself says what is wrong
+    try:
+        headers = read_results(path).headers
+    except ResultsFileError:
+        return
+    before = headers[0].settings if headers else {}
+    for name in SHAPE_FIELDS:
+        if name in before and name in current and before[name] != current[name]:
+            fail(
+                f"--resume: {path} was written with {name}={before[name]!r} and this run has "
+                f"{name}={current[name]!r}; resuming would mix two shapes in one file: run "
+                "with the file's settings, or write a new file (another --out)"
+            )
 
 
 assert set(_OPTIONS) == {f.name for f in fields(RunOptions)}, "one definition per option"

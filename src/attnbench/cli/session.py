@@ -26,6 +26,7 @@ from attnbench.cli.common import (
     note,
 )
 from attnbench.cli.paths import runs_dir
+from attnbench.cli.run_options import check_resume_shape
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -126,8 +127,9 @@ def _plan(
     if device_note and tune is None and settings.suite is None and suite_name == "cpu":
         note(device_note)  # "...on a small suite": only when that suite was chosen for the user
     backends, where = _where(settings, info, tune)
-    files = _files(settings, sources, info.name, suite_name + ("-tune" if tune else ""), tune)
     header = settings.model_dump(mode="json") | {"suite": suite_name}
+    check_resume_shape(settings.out if settings.resume else None, header)  # before _skip trusts it
+    files = _files(settings, sources, info.name, suite_name + ("-tune" if tune else ""), tune)
     if tune is not None:
         header["tune"] = tune.header()
     plan = RunPlan(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnbench.cli.app import app
-from attnbench.cli.common import console, fail, note
+from attnbench.cli.common import check_input_file, console, fail, note, print_fitted
 
 if TYPE_CHECKING:
     from attnbench.results import ResultRow
@@ -43,6 +43,7 @@ def show(
     from attnbench.results import ResultsFileError, is_document_path, read_results
 
     for path in files:
+        check_input_file(path, "show")
         if is_document_path(path):
             print_study(path, summary)
             continue
@@ -52,6 +53,7 @@ def show(
             fail(str(exc))
         for warning in rf.warnings:
             note(warning)
+        note_invalid(path, rf.rows)
         header = rf.header
         device = header.gpu if header is not None else "unknown device"
         console.print(
@@ -60,6 +62,20 @@ def show(
         print_rows(rf.rows, include_unsupported=show_all)
         if summary:
             print_summary(rf.rows, path, hint_all=not show_all)
+
+
+def note_invalid(path: Path, rows: Sequence[ResultRow]) -> None:
+    """Say so when `ok` rows carry a latency that is no measurement (negative, zero, NaN)."""
+    from attnbench.report.table import INVALID, invalid
+
+    bad = [r for r in rows if invalid(r)]
+    if bad:
+        first = bad[0]
+        note(
+            f"{path}: {len(bad)} ok rows have a latency_us that is not a positive finite "
+            f"number (first: {first.backend} on {first.case_id}: {first.latency_us}): invalid "
+            f"data, shown as {INVALID} and left out of the summary"
+        )
 
 
 def print_study(path: Path, summary: bool = True) -> None:
@@ -82,15 +98,16 @@ def print_study(path: Path, summary: bool = True) -> None:
         fail(f"{exc} (`attnbench show` reads results files and fp8 studies)")
     console.print(f"{path}: {study_heading(doc)}", style="bold", markup=False, highlight=False)
     if doc.get("errors"):
-        console.print(errors_table(doc))
+        print_fitted(errors_table(doc), 3, console)
     if doc.get("needle"):
-        console.print(needle_table(doc))
+        print_fitted(needle_table(doc), 3, console)
     if doc.get("kernel"):
-        console.print(kernel_table(doc))
+        for part in kernel_table(doc).renderables:
+            print_fitted(part, 2, console)
     if doc.get("kernel_skipped"):
         note(f"{path}: kernel records: {doc['kernel_skipped']}")
     if summary and doc.get("summary"):
-        console.print(summary_table(doc))
+        print_fitted(summary_table(doc), 2, console)
 
 
 def print_rows(rows: Sequence[ResultRow], include_unsupported: bool = False) -> None:

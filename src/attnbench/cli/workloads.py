@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnbench.cli.app import app
-from attnbench.cli.common import console, fail
+from attnbench.cli.common import console, fail, print_fitted
 from attnbench.measure.limits import MAX_SEED
 
 _EXAMPLES = """Examples: 1024,4096 | mixed | trace:azure-code | prompts:mooncake-conv |
@@ -60,7 +60,7 @@ def lengths(
             f"{s.padding_waste:.0%}",
             f"{case.shared_prefix_len:,}" if case.shared_prefix_len else "",
         )
-    console.print(table)
+    print_fitted(table)
     if show:
         for case in cases:
             console.print(

@@ -40,6 +40,7 @@ def _load_sections() -> None:
         fidelity_section,
         fp8_section,
         gqa_section,
+        headdim_section,
         mla_section,
         per_model_section,
         replay_section,

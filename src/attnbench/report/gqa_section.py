@@ -124,7 +124,8 @@ def _problem_lines(problems: list[dict[str, object]], every: list[int]) -> str:
     return "\n".join(out)
 
 
-def _versions(data: ReportData) -> Mapping[str, Mapping[str, str]]:
+def header_versions(data: ReportData) -> Mapping[str, Mapping[str, str]]:
+    """Per results file, the library versions its headers name (for wrong answers, errors)."""
     out: dict[str, dict[str, str]] = {}
     for path, header in data.loaded.headers:
         libs = (header.provenance or {}).get("libraries") or {}
@@ -134,7 +135,7 @@ def _versions(data: ReportData) -> Mapping[str, Mapping[str, str]]:
 
 @register_section("GQA-ratio sweep", order=44)
 def gqa_section(data: ReportData) -> Section | None:
-    sweeps = gqa_sweeps(data.rows, _versions(data))
+    sweeps = gqa_sweeps(data.rows, header_versions(data))
     if not sweeps:
         return None
     blocks: list[Block] = [

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from attnbench.report.table import STATUS_STYLE, pct, short_case
+from attnbench.report.table import (
+    INVALID,
+    STATUS_STYLE,
+    cut_text,
+    invalid,
+    invalid_reason,
+    pct,
+    short_case,
+)
 from attnbench.report.units import fmt_bandwidth, fmt_compute
 from attnbench.results import ResultRow
 
@@ -51,7 +59,7 @@ def _plan(r: ResultRow) -> str:
 
 FIXED = (
     Column("variant", lambda r: r.backend, right=False),
-    Column("status", lambda r: r.status, right=False),
+    Column("status", lambda r: INVALID if invalid(r) else r.status, right=False),
     Column("median µs", _latency),
 )
 """Always shown."""
@@ -120,12 +128,12 @@ def _row_lines(r: ResultRow, columns: list[Column], widths: list[int], width: in
     """A row that passed: one line of cells (a variant name wider than its column continues
     on the next line). Any other row: its variant, status and reason, wrapped."""
     name_w = widths[0]
-    style = STATUS_STYLE.get(r.status, "")
-    if r.status != "ok":
-        reason = " ".join(r.reason.split()) or "-"
-        if len(reason) > REASON_CHARS:
-            reason = reason[: REASON_CHARS - 1] + "…"
-        head = f"{r.backend.ljust(name_w)} {r.status.ljust(widths[1])} "
+    status = INVALID if invalid(r) else r.status
+    style = STATUS_STYLE.get(status, "")
+    if status != "ok":
+        why = invalid_reason(r) if status == INVALID else r.reason
+        reason = cut_text(why, REASON_CHARS) or "-"
+        head = f"{r.backend.ljust(name_w)} {status.ljust(widths[1])} "
         parts = textwrap.wrap(
             head + reason,
             width,

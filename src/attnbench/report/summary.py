@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnbench.analysis.compare import FAILED, Timing, estimate_ratio
-from attnbench.report.table import short_case
+from attnbench.report.table import (
+    INVALID,
+    cut_text,
+    invalid,
+    invalid_reason,
+    short_case,
+    valid_latency,
+)
 from attnbench.results import ResultRow
 
 FLASHINFER_DEFAULT = "flashinfer:auto"
@@ -77,13 +84,25 @@ class Failure:
     reason: str
 
 
+@dataclass(frozen=True)
+class NoWinner:
+    """A case without a serving kernel that passed: what happened to each variant."""
+
+    label: str
+    oracle_us: float | None
+    """The reference's median when the oracle alone was measured, else None."""
+    failed: dict[str, int]
+    """Status -> variants that ran and failed (mismatch, error, oom, timeout, invalid)."""
+    refused: tuple[tuple[str, tuple[str, ...]], ...]
+    """(reason, variants) of the variants that did not apply, each reason once (the memory
+    guard's figures, a dtype, MLA on a GQA kernel...)."""
+
+
 @dataclass
 class RunSummary:
     cases: list[CaseSummary] = field(default_factory=list)
-    nothing_passed: list[str] = field(default_factory=list)
-    """Labels of cases where no variant passed the gate."""
-    oracle_only: list[tuple[str, float]] = field(default_factory=list)
-    """(label, the oracle's median) of cases where only the reference ran."""
+    no_winner: list[NoWinner] = field(default_factory=list)
+    """Cases where no serving kernel passed the gate, each with why."""
     failures: list[Failure] = field(default_factory=list)
     not_applicable: int = 0
     """(case, variant) pairs that did not apply (status `unsupported`)."""
@@ -106,19 +125,39 @@ def summarize_rows(rows: Iterable[ResultRow]) -> RunSummary:
         out.failures += [
             Failure(label, r.backend, r.status, r.reason) for r in case_rows if r.status in FAILED
         ]
+        out.failures += [
+            Failure(label, r.backend, INVALID, invalid_reason(r)) for r in case_rows if invalid(r)
+        ]
         ok = sorted(
-            (r for r in case_rows if r.status == "ok" and _finite(r.latency_us)),
+            (r for r in case_rows if r.status == "ok" and valid_latency(r.latency_us)),
             key=lambda r: float(r.latency_us or 0.0),
         )
         kernels = [r for r in ok if r.backend != ORACLE]
-        if ok and not kernels:
-            out.oracle_only.append((label, float(ok[0].latency_us or 0.0)))
-            continue
-        if not ok:
-            out.nothing_passed.append(label)
-            continue
-        out.cases.append(_case(case_id, label, kernels, {r.backend: r for r in case_rows}))
+        if kernels:
+            out.cases.append(_case(case_id, label, kernels, {r.backend: r for r in case_rows}))
+        else:
+            out.no_winner.append(_no_winner(label, case_rows, ok))
     return out
+
+
+def _no_winner(label: str, rows: list[ResultRow], ok: list[ResultRow]) -> NoWinner:
+    failed: dict[str, int] = {}
+    for r in rows:
+        status = INVALID if invalid(r) else r.status
+        if status in FAILED or status == INVALID:
+            failed[status] = failed.get(status, 0) + 1
+    refused: dict[str, list[str]] = {}
+    for r in rows:
+        if r.status == "unsupported":
+            refused.setdefault(cut_text(r.reason, REASON_CHARS) or "no reason given", []).append(
+                r.backend
+            )
+    return NoWinner(
+        label=label,
+        oracle_us=float(ok[0].latency_us or 0.0) if ok else None,
+        failed=failed,
+        refused=tuple((why, tuple(names)) for why, names in refused.items()),
+    )
 
 
 def _case(
@@ -152,11 +191,11 @@ def default_path(by_backend: Mapping[str, ResultRow], kind: str) -> tuple[Result
     the variant `auto` picks (see DEFAULT_FALLBACKS). Returns (row or None, a note when the
     default path did not give a usable row)."""
     auto = by_backend.get(FLASHINFER_DEFAULT)
-    if auto is not None and auto.status == "ok" and _finite(auto.latency_us):
+    if auto is not None and auto.status == "ok" and valid_latency(auto.latency_us):
         return auto, ""
     for name in DEFAULT_FALLBACKS.get(kind, OTHER_FALLBACKS):
         row = by_backend.get(name)
-        if row is not None and row.status == "ok" and _finite(row.latency_us):
+        if row is not None and row.status == "ok" and valid_latency(row.latency_us):
             return row, ""
     if auto is not None and auto.status in FAILED:
         return None, f"FlashInfer's default path failed ({auto.status})"
@@ -221,7 +260,7 @@ def render_summary(
     that counts the variants that did not apply (where to see them)."""
     width = max(width, 40)
     lines: list[str] = []
-    n_cases = len(summary.cases) + len(summary.nothing_passed) + len(summary.oracle_only)
+    n_cases = len(summary.cases) + len(summary.no_winner)
     lines += _wrap(
         f"Summary of {n_cases} cases: the fastest variant that passed the accuracy gate, its "
         "median and % of the ceiling measured in this run (streaming-read bandwidth, or copy in "
@@ -241,12 +280,8 @@ def render_summary(
         notes = [v.describe() for v in c.versus] + ([c.default_note] if c.default_note else [])
         if notes:
             lines += _join(notes, width, "    ", "; ")
-    for label in summary.nothing_passed:
-        lines += _wrap(f"{label}: no variant passed the accuracy gate", width)
-    for label, us in summary.oracle_only:
-        lines += _wrap(
-            f"{label}: no serving kernel ran here (only the reference, {fmt_latency(us)})", width
-        )
+    for case in summary.no_winner:
+        lines += _no_winner_lines(case, width)
     if summary.not_applicable:
         lines += _wrap(
             f"{summary.not_applicable} (case, variant) pairs did not apply here (unsupported)"
@@ -256,11 +291,30 @@ def render_summary(
     if summary.failures:
         lines += _wrap(f"Failed ({len(summary.failures)}):", width)
         for f in summary.failures:
-            reason = " ".join(f.reason.split())
-            if len(reason) > REASON_CHARS:
-                reason = reason[: REASON_CHARS - 1] + "…"
+            reason = cut_text(f.reason, REASON_CHARS)
             text = f"{f.status} {f.backend} on {f.label}" + (f": {reason}" if reason else "")
             lines += _wrap(text, width, "  ", "    ")
+    return lines
+
+
+def _no_winner_lines(case: NoWinner, width: int) -> list[str]:
+    """`LABEL: nothing ran: every variant was refused`, or what ran and failed, then each
+    refusal's reason once with the variants it applies to."""
+    if case.oracle_us is not None:
+        parts = [f"no serving kernel ran here (only the reference, {fmt_latency(case.oracle_us)})"]
+    elif case.failed:
+        parts = ["no variant passed"]
+    else:
+        parts = ["nothing ran: every variant was refused"]
+    if case.failed:
+        counts = ", ".join(f"{status} {n}" for status, n in case.failed.items())
+        parts.append(f"failed: {counts} (listed under Failed)")
+    if (case.refused and len(parts) > 1) or (case.refused and case.oracle_us is not None):
+        parts.append("refused")
+    head = "; ".join(parts)
+    lines = _wrap(f"{case.label}: {head}" + (":" if case.refused else ""), width)
+    for why, names in case.refused:
+        lines += _wrap(f"{', '.join(names)}: {why}", width, "  ", "    ")
     return lines
 
 

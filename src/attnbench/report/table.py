@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
+from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from attnbench.report.units import fmt_bandwidth, fmt_compute
@@ -21,7 +24,29 @@ STATUS_STYLE = {
     "error": "red",
     "oom": "magenta",
     "timeout": "magenta",
+    "invalid": "bold red",
 }
+
+
+INVALID = "invalid"
+"""How a view shows an `ok` row whose latency is no measurement (the file keeps `ok`)."""
+
+
+def valid_latency(value: float | None) -> bool:
+    """A latency that is a measurement: a positive finite number of microseconds."""
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def invalid(row: ResultRow) -> bool:
+    """An `ok` row whose latency is missing, NaN, infinite, zero or negative: invalid data."""
+    return row.status == "ok" and not valid_latency(row.latency_us)
+
+
+def invalid_reason(row: ResultRow) -> str:
+    return (
+        f"an ok row whose latency_us={row.latency_us} is not a positive finite number: "
+        "invalid data, not a measurement"
+    )
 
 
 def fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
@@ -30,6 +55,17 @@ def fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
 
 def pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def cut_text(text: str, limit: int) -> str:
+    """`text` with its whitespace collapsed, cut at the last space before `limit` characters
+    and ended with ` …` when longer (a word is never cut in the middle)."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    head = flat[: limit - 2]
+    space = head.rfind(" ")
+    return (head[:space] if space > 0 else head) + " …"
 
 
 DTYPE_SHORT = {"float16": "fp16", "bfloat16": "bf16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
@@ -101,3 +137,60 @@ def results_table(rows: Iterable[ResultRow], title: str = "") -> Table:
             fmt(err, ".1e"),
         )
     return table
+
+
+def fit_columns(table: Table, width: int, console: Console, keys: int = 1) -> list[Table]:
+    """`table` as one or more tables no wider than `width`, for a narrow terminal: each holds
+    the first `keys` columns (what names a row) and, in their order, the other columns that
+    fit beside them at their natural width (each column goes to the first part it fits in); a
+    column that fits only by wrapping gets a part of its own. Only the first part has the
+    title. One table when it fits as it is."""
+    natural = console.options.update(width=10_000)
+
+    def fits(columns: list[int]) -> bool:
+        part = _part(table, columns, title=False)
+        return Measurement.get(console, natural, part).maximum <= width
+
+    if fits(list(range(len(table.columns)))):
+        return [table]
+    key_cols = list(range(min(keys, len(table.columns))))
+    parts: list[list[int]] = []
+    for i in range(len(key_cols), len(table.columns)):
+        home = next((p for p in parts if fits(sorted([*p, i]))), None)
+        if home is None:
+            parts.append([*key_cols, i])
+        else:
+            home.append(i)
+            home.sort()
+    return [_part(table, cols, title=n == 0) for n, cols in enumerate(parts or [key_cols])]
+
+
+def _part(table: Table, columns: list[int], title: bool) -> Table:
+    """A table of some of `table`'s columns, with its look and rows (and title)."""
+    part = Table(
+        title=table.title if title else None,
+        box=table.box,
+        show_header=table.show_header,
+        show_edge=table.show_edge,
+        show_lines=table.show_lines,
+        pad_edge=table.pad_edge,
+        header_style=table.header_style,
+        title_style=table.title_style,
+        expand=False,
+    )
+    part.padding = table.padding
+    cells = []
+    for i in columns:
+        col = table.columns[i]
+        part.add_column(
+            col.header,
+            justify=col.justify,
+            style=col.style,
+            header_style=col.header_style,
+            no_wrap=col.no_wrap,
+            overflow=col.overflow,
+        )
+        cells.append(list(col.cells))
+    for row in zip(*cells, strict=True):
+        part.add_row(*row)
+    return part

@@ -14,6 +14,9 @@ Layouts (FlashInfer's names):
     kv_indices [kv_indptr[-1]] int32, kv_last_page_len [batch_size] int32
     sinks     [num_qo_heads] bfloat16 (spec.sinks: one learned logit per query head)
 
+Queries are unit-normal, scaled for a soft-capped case so the cap changes the answer
+(`soft_cap_query_scale`).
+
 An MLA case (spec.mla) holds the absorbed form instead: q `[total_q, num_qo_heads, 576]`
 (q_nope absorbed into the 512-wide latent, then q_pe) and the latent cache
 `[num_pages, page_size, 576]` (ckv, then kpe), the layout engines store it in and FlashInfer's
@@ -142,6 +145,8 @@ def make_inputs(
 
     q = torch.empty(spec.total_q, spec.num_qo_heads, spec.head_dim, dtype=q_dtype, device=device)
     q.normal_(generator=dev_gen)
+    if spec.logits_soft_cap > 0:
+        q.mul_(soft_cap_query_scale(spec))
     if spec.kv_layout == "NHD":
         shape = (num_pages, 2, spec.page_size, spec.num_kv_heads, spec.head_dim)
     else:
@@ -200,6 +205,25 @@ def _index_tensors(
         return torch.tensor(values, dtype=torch.int32, device=device)
 
     return i32(qo_indptr), i32(indptr), i32(indices), i32(last), i32(list(spec.kv_lens))
+
+
+SOFT_CAP_LOGIT_STD = 0.08
+"""A soft-capped case's scaled logits have this standard deviation per unit of the cap (4 at
+Gemma-2's 50), see `soft_cap_query_scale`."""
+
+
+def soft_cap_query_scale(spec: WorkloadSpec) -> float:
+    """The factor on a soft-capped case's unit-normal queries that makes the scaled logits'
+    standard deviation SOFT_CAP_LOGIT_STD x the cap, large enough for the cap to matter.
+
+    Unit-normal q and k give scaled logits of standard deviation sqrt(head_dim) x sm_scale
+    (about 1), where a cap of 50 moves the output by less than bf16's error budget: a kernel
+    that dropped the cap would pass the accuracy gate. At 4 it moves it by 5-10x the budget at
+    1-2k keys (more at longer contexts), while an approximate tanh (FlashInfer's
+    `tanh.approx.f32`, relative error 2^-11) stays ~4x inside it.
+    """
+    spread = math.sqrt(spec.head_dim) * spec.sm_scale
+    return max(1.0, SOFT_CAP_LOGIT_STD * spec.logits_soft_cap / spread)
 
 
 def sink_logits(spec: WorkloadSpec, generator: torch.Generator) -> torch.Tensor:

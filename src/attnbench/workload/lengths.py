@@ -47,8 +47,16 @@ DISTRIBUTIONS = (
 def parse_lengths(text: str, batch_size: int, seed: int) -> list[LengthCase]:
     """Expand a distribution string into concrete batches (see the module docstring).
 
-    Raises ValueError naming the problem and the allowed forms.
+    Raises ValueError naming the problem and the allowed forms, and for a string that
+    expands to no batch at all.
     """
+    cases = _parse(text, batch_size, seed)
+    if not cases:
+        raise ValueError(f"lengths={text.strip()!r} expands to no batch (nothing to run)")
+    return cases
+
+
+def _parse(text: str, batch_size: int, seed: int) -> list[LengthCase]:
     if not 0 < batch_size <= MAX_BATCH:
         raise ValueError(f"batch_size={batch_size} must be in 1..{MAX_BATCH}")
     text = text.strip()
@@ -130,8 +138,11 @@ def _composite(kind: str, arg: str, text: str, batch_size: int, seed: int) -> li
     if kind == "prompts":
         return traces.sample_prompt_lengths(name, batch_size, seed, limit=_limit(rest, text))
     name, _, n = name.partition("@")
-    if rest.strip() and not rest.strip().isdigit():
-        raise ValueError(f"lengths={text!r}: trace-prefix takes NAME[@N][,K] with K an integer")
+    if rest.strip() and not (rest.strip().isdigit() and int(rest) > 0):
+        raise ValueError(
+            f"lengths={text!r}: trace-prefix takes NAME[@N][,K], K the number of prefixes "
+            "(a positive integer), e.g. trace-prefix:mooncake-conv,2"
+        )
     k = int(rest) if rest.strip() else 1
     return prefixes.sample_prefix_cases(name, batch_size, seed, k, limit=_limit(n, text))
 
@@ -163,7 +174,10 @@ def _ints(arg: str, form: str) -> list[int]:
     try:
         values = [int(v) for v in arg.replace(" ", "").split(",") if v]
     except ValueError:
-        raise ValueError(f"lengths: {form} expects comma-separated integers, got {arg!r}") from None
+        example = "list:256,1024,65536" if form == "list" else "1024,4096"
+        raise ValueError(
+            f"lengths: {form} takes comma-separated integers (e.g. {example}), got {arg!r}"
+        ) from None
     if not values:
         raise ValueError(f"lengths: {form} needs at least one length")
     for v in values:
@@ -173,9 +187,13 @@ def _ints(arg: str, form: str) -> list[int]:
 
 
 def _range(arg: str, form: str) -> tuple[int, int]:
+    """`LO-HI`, two integers and nothing else (`uniform:1,2-5` and `uniform:1-2-3` are
+    refused, not read as 1-5 and 1-2)."""
     lo_s, sep, hi_s = arg.partition("-")
-    if not sep:
-        raise ValueError(f"lengths: {form} needs LO-HI, e.g. {form}:256-65536, got {arg!r}")
+    if not sep or not lo_s.strip().isdigit() or not hi_s.strip().isdigit():
+        raise ValueError(
+            f"lengths: {form} takes LO-HI, two integers (e.g. {form}:256-8192), got {arg!r}"
+        )
     lo, hi = _ints(lo_s, form)[0], _ints(hi_s, form)[0]
     if lo > hi:
         raise ValueError(f"lengths: {form} range {lo}-{hi} has LO > HI")

@@ -18,9 +18,10 @@ Beyond plain GQA a preset may carry the attention features the serving kernels m
 kind: MLA in its absorbed form (`WorkloadSpec.mla`, query heads split by tp, the latent
 replicated), windowed and full layers apart (`window_left` = sliding_window - 1, HF's
 `kv_idx > q_idx - sliding_window`; `num_layers` counts that kind, so the model-level
-ms/token adds the kinds), sinks on every layer that has them. Soft-capping is not run yet:
-`unsupported_reason` says so and config.py refuses such a `--model`; `shard` (KV heads per GPU,
-for capacity and the replay) refuses MLA. The shape classes are in `workload.shapes`.
+ms/token adds the kinds), sinks on every layer that has them, the logit soft-cap on every layer
+of a soft-capped model (`logits_soft_cap`) and the model's softmax scale where it is not
+head_dim ** -0.5 (`query_pre_attn_scalar`). `shard` (KV heads per GPU, for capacity and the
+replay) refuses MLA. The shape classes are in `workload.shapes`.
 """
 
 from __future__ import annotations
@@ -143,12 +144,17 @@ MODELS: dict[str, ModelShape] = {
             sliding_window=4096,
             layer_types=layer_cycle(46, 1, 1),
             logits_soft_cap=50.0,
+            query_pre_attn_scalar=144.0,
             source=(
                 "google/gemma_pytorch gemma/config.py @014acb7 get_config_for_27b: "
                 "num_attention_heads 32, num_key_value_heads 16, head_dim 128, "
                 "num_hidden_layers 46, hidden_size 4608, intermediate_size 36864, vocab 256000, "
                 "attn_types [LOCAL_SLIDING, GLOBAL] x 23, sliding_window_size 4096, "
-                "attn_logit_softcapping 50.0; query_pre_attn_scalar 144 (sm_scale, not modelled)"
+                "attn_logit_softcapping 50.0, query_pre_attn_scalar=144 (`# hidden_size / "
+                "num_attention_heads`; @03e6575 the same); GemmaConfig: 'the query vector is "
+                "normalized using the inverse square root of this value instead of head_dim'. "
+                "HF config.json (google/gemma-2-27b, as quoted in public code, not read from the "
+                "hub): query_pre_attn_scalar 144, head_dim 128, sliding_window_size 4096"
             ),
         ),
         ModelShape(
@@ -156,12 +162,46 @@ MODELS: dict[str, ModelShape] = {
             sliding_window=4096,
             layer_types=layer_cycle(42, 1, 1),
             logits_soft_cap=50.0,
+            query_pre_attn_scalar=256.0,
             source=(
                 "google/gemma_pytorch gemma/config.py @014acb7 get_config_for_9b: "
                 "num_attention_heads 16, num_key_value_heads 8, head_dim 256, "
                 "num_hidden_layers 42, hidden_size 3584, intermediate_size 14336, vocab 256000, "
                 "attn_types [LOCAL_SLIDING, GLOBAL] x 21, sliding_window_size 4096, "
-                "attn_logit_softcapping 50.0"
+                "attn_logit_softcapping 50.0, no query_pre_attn_scalar (so head_dim); HF "
+                "Gemma2Config of google/gemma-2-9b (printed in public code, transformers 4.45.2, "
+                "not read from the hub): query_pre_attn_scalar 256, head_dim 256, "
+                "attn_logit_softcapping 50.0, sliding_window 4096: the scale is 256 ** -0.5 "
+                "either way"
+            ),
+        ),
+        ModelShape(
+            "phi-3-mini-4k", 32, 32, 96, 32, 3072, 8192, 32064,
+            sliding_window=2047,
+            layer_types=layer_cycle(32, 1, 0),
+            source=(
+                "microsoft/Phi-3-mini-4k-instruct config.json (Phi3ForCausalLM, transformers "
+                "4.40.2) as copied verbatim in NVIDIA/TensorRT-LLM tests/unittest/_torch/"
+                "modeling/test_modeling_phi3.py @cb4c622 PHI3_MINI_4K_CONFIG: "
+                "num_attention_heads 32, num_key_value_heads 32 (MHA), hidden_size 3072 (head_dim "
+                "3072/32 = 96), num_hidden_layers 32, intermediate_size 8192, vocab_size 32064, "
+                "max_position_embeddings 4096, sliding_window 2047 on every layer "
+                "(huggingface/transformers models/phi3/modeling_phi3.py @00d4b3d: Phi3Model builds "
+                "create_sliding_window_causal_mask whenever config.sliding_window is set, and "
+                "Phi3Attention passes it to every layer)" + _COPIES
+            ),
+        ),
+        ModelShape(
+            "phi-3-medium-4k", 40, 10, 128, 40, 5120, 17920, 32064,
+            sliding_window=2047,
+            layer_types=layer_cycle(40, 1, 0),
+            source=(
+                "microsoft/Phi-3-medium-4k-instruct config.json (Phi3ForCausalLM, transformers "
+                "4.39.3) as copied verbatim in ThanatosShinji/onnx-tool onnx_tool/"
+                "model_configs.py @00f5f0a Phi_3_medium_4k_instruct: num_attention_heads 40, "
+                "num_key_value_heads 10, hidden_size 5120 (head_dim 5120/40 = 128), "
+                "num_hidden_layers 40, intermediate_size 17920, vocab_size 32064, "
+                "max_position_embeddings 4096, sliding_window 2047 (every layer)" + _COPIES
             ),
         ),
         ModelShape(
@@ -286,17 +326,17 @@ def layer_shapes(model: ModelShape, tp: int = 1) -> list[LayerShape]:
         heads = mla_heads(model, tp)
         return [LayerShape(heads, 1, m.latent_dim, model.num_layers, {"mla": mla})]
     shard = model.shard(tp)
-    sinks = {"sinks": True} if model.sinks else {}
+    every = _every_layer_fields(model)
     kinds: list[LayerType] = sorted(set(model.layer_types), reverse=True)
     if model.sliding_window is None or not kinds:
         return [
             LayerShape(
-                shard.num_qo_heads, shard.num_kv_heads, shard.head_dim, model.num_layers, sinks
+                shard.num_qo_heads, shard.num_kv_heads, shard.head_dim, model.num_layers, every
             )
         ]
     out = []
     for kind in kinds:  # sliding_attention first
-        fields: dict[str, Any] = {"layer_type": kind, **sinks}
+        fields: dict[str, Any] = {"layer_type": kind, **every}
         if kind == "sliding_attention":
             fields["window_left"] = model.sliding_window - 1
         count = model.layer_types.count(kind)
@@ -304,6 +344,19 @@ def layer_shapes(model: ModelShape, tp: int = 1) -> list[LayerShape]:
             LayerShape(shard.num_qo_heads, shard.num_kv_heads, shard.head_dim, count, fields)
         )
     return out
+
+
+def _every_layer_fields(model: ModelShape) -> dict[str, Any]:
+    """Spec fields every layer of `model` carries: sinks, the logit soft-cap and the softmax
+    scale where it differs from head_dim ** -0.5 (Gemma-2-9b's query_pre_attn_scalar equals its
+    head_dim, so its cases keep the default scale and the plain serialisation)."""
+    fields: dict[str, Any] = {"sinks": True} if model.sinks else {}
+    if model.logits_soft_cap:
+        fields["logits_soft_cap"] = model.logits_soft_cap
+    scalar = model.query_pre_attn_scalar
+    if scalar and scalar != model.head_dim:
+        fields["query_pre_attn_scalar"] = scalar
+    return fields
 
 
 def mla_heads(model: ModelShape, tp: int) -> int:

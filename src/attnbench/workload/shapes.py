@@ -75,6 +75,9 @@ class ModelShape:
     """A learned per-query-head sink logit joins the softmax denominator (gpt-oss)."""
     logits_soft_cap: float = 0.0
     """cap * tanh(logits / cap) before the softmax (HF `attn_logit_softcapping`); 0: none."""
+    query_pre_attn_scalar: float = 0.0
+    """The softmax scale is query_pre_attn_scalar ** -0.5 (HF `query_pre_attn_scalar`, Gemma);
+    0: head_dim ** -0.5."""
     mla: MLAShape | None = None
     num_experts: int = 0
     """Routed experts per MoE layer (0: dense MLP)."""
@@ -130,20 +133,17 @@ class ModelShape:
             features.append("attention sinks")
         if self.logits_soft_cap:
             features.append(f"logit soft-cap {self.logits_soft_cap:g}")
+        if self.query_pre_attn_scalar and self.query_pre_attn_scalar != self.head_dim:
+            features.append(f"softmax scale {self.query_pre_attn_scalar:g}^-0.5")
         return tuple(features)
 
     def unsupported_reason(self) -> str | None:
-        """Why `--model` cannot run this preset yet (None if it can): attnbench runs MLA,
-        sliding windows with their layer pattern and sinks (`models.layer_shapes`), not logit
-        soft-capping."""
-        if not self.logits_soft_cap:
-            return None
-        return (
-            f"{self.name} uses {', '.join(self.attention_features())}; attnbench does not run "
-            f"logit soft-capping yet: a workload without it would time different attention; for "
-            f"that shape anyway use --num-heads {self.num_qo_heads} --num-kv-heads "
-            f"{self.num_kv_heads} --head-dim {self.head_dim} without --model"
-        )
+        """Why `--model` cannot run this preset (None if it can): attnbench runs MLA, sliding
+        windows with their layer pattern, sinks and logit soft-capping with the model's softmax
+        scale (`models.layer_shapes`), so every preset runs today; a preset with a feature
+        attnbench does not compute would say so here, since a workload without it would time
+        different attention."""
+        return None
 
     def mla_reason(self) -> str:
         """Why a GQA shard (KV heads per GPU) does not describe this MLA model."""

@@ -219,6 +219,13 @@ class WorkloadSpec(BaseModel):
     """A learned sink logit per query head joins the softmax denominator (gpt-oss)."""
     layer_type: LayerType = ""
     """The model's layer kind this case times; `num_layers` then counts that kind only."""
+    logits_soft_cap: float = Field(default=0.0, ge=0.0)
+    """Logit soft-capping (Gemma-2): each scaled logit s becomes cap * tanh(s / cap) before the
+    mask and softmax (FlashInfer's `logits_soft_cap`, FA3's `softcap`, HF
+    `attn_logit_softcapping`); 0: none."""
+    query_pre_attn_scalar: float = Field(default=0.0, ge=0.0)
+    """The softmax scale is query_pre_attn_scalar ** -0.5 (Gemma-2/3's config field, e.g. 144
+    for Gemma-2-27b at head_dim 128); 0: head_dim ** -0.5."""
 
     @model_serializer(mode="wrap")
     def _omit_default_features(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -267,10 +274,14 @@ class WorkloadSpec(BaseModel):
 
     def _check_features(self) -> None:
         plain = ("decode", "prefill", "append")
-        if (self.window_left >= 0 or self.sinks or self.mla) and self.kind not in plain:
+        soft_cap = self.logits_soft_cap > 0
+        if (self.window_left >= 0 or self.sinks or self.mla or soft_cap) and self.kind not in plain:
             raise ValueError(
-                f"kind={self.kind}: windows, sinks and MLA are modelled for {', '.join(plain)} only"
+                f"kind={self.kind}: windows, sinks, soft-caps and MLA are modelled for "
+                f"{', '.join(plain)} only"
             )
+        if soft_cap and (self.sinks or self.mla):
+            raise ValueError("a soft-capped case has no sinks and no MLA (no model has both)")
         if self.window_left >= 0 and not self.causal:
             raise ValueError("window_left needs causal=True (a left window over causal keys)")
         if self.mla is None:
@@ -320,13 +331,17 @@ class WorkloadSpec(BaseModel):
 
     @property
     def sm_scale(self) -> float:
-        """Softmax scale: MLA's (from the model's per-head width), else 1/sqrt(head_dim)."""
-        return self.mla.sm_scale if self.mla else 1.0 / float(np.sqrt(self.head_dim))
+        """Softmax scale: MLA's (from the model's per-head width), else
+        1/sqrt(query_pre_attn_scalar) where set, else 1/sqrt(head_dim)."""
+        if self.mla:
+            return self.mla.sm_scale
+        return 1.0 / float(np.sqrt(self.query_pre_attn_scalar or self.head_dim))
 
     def features(self) -> tuple[str, ...]:
-        """Attention features beyond plain GQA this case uses: `mla`, `window`, `sinks`."""
+        """Attention features beyond plain GQA this case uses: `mla`, `window`, `sinks`,
+        `softcap`."""
         found = ("mla",) * (self.mla is not None) + ("window",) * (self.window_left >= 0)
-        return found + ("sinks",) * self.sinks
+        return found + ("sinks",) * self.sinks + ("softcap",) * (self.logits_soft_cap > 0)
 
     @cached_property
     def case_id(self) -> str:
@@ -354,6 +369,10 @@ class WorkloadSpec(BaseModel):
             parts.append(f"win{self.window_left}")
         if self.sinks:
             parts.append("sinks")
+        if self.logits_soft_cap:
+            parts.append(f"cap{self.logits_soft_cap:g}")
+        if self.query_pre_attn_scalar:
+            parts.append(f"qscale{self.query_pre_attn_scalar:g}")
         parts += [self.dtype, f"kv={self.kv_dtype}", f"p{self.page_size}", self.kv_layout]
         if self.label:
             parts.append(self.label)
@@ -368,8 +387,11 @@ _FEATURE_DEFAULTS: dict[str, Any] = {
     "window_left": -1,
     "sinks": False,
     "layer_type": "",
+    "logits_soft_cap": 0.0,
+    "query_pre_attn_scalar": 0.0,
 }
-"""Fields added for MLA, windows and sinks, and the defaults a plain GQA case has."""
+"""Fields added for MLA, windows, sinks, soft-caps and the softmax scale, and the defaults a
+plain GQA case has."""
 
 
 def _summarize_lengths(kv_lens: tuple[int, ...]) -> str:

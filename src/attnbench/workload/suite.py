@@ -124,6 +124,18 @@ def load_suite(name_or_path: str) -> Suite:
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise SuiteError(f"suite {path}: [defaults] must be a table")
+    for key in ("name", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise SuiteError(f"suite {path}: {key} = {data[key]!r} must be a string")
+    for where, table in [("[defaults]", defaults)] + [
+        (f"group {i}", g) for i, g in enumerate(groups, 1)
+    ]:
+        empty = [k for k, v in table.items() if v == []]
+        if empty:
+            raise SuiteError(
+                f"suite {path}, {where}: {empty[0]} = [] is empty; give at least one value "
+                "(or leave the key out for the default)"
+            )
     return Suite(
         name=str(data.get("name", path.stem)),
         description=str(data.get("description", "")),

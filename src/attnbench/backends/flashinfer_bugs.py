@@ -1,0 +1,98 @@
+"""FlashInfer's known bugs (`known_bugs.KnownBug`), by the kernel a variant's route reaches: pure
+rules, no flashinfer import, tested on CPU. `FlashInferBackend.check` asks `bug_refusal` after
+the route is found, so a known-bad case is refused before anything is built.
+
+Both were met on the H200 with Phi-3-mini's shape (32 query and 32 KV heads, head_dim 96, the
+brief's mixed 256..64k batch of 32, bf16; issue 36), and a direct call of FlashInfer 0.7.4
+outside attnbench reproduced them:
+
+- `fa2-prefill-head-dim`: FlashInfer's FA2 prefill kernel (flashinfer:tc's decode, the fa2 and
+  auto paged prefill below SM90's fa3 head dims, ragged-fa2, the cascade) faults with an illegal
+  memory access at a head_dim that is not a multiple of 64 (80, 96, 112): its shared-memory
+  layout assumes one (flashinfer-ai/flashinfer#4299, open; #4312 proposes refusing such a
+  head_dim before the JIT build).
+- `cuda-core-decode-d96`: the CUDA-core decode kernel (flashinfer:fa2 and flashinfer:auto on
+  single-token decode) returned a wrong answer at head_dim 96 (relative error 0.72).
+
+`evidence` is set once the headdim suite's H200 rows that show each are committed.
+"""
+
+from __future__ import annotations
+
+from attnbench.backends.base import Unsupported
+from attnbench.backends.flashinfer_rules import Route
+from attnbench.backends.known_bugs import KnownBug, refusal
+from attnbench.workload.spec import WorkloadSpec
+
+PHI3_MINI_SHAPE = "decode, 32/32 heads, head_dim 96, the mixed(256..65536) batch of 32, bf16"
+
+
+def phi3_mini_case(spec: WorkloadSpec) -> bool:
+    """The shape both bugs were reported on (issue 36): the headdim suite's group-1 ragged
+    decode at head_dim 96."""
+    return (
+        spec.kind == "decode"
+        and (spec.num_qo_heads, spec.num_kv_heads, spec.head_dim) == (32, 32, 96)
+        and spec.batch_size == 32
+        and spec.lengths == "mixed(256..65536)"
+        and spec.dtype == spec.kv_dtype == "bfloat16"
+        and not spec.features()
+    )
+
+
+FA2_PREFILL_HEAD_DIM = KnownBug(
+    key="fa2-prefill-head-dim",
+    distribution="flashinfer-python",
+    seen_on="0.7.4",
+    what=(
+        "its FA2 prefill kernel (also flashinfer:tc's decode) faults with an illegal memory "
+        "access at a head_dim that is not a multiple of 64, losing the CUDA context"
+    ),
+    source="flashinfer-ai/flashinfer#4299: head_dim 80, 96, 112... fault; #4312 proposes a check",
+    crashes=True,
+    witness=phi3_mini_case,
+    witness_backend="flashinfer:tc",
+    witness_text="flashinfer:tc, " + PHI3_MINI_SHAPE,
+)
+CUDA_CORE_DECODE_D96 = KnownBug(
+    key="cuda-core-decode-d96",
+    distribution="flashinfer-python",
+    seen_on="0.7.4",
+    what="its CUDA-core decode kernel gives a wrong answer at head_dim 96 (relative error 0.72)",
+    source="issue 36: a direct call of FlashInfer 0.7.4 reproduced it",
+    crashes=False,
+    witness=phi3_mini_case,
+    witness_backend="flashinfer:fa2",
+    witness_text="flashinfer:fa2, " + PHI3_MINI_SHAPE,
+)
+BUGS = (FA2_PREFILL_HEAD_DIM, CUDA_CORE_DECODE_D96)
+
+
+def uses_fa2_prefill_kernel(route: Route, spec: WorkloadSpec) -> bool:
+    """The route runs FlashInfer's FA2 prefill kernel: tensor-core decode, the fa2 paged or
+    ragged prefill, `auto` on a paged case at a head_dim SM90's fa3 does not take (64/128/256,
+    all multiples of 64), and both levels of the cascade."""
+    if route.api == "decode":
+        return route.use_tensor_cores and route.backend == "fa2"
+    if route.api in ("paged", "ragged"):
+        return route.backend == "fa2" or (route.backend == "auto" and spec.head_dim % 64 != 0)
+    return route.api == "cascade"
+
+
+def applies(bug: KnownBug, route: Route, spec: WorkloadSpec) -> bool:
+    if bug is FA2_PREFILL_HEAD_DIM:
+        return spec.head_dim % 64 != 0 and uses_fa2_prefill_kernel(route, spec)
+    if bug is CUDA_CORE_DECODE_D96:
+        cuda_core = route.api == "decode" and not route.use_tensor_cores
+        return cuda_core and route.backend in ("fa2", "auto") and spec.head_dim == 96
+    return False
+
+
+def bug_refusal(short: str, route: Route, spec: WorkloadSpec) -> Unsupported | None:
+    """The first known bug of `route` on `spec` that refuses it here, or None."""
+    for bug in BUGS:
+        if applies(bug, route, spec):
+            found = refusal(bug, f"flashinfer:{short}", spec)
+            if found is not None:
+                return found
+    return None

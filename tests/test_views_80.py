@@ -1,0 +1,114 @@
+"""Every view fits 80 columns: each line at most 80 characters, and no word is cut (`llama-…`)
+or split over two lines (a word longer than a line, such as a path in an error message, is
+the one exception). A view is rendered at 80 columns and at 400; every word of the narrow
+rendering must be a word of the wide one (a split word leaves fragments that are not), and no
+word may end in an ellipsis. Views: `--help` of every command, `models`, `backends`, `suites`,
+`config`, `lengths`, and `show` on every committed results file and fp8 study."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from attnbench.cli import app, common
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+WIDTH = 80
+WIDE = 400
+BOX = re.compile(r"[\u2500-\u257f]")
+COMMANDS = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+SHOWN = sorted(
+    str(p.relative_to(ROOT))
+    for p in RESULTS.rglob("*")
+    if p.name.endswith((".jsonl", ".jsonl.gz")) or "fp8-study" in p.name
+)
+
+runner = CliRunner()
+
+
+def render(args: list[str], width: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The output of `attnbench ARGS` in a terminal `width` columns wide."""
+    monkeypatch.setattr(common.console, "width", width)
+    monkeypatch.setattr(common.err_console, "width", width)
+    res = runner.invoke(app, args, env={"COLUMNS": str(width)})
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def words(text: str) -> set[str]:
+    return set(BOX.sub(" ", text).split())
+
+
+def check_fits(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    narrow = render(args, WIDTH, monkeypatch)
+    wide = render(args, WIDE, monkeypatch)
+    long = [ln for ln in narrow.splitlines() if len(ln.rstrip()) > WIDTH]
+    assert not long, f"`attnbench {' '.join(args)}`: lines over {WIDTH} columns:\n" + "\n".join(
+        long[:5]
+    )
+    cut = sorted(w for w in words(narrow) if "…" in w and w != "…")
+    assert not cut, f"`attnbench {' '.join(args)}`: cut words {cut[:10]}"
+    # a word longer than a line (a path in an error message) can only be broken
+    unbreakable = [w for w in words(wide) if len(w) > WIDTH - 8]
+    split = sorted(
+        w for w in words(narrow) - words(wide) if not any(w in long for long in unbreakable)
+    )
+    assert not split, f"`attnbench {' '.join(args)}`: words split at {WIDTH} columns: {split[:10]}"
+
+
+@pytest.mark.parametrize(
+    "command", [[], *([c] for c in COMMANDS)], ids=lambda c: c[0] if c else "app"
+)
+def test_help_fits(command: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    check_fits([*command, "--help"], monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["models"],
+        ["backends", "--device", "cpu"],
+        ["suites"],
+        ["config"],
+        ["lengths", "mixed"],
+        ["lengths", "trace-prefix:mooncake-conv,2"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_view_fits(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    check_fits(args, monkeypatch)
+
+
+@pytest.mark.parametrize("path", SHOWN)
+def test_show_fits(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both renderings share one read of the file and one summary (the summary's significance
+    tests take seconds on the larger files)."""
+    import attnbench.report.summary as summary
+    import attnbench.results as results
+
+    read, summarize = results.read_results, summary.summarize_rows
+    files: dict[Path, Any] = {}
+    summaries: dict[int, Any] = {}
+
+    def read_once(p: Path) -> Any:
+        return files[p] if p in files else files.setdefault(p, read(p))
+
+    def summarize_once(rows: Any) -> Any:
+        return summaries.setdefault(id(rows), summarize(rows))
+
+    monkeypatch.setattr(results, "read_results", read_once)
+    monkeypatch.setattr(summary, "summarize_rows", summarize_once)
+    monkeypatch.chdir(ROOT)
+    check_fits(["show", path], monkeypatch)
+
+
+def test_every_committed_results_file_is_shown() -> None:
+    assert len(SHOWN) >= 30
+    assert "results/h200-gqa-flex.jsonl" in SHOWN
+    assert "results/h200-fp8-study.json.gz" in SHOWN
