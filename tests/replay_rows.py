@@ -3,6 +3,7 @@ latency follows the replay cost model with known coefficients, so a fit must rec
 
     decode  us = c0 + c1 * seqs + c2 * kv_mb + c3 * crit_mb + c4 * splits + c5 * chain
                  + c6 * ragged + c7 * odd + c8 * odd_row_mb + c9 * odd_pad_mb
+                 + c10 * combine
             (the split-KV features of the backend's plan, `replay.kernelplan`, no tail term:
             streams = inf)
     prefill us = c0 + c1 * seqs + c2 * q_ktokens + c3 * gflop
@@ -30,13 +31,13 @@ SHAPE = dict(num_qo_heads=8, num_kv_heads=1, head_dim=128, page_size=16, dtype="
 COEFS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = {
     # ragged-aware: ~3 TB/s, small skew term
     "flashinfer:fa2": (
-        (6.0, 0.05, 1e3 / 3000.0, 0.5, 0.01, 0.1, 0.0, 0.0, 0.0, 0.0),
+        (6.0, 0.05, 1e3 / 3000.0, 0.5, 0.01, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0),
         (10.0, 0.5, 0.3, 1e3 / 350.0),
         (15.0, 0.2),
     ),
     # faster per byte but a large per-CTA (longest work unit) term
     "flash-attn:fa3": (
-        (4.0, 0.02, 1e3 / 3300.0, 30.0, 0.02, 0.05, 0.0, 0.0, 0.0, 0.0),
+        (4.0, 0.02, 1e3 / 3300.0, 30.0, 0.02, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0),
         (12.0, 0.5, 0.2, 1e3 / 600.0),
         (0.0, 0.0),
     ),
@@ -56,7 +57,7 @@ def header(run_id: str = "replay-fake") -> Header:
 
 
 PADDED = "sdpa:cudnn"
-PADDED_DECODE = (5.0, 0.02, 1e3 / 4000.0, 1.5, 0.05, 0.02, 7.0, 2.0, 30.0, 0.1)
+PADDED_DECODE = (5.0, 0.02, 1e3 / 4000.0, 1.5, 0.05, 0.02, 7.0, 2.0, 30.0, 0.1, 0.0)
 """A padded kernel's decode coefs: its mask (`ragged`), odd-length mask (`odd`) and unsplit
 odd batches (`odd_row_mb`, `odd_pad_mb`)."""
 

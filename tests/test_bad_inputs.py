@@ -817,6 +817,46 @@ REPLAY = [
         files={"h.jsonl": HEADER},
         id="replay-header-only",
     ),
+    # -- replay-heldout (issues 33, 34): a request count that would not finish, documents that
+    # must not land in the committed results/, and the held-out validation's own inputs
+    case(
+        ["replay", "{rows}", "--trace", "agents:100000000"],
+        2,
+        "at most 10000 agents",
+        id="replay-agents-huge",
+    ),
+    case(
+        ["replay-validate", "{rows}", "--rescore", "v.json"],
+        0,
+        "validation -> runs/replay/validation-rescored.json",
+        files={
+            "v.json": '{"schema": "attnbench.replay-validation/1", "traces": ["azure-code"], '
+            '"summary": {}, "steps": [{"trace": "azure-code", "step": 1, "backend": '
+            '"flash-attn:fa3", "requests": 1, "kv_total": 64, "kv_max": 64, "predicted_us": 5.0, '
+            '"measured_us": 6.0, "rel_err": -0.17, "outside": false, "kv_lens": [64]}]}'
+        },
+        id="replay-rescore-runs",
+    ),
+    case(
+        ["replay", "{rows}", "--trace", "synthetic:nope"],
+        2,
+        "no traffic table 'nope'",
+        id="replay-synthetic-unknown",
+    ),
+    case(
+        ["replay", "{rows}", "--trace", "synthetic:t.toml"],
+        2,
+        "traffic.x.sessions",
+        files={"t.toml": "[traffic.x]\nsessions = 0\n"},
+        id="replay-synthetic-bad",
+    ),
+    case(
+        ["replay-validate", "{rows}", "--heldout", "{rows}"],
+        2,
+        "leaving one out needs two or more",
+        id="replay-heldout-no-steps",
+    ),
+    case(["lengths", "long:0@4096+mixed"], 2, "long:K@LEN+DIST", id="lengths-long-zero"),
 ]
 
 OTHER = [

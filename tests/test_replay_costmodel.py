@@ -98,7 +98,7 @@ def test_odd_length_mask_terms_are_recovered_and_bound_their_reach() -> None:
     assert m.decode is not None
     # the padded plan's chunk is not identifiable from these rows, the mask terms are
     assert m.decode.cv_rel_rmse < 1e-9
-    np.testing.assert_allclose(m.decode.coef[-4:], rr.PADDED_DECODE[-4:], rtol=1e-6)
+    np.testing.assert_allclose(m.decode.coef[6:10], rr.PADDED_DECODE[6:10], rtol=1e-6)
     even, odd = [65536, 300, 9000, 20000], [65535, 300, 9000, 20000]
     assert m.decode_lens_us(odd) == pytest.approx(rr.decode_us(rr.PADDED, odd, rr.PADDED_DECODE))
     # one token shorter, 2 us more

@@ -11,9 +11,9 @@ from attnbench.replay.fit import fit_linear
 from attnbench.replay.kernelplan import (
     PLAN_FEATURES_OF_DECODE,
     KernelPlan,
-    fa3_num_splits,
     family_of,
     in_flight_tokens,
+    num_splits_heuristic,
     xqa_sm90_sub_seqs,
     xqa_sub_seqs,
     xqa_unit_tokens,
@@ -39,12 +39,12 @@ def test_families_follow_the_libraries() -> None:
 
 def test_fa3_heuristic_matches_the_source() -> None:
     # enough work to fill 80% of the SMs, or at most 4 KV blocks: no split
-    assert fa3_num_splits(106, 132, 1000) == 1
-    assert fa3_num_splits(1, 132, 4) == 1
+    assert num_splits_heuristic(106, 132, 1000) == 1
+    assert num_splits_heuristic(1, 132, 4) == 1
     # one request: the fewest splits within 85% of the best wave efficiency
     # at most 128 splits: best 128/132 = 0.970; 109/132 = 0.826 is the first >= 0.85 x 0.970
-    assert fa3_num_splits(1, 132, 1000) == 109
-    assert fa3_num_splits(48, 108, 1000) == 2  # the source's own example
+    assert num_splits_heuristic(1, 132, 1000) == 109
+    assert num_splits_heuristic(48, 108, 1000) == 2  # the source's own example
 
 
 def test_prefill_plan_does_not_split_a_large_batch_and_leaves_the_skew_tail() -> None:
@@ -78,7 +78,7 @@ def test_bounded_fit_recovers_a_known_model_and_never_exceeds_the_ceiling() -> N
     feats = p.feature_matrix(*(np.array(c) for c in zip(*calls, strict=True)))
     x = np.column_stack([np.ones(len(calls)), [c[0] for c in calls], feats])
     names = ("const", "seqs", *PLAN_FEATURES_OF_DECODE)
-    true = np.array([12.0, 0.03, 1e3 / 4000.0, 15.0, 0.02, 0.1, 0.0, 0.0, 0.0, 0.0])
+    true = np.array([12.0, 0.03, 1e3 / 4000.0, 15.0, 0.02, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0])
     y = x @ true
     fit = fit_linear(names, x, y, lower={"kv_mb": 1e3 / 4200.0})
     np.testing.assert_allclose(fit.coef, true, rtol=1e-6, atol=1e-9)
@@ -148,22 +148,22 @@ def test_tail_term_and_ragged_mask() -> None:
 def test_odd_length_mask() -> None:
     cudnn, tc = plan("sdpa:cudnn"), plan("flashinfer:tc")
     # (ragged, odd, odd_row_mb, odd_pad_mb): the mask's padded key length is the longest request
-    assert cudnn.features(8, 8 * 4095 - 1, 4095)[4:] == (1.0, 1.0, 0.0, 0.0)
-    assert cudnn.features(8, 8 * 4096 - 1, 4096)[4:] == (1.0, 0.0, 0.0, 0.0)
-    assert cudnn.features(8, 8 * 4095, 4095)[4:] == (0.0, 0.0, 0.0, 0.0)  # uniform: no mask
+    assert cudnn.features(8, 8 * 4095 - 1, 4095)[4:8] == (1.0, 1.0, 0.0, 0.0)
+    assert cudnn.features(8, 8 * 4096 - 1, 4096)[4:8] == (1.0, 0.0, 0.0, 0.0)
+    assert cudnn.features(8, 8 * 4095, 4095)[4:8] == (0.0, 0.0, 0.0, 0.0)  # uniform: no mask
     lens = [4095, 100, 3000]
-    assert cudnn.features(3, sum(lens), 4095, lens)[5:] == (1.0, 0.0, 0.0)
-    assert tc.features(80, 80 * 4095 - 1, 4095)[4:] == (0.0, 0.0, 0.0, 0.0)  # not padded
+    assert cudnn.features(3, sum(lens), 4095, lens)[5:8] == (1.0, 0.0, 0.0)
+    assert tc.features(80, 80 * 4095 - 1, 4095)[4:8] == (0.0, 0.0, 0.0, 0.0)  # not padded
     # more than half the SMs' requests x KV heads: unsplit, costed by its own two terms only
     row_mb = 4095 * BYTES / 1e6
-    assert cudnn.features(64, 64 * 4095 - 1, 4095)[6:] == (0.0, 0.0)  # 64 of 132: split
+    assert cudnn.features(64, 64 * 4095 - 1, 4095)[6:8] == (0.0, 0.0)  # 64 of 132: split
     assert cudnn.features(72, 72 * 4095 - 1, 4095) == pytest.approx(
-        (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, row_mb, 72 * row_mb)
+        (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, row_mb, 72 * row_mb, 0.0)
     )
-    assert cudnn.features(72, 72 * 4096 - 1, 4096)[6:] == (0.0, 0.0)  # even: the usual path
+    assert cudnn.features(72, 72 * 4096 - 1, 4096)[6:8] == (0.0, 0.0)  # even: the usual path
     h4 = KernelPlan("padded", 4, 16, 128, 4 * BYTES)
     assert h4.features(16, 16 * 4095 - 1, 4095)[6] == 0.0  # 64 requests x KV heads
-    assert h4.features(20, 20 * 4095 - 1, 4095)[6:] == pytest.approx((row_mb, 20 * 4 * row_mb))
+    assert h4.features(20, 20 * 4095 - 1, 4095)[6:8] == pytest.approx((row_mb, 20 * 4 * row_mb))
 
 
 def test_in_flight_tokens_integrates_the_tail() -> None:

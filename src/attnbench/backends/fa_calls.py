@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 
 from attnbench.backends import kvgather
+from attnbench.backends.fa3_record import decision_details
 from attnbench.backends.fa_lib import FlashLib
 from attnbench.backends.flashinfer_common import quantize_query
 from attnbench.backends.merge import masked_attention_lse, merge_states
@@ -159,7 +160,13 @@ def cache_part(
     if out is not None:
         kw["out"] = out
     if s.knobs["scheduler_metadata"] and lib.has_scheduler_metadata:
-        kw["scheduler_metadata"] = scheduler_metadata_call(s, seqlens, max_k, page_size, causal)
+        meta_args = (seqlens, max_k, page_size, causal)
+        kw["scheduler_metadata"] = scheduler_metadata_call(s, *meta_args)
+        if spec.kind == "decode" and spec.window_left < 0:
+            try:  # a record, never a reason for the row to fail
+                s.details.update(record_decision(s, kw, k_cache, v_cache, meta_args))
+            except Exception as exc:
+                s.details["fa3_metadata"] = f"unread: {type(exc).__name__}: {exc}"[:200]
     q_lens = list(spec.qo_lens)
     q = s.q
 
@@ -170,15 +177,15 @@ def cache_part(
     return call, out
 
 
-def scheduler_metadata_call(
-    s: Setup, seqlens: torch.Tensor, max_k: int, page_size: int | None, causal: bool
-) -> torch.Tensor:
-    """FA3's scheduler metadata for this call, computed now (in plan); its recomputation is
-    appended to the per-step replan. Its arguments mirror the forward call's exactly (FA3 sizes
-    the split buffers from the forward's own arguments)."""
-    spec, lib = s.spec, s.lib
-    cu_q, max_q = s.inputs.qo_indptr, max(spec.qo_lens)
+MetadataArgs = tuple[torch.Tensor, int, int | None, bool]
+"""(seqused_k, max_seqlen_k, page_size, causal) of a KV-cache call."""
 
+
+def _metadata_fn(s: Setup, args: MetadataArgs, pack_gqa: bool | None) -> Callable[[], torch.Tensor]:
+    """FA3's `get_scheduler_metadata` for this call's arguments, with `pack_gqa` as given."""
+    spec, lib = s.spec, s.lib
+    seqlens, max_k, page_size, causal = args
+    cu_q, max_q = s.inputs.qo_indptr, max(spec.qo_lens)
     window = {"window_size": (spec.window_left, 0)} if spec.window_left >= 0 else {}
 
     def compute() -> torch.Tensor:
@@ -195,11 +202,21 @@ def scheduler_metadata_call(
             page_size=page_size,
             causal=causal,
             num_splits=s.knobs["num_splits"],
-            pack_gqa=s.knobs["pack_gqa"],
+            pack_gqa=pack_gqa,
             **window,
         )
         return meta
 
+    return compute
+
+
+def scheduler_metadata_call(
+    s: Setup, seqlens: torch.Tensor, max_k: int, page_size: int | None, causal: bool
+) -> torch.Tensor:
+    """FA3's scheduler metadata for this call, computed now (in plan); its recomputation is
+    appended to the per-step replan. Its arguments mirror the forward call's exactly (FA3 sizes
+    the split buffers from the forward's own arguments)."""
+    compute = _metadata_fn(s, (seqlens, max_k, page_size, causal), s.knobs["pack_gqa"])
     meta = compute()
 
     def replan() -> None:
@@ -208,6 +225,29 @@ def scheduler_metadata_call(
     s.replans.append(replan)
     s.details["scheduler_metadata"] = METADATA_IN_PLAN
     return meta
+
+
+def record_decision(
+    s: Setup,
+    kw: dict[str, Any],
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    args: MetadataArgs,
+) -> dict[str, str | int | bool]:
+    """What FA3 decided for this decode call, as it reports it (`backends.fa3_record`): the
+    metadata's splits and order, pack-GQA by recomputing the metadata with it forced each way,
+    the static split count from the split buffers of one forward call. In plan, not timed."""
+    values = [int(v) for v in kw["scheduler_metadata"].tolist()]
+    pack: bool | str = s.knobs["pack_gqa"] if s.knobs["pack_gqa"] is not None else "unknown"
+    if s.knobs["pack_gqa"] is None:
+        same = {p: _metadata_fn(s, args, p)().tolist() == values for p in (True, False)}
+        pack = "either" if all(same.values()) else next((p for p, e in same.items() if e), pack)
+    splits: int | None = None
+    if s.lib.raw is not None:
+        res = s.lib.raw.fwd(s.q, k_cache, v_cache, **kw)
+        accum = res[2] if len(res) > 2 else None
+        splits = int(accum.shape[0]) if isinstance(accum, torch.Tensor) and accum.numel() else 1
+    return decision_details(values, s.spec.batch_size, splits, pack)
 
 
 def part(

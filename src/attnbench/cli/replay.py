@@ -18,6 +18,7 @@ from attnbench.cli.common import (
     note,
     write_output,
 )
+from attnbench.cli.paths import runs_dir
 from attnbench.measure.limits import MAX_SEED
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ def _live_path(live_out: Path | None, out: Path | None) -> Path:
         return live_out
     if out is not None:
         return out.with_name(out.stem + "-live.jsonl")
-    return Path("results") / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}_replay-live.jsonl"
+    return runs_dir() / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}_replay-live.jsonl"
 
 
 def _live(

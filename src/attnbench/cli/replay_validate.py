@@ -1,5 +1,9 @@
 """`attnbench replay-validate`: the replay cost models' per-step error on live GPU steps drawn
-from several traces, and `--rescore` to re-predict a committed document's steps without a GPU."""
+from several traces; `--rescore` re-predicts a committed document's steps without a GPU; and the
+held-out validation (leave one trace out, `replay.loto`): `--heldout-draw` writes the steps to
+time as a suite (CPU), `attnbench run --suite` times them (GPU), `--heldout` scores them (CPU).
+Documents go to `runs/replay/` unless `--out` says otherwise (never into the committed
+`results/` by default)."""
 
 from __future__ import annotations
 
@@ -10,10 +14,13 @@ import typer
 
 from attnbench.cli.app import app
 from attnbench.cli.common import check_output_file, console, fail, write_output
+from attnbench.cli.paths import runs_dir
 from attnbench.cli.replay import _check_live_device
 
 if TYPE_CHECKING:
+    from attnbench.replay.costmodel import AttentionCostModel
     from attnbench.replay.deployment import Deployment
+    from attnbench.replay.simresult import SimResult
 
 Opt = typer.Option
 Arg = typer.Argument
@@ -25,7 +32,8 @@ def replay_validate(
         list[Path] | None, Arg(help="Results files or folders with calibration rows.")
     ] = None,
     trace: Annotated[
-        list[str] | None, Opt("--trace", help="Traces to draw from; repeatable (default: four).")
+        list[str] | None,
+        Opt("--trace", help="Traces to draw from; repeatable (default: four; held out: four)."),
     ] = None,
     steps: Annotated[int, Opt(min=1, help="Steps to draw per variant (over all traces).")] = 60,
     limit: Annotated[int | None, Opt(min=1, help="Replay the first N requests of each.")] = 2000,
@@ -33,9 +41,9 @@ def replay_validate(
     model: Annotated[str, Opt(help="Model shape.")] = "llama-3.1-70b",
     tp: Annotated[int, Opt(min=1, help="Tensor-parallel degree.")] = 8,
     kv_dtype: Annotated[str, Opt(help="KV-cache dtype.")] = "bfloat16",
-    out: Annotated[Path, Opt(help="The validation document (JSON).")] = Path(
-        "results/replay/validation.json"
-    ),
+    out: Annotated[
+        Path | None, Opt(help="The document (JSON; default: runs/replay/validation*.json).")
+    ] = None,
     device: Annotated[str, Opt(help="auto, cuda, cuda:N.")] = "auto",
     max_time_ms: Annotated[
         float, Opt(min=1.0, help="Timed calls per variant and step, at most (ms).")
@@ -47,29 +55,35 @@ def replay_validate(
             "on RESULTS (no GPU; the measurements are kept)."
         ),
     ] = None,
+    heldout_draw: Annotated[
+        Path | None,
+        Opt(
+            help="Held out: replay the traces (no GPU) and write STEPS-PER-TRACE decode steps "
+            "of each as a suite TOML for `attnbench run --suite`."
+        ),
+    ] = None,
+    heldout: Annotated[
+        list[Path] | None,
+        Opt(
+            help="Held out: results files of the timed steps; score each trace against models "
+            "fitted on RESULTS and the other traces' steps (no GPU). Repeatable."
+        ),
+    ] = None,
+    steps_per_trace: Annotated[int, Opt(min=1, help="--heldout-draw: steps per trace.")] = 50,
 ) -> None:
     """Draw replayed decode steps from several traces, time each on the GPU with every variant
     and report each cost model's per-step error (median, p90) against the target. Ctrl-C (or a
-    time limit) writes the steps timed so far."""
+    time limit) writes the steps timed so far. With --heldout-draw / --heldout: the validation
+    that cannot see its test data (leave one trace out; see `replay.loto`)."""
     from attnbench.analysis.frame import NoResultsError, resolve_paths
-    from attnbench.cli.replay_tables import escape
     from attnbench.replay.deployment import Deployment
-    from attnbench.replay.document import ReplayConfig
-    from attnbench.replay.pipeline import ReplayError, run_replay
-    from attnbench.replay.validate import (
-        TRACES,
-        StepError,
-        draw_steps,
-        gpu_timer,
-        measure,
-        validation_document,
-    )
-    from attnbench.results import provenance
 
-    if rescore is None:
+    if rescore is None and heldout_draw is None and heldout is None:
         _check_live_device(device)
+    if heldout_draw is not None:
+        check_output_file(heldout_draw, "--heldout-draw")
+    out = out or runs_dir() / "replay" / _default_name(rescore, heldout)
     check_output_file(out, "--out")
-    traces = list(trace or TRACES)
     try:
         paths = resolve_paths([str(p) for p in results] if results else None)
         dep = Deployment(model=model, tp=tp, kv_dtype=kv_dtype)
@@ -77,20 +91,70 @@ def replay_validate(
         fail(str(exc))
     if rescore is not None:
         _rescore(rescore, paths, dep, backend or [], out)
-        return
-    sims, models = {}, {}
+    elif heldout_draw is not None:
+        _heldout_draw(heldout_draw, paths, dep, trace, steps_per_trace, limit, backend)
+    elif heldout is not None:
+        _heldout_score(heldout, paths, dep, out)
+    else:
+        _measure(paths, dep, trace, steps, limit, backend, out, (device, max_time_ms))
+
+
+def _default_name(rescore: Path | None, heldout: list[Path] | None) -> str:
+    if rescore is not None:
+        return "validation-rescored.json"
+    return "validation-heldout.json" if heldout else "validation.json"
+
+
+def _replays(
+    paths: list[Path],
+    dep: Deployment,
+    traces: list[str],
+    limit: int | None,
+    backends: list[str] | None,
+    whole_synthetic: bool = False,
+) -> tuple[dict[str, SimResult], dict[str, AttentionCostModel]]:
+    """Each trace's replay (the main candidate's, at rate scale 1) and the fitted models."""
+    from attnbench.replay.document import ReplayConfig
+    from attnbench.replay.pipeline import ReplayError, run_replay
+
+    sims: dict[str, SimResult] = {}
+    models: dict[str, AttentionCostModel] = {}
     for t in traces:
-        cfg = ReplayConfig(trace=t, limit=limit, deployment=dep, backends=tuple(backend or ()))
+        whole = whole_synthetic and t.lower().startswith("synthetic:")
+        cfg = ReplayConfig(
+            trace=t, limit=None if whole else limit, deployment=dep, backends=tuple(backends or ())
+        )
         try:
             with console.status(f"replaying {t}"):
                 outcome = run_replay(cfg, paths)
         except (ReplayError, ValueError) as exc:
             fail(str(exc))
         sims[t] = outcome.study.sims[outcome.study.main]
-        models = outcome.study.models
+        models = dict(outcome.study.models)
+    return sims, models
+
+
+def _measure(
+    paths: list[Path],
+    dep: Deployment,
+    trace: list[str] | None,
+    steps: int,
+    limit: int | None,
+    backend: list[str] | None,
+    out: Path,
+    timing: tuple[str, float],
+) -> None:
+    """Replay, draw, time on the GPU and write the live validation document."""
+    from attnbench.cli.replay_tables import escape
+    from attnbench.replay.validate import TRACES, StepError, draw_steps, gpu_timer, measure
+    from attnbench.replay.validate import validation_document as document
+    from attnbench.results import provenance
+
+    traces = list(trace or TRACES)
+    sims, models = _replays(paths, dep, traces, limit, backend)
     drawn = draw_steps(sims, dep, -(-steps // len(traces)))
     try:
-        timer, close, _ = gpu_timer(device, str(out.with_suffix(".jsonl")), max_time_ms)
+        timer, close, _ = gpu_timer(timing[0], str(out.with_suffix(".jsonl")), timing[1])
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
     errs: list[StepError] = []
@@ -101,13 +165,12 @@ def replay_validate(
         interrupted = True
     finally:
         close()
-    doc = validation_document(
-        errs, traces, models, provenance(), [str(p) for p in paths], complete=not interrupted
-    )
+    sources = [str(p) for p in paths]
+    doc = document(errs, traces, models, provenance(), sources, complete=not interrupted)
     _write_validation(out, doc)
     if interrupted:
-        steps = len({(e.trace, e.step) for e in errs})
-        console.print(f"note: interrupted after {steps} of {len(drawn)} steps", highlight=False)
+        done = len({(e.trace, e.step) for e in errs})
+        console.print(f"note: interrupted after {done} of {len(drawn)} steps", highlight=False)
         raise typer.Exit(130)
 
 
@@ -117,17 +180,36 @@ def _write_validation(out: Path, doc: dict[str, object]) -> None:
 
     from attnbench.cli.replay_tables import escape
 
-    write_output(out, json.dumps(doc, indent=1, default=str) + "\n", "--out")
+    text = json.dumps(doc, indent=1, default=str) + "\n"
+    if out.name.endswith(".gz"):  # a committed document stays small (results/textfile reads it)
+        _write_gzip(out, text)
+    else:
+        write_output(out, text, "--out")
     summary = doc["summary"]
     assert isinstance(summary, dict)
     for name, s in summary.items():
+        worst = (
+            f", worst {s['worst_trace']} p90 {s['worst_p90_abs_err']:.1%}"
+            if s.get("worst_trace")
+            else ""
+        )
         console.print(
             f"{escape(name)}: {s['measured']} steps, median |err| {s['median_abs_err']:.1%}, "
-            f"p90 {s['p90_abs_err']:.1%}, outside range {s['outside_share']:.0%}"
+            f"p90 {s['p90_abs_err']:.1%}{worst}, outside range {s['outside_share']:.0%}"
             f"{'' if s['meets_target'] else '  (misses the target)'}",
             highlight=False,
         )
     console.print(f"validation -> {escape(str(out))}", highlight=False)
+
+
+def _write_gzip(path: Path, text: str) -> None:
+    import gzip
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
+    except OSError as exc:
+        fail(f"--out={path}: writing failed: {exc.strerror or exc}")
 
 
 def _rescore(
@@ -158,4 +240,85 @@ def _rescore(
         provenance(), [str(p) for p in paths], complete=bool(old.get("complete", True)),
     )  # fmt: skip
     doc["rescored_from"] = {"path": str(source), "provenance": old.get("provenance")}
+    _write_validation(out, doc)
+
+
+def _heldout_draw(
+    path: Path,
+    paths: list[Path],
+    dep: Deployment,
+    trace: list[str] | None,
+    per_trace: int,
+    limit: int | None,
+    backend: list[str] | None,
+) -> None:
+    """`--heldout-draw`: replay each trace, draw its steps, write them as a suite TOML."""
+    from attnbench.cli.replay_tables import escape
+    from attnbench.replay import loto
+    from attnbench.results import provenance
+    from attnbench.workload.suite import load_suite
+
+    traces = list(trace or loto.HELDOUT_TRACES)
+    sims, _ = _replays(paths, dep, traces, limit, backend, whole_synthetic=True)
+    drawn = loto.draw(sims, per_trace)
+    sha = provenance().get("git_sha", "unknown")
+    where = f"at commit {sha} on {', '.join(p.name for p in paths)}"
+    extra = load_suite(loto.CALIBRATION_SUITE).groups if dep == loto.CALIBRATED else []
+    text = loto.steps_suite(drawn, dep, where, extra)
+    write_output(path, text, "--heldout-draw")
+    for t, s in loto.kv_summary(drawn).items():
+        console.print(
+            f"{escape(t)}: {s['steps']:.0f} steps, up to {s['max_requests']:.0f} requests, "
+            f"{s['max_kv'] / 1e6:.2f} M KV tokens, longest {s['max_longest']:.0f}",
+            highlight=False,
+        )
+    earlier = _earlier_steps(paths)
+    console.print(
+        f"{len(drawn)} steps -> {escape(str(path))} ({loto.overlap(drawn, earlier)} already "
+        f"timed by an earlier validation); time them with `attnbench run --suite {path}`",
+        highlight=False,
+    )
+
+
+def _earlier_steps(paths: list[Path]) -> list[list[int]]:
+    """KV lengths of every step the validation documents beside `paths` timed."""
+    from attnbench.replay.validation_doc import find_validation
+    from attnbench.results import read_json
+
+    out: list[list[int]] = []
+    for p in find_validation(paths):
+        try:
+            out += [list(s.get("kv_lens") or []) for s in read_json(p).get("steps", [])]
+        except (OSError, ValueError, AttributeError):
+            continue
+    return out
+
+
+def _heldout_score(live: list[Path], paths: list[Path], dep: Deployment, out: Path) -> None:
+    """`--heldout`: leave one trace out over the timed steps, the document to `out`."""
+    from attnbench.replay import loto
+    from attnbench.replay.pipeline import LoadedRows, ReplayError, load_rows, shape_key
+    from attnbench.results import provenance
+
+    try:
+        calib = load_rows(paths)
+        timed = load_rows(live, calib.gpu)
+    except (ReplayError, OSError, ValueError) as exc:
+        fail(f"--heldout: {exc}")
+    key = shape_key(dep)
+    rows, _ = loto.split_rows(calib.rows)  # a held-out step is never a calibration row
+    _, by_trace = loto.split_rows(r for r in timed.rows if key.matches(r.spec, any_page=True))
+    if len(by_trace) < 2:
+        fail(
+            f"--heldout {', '.join(map(str, live))}: held-out steps of {len(by_trace)} trace(s) "
+            f"at {key.describe()}; leaving one out needs two or more (rows labelled "
+            "heldout:TRACE:stepN, from `attnbench run --suite` on a --heldout-draw file)"
+        )
+    headers = calib.headers + [h for h in timed.headers if h not in calib.headers]
+    calibration = LoadedRows(rows, headers, calib.gpu, [])
+    with console.status(f"fitting {len(by_trace)} folds"):
+        errors, folds = loto.leave_one_trace_out(calibration, by_trace, key)
+    doc = loto.heldout_document(
+        errors, folds, provenance(), [str(p) for p in paths], [str(p) for p in live]
+    )
     _write_validation(out, doc)

@@ -37,7 +37,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from attnbench.measure import metrics
+from attnbench.replay.fa3plan import FA3Decision, recorded_decision
 from attnbench.replay.fit import LinearFit, fit_linear, fit_linear_choice
+from attnbench.replay.fitrows import bandwidth_ceiling as bandwidth_ceiling
+from attnbench.replay.fitrows import padded_label
+from attnbench.replay.fitrows import shapes_in as shapes_in
+from attnbench.replay.fitrows import usable_rows as usable_rows
 from attnbench.replay.kernelplan import (
     CHUNK_GRID,
     DEFAULT_NUM_SMS,
@@ -49,7 +54,6 @@ from attnbench.replay.kernelplan import (
 from attnbench.replay.shape import ShapeKey as ShapeKey
 from attnbench.replay.steps import FloatArray, IntArray
 from attnbench.results import ResultRow
-from attnbench.workload.spec import WorkloadSpec
 
 DECODE_FEATURES = ("const", "seqs", *PLAN_FEATURES_OF_DECODE)
 PREFILL_FEATURES = ("const", "seqs", "q_ktokens", "gflop")
@@ -94,6 +98,7 @@ class AttentionCostModel:
             self.key.kv_dtype,
             self.streams,
             self.chunk,
+            self.key.num_qo_heads,
         )
 
     # -- features ---------------------------------------------------------------------------
@@ -113,18 +118,29 @@ class AttentionCostModel:
         f = self.kernel_plan.features(n, total, kv_max)
         return c[0] + c[1] * n + sum(ci * fi for ci, fi in zip(c[2:], f, strict=True))
 
-    def decode_lens_x(self, kv_lens: Sequence[int]) -> FloatArray:
+    def decode_lens_x(
+        self, kv_lens: Sequence[int], decision: FA3Decision | None = None
+    ) -> FloatArray:
         """`decode_x` of one call whose requests' KV lengths are known (a measured row, a live
-        step): the plan's split runs on the lengths, not on their summary."""
+        step): the plan's split runs on the lengths, not on their summary (FA3: on the
+        `decision` FA3 recorded for the call, when given)."""
         kv = np.asarray(kv_lens, dtype=np.int64).ravel()
         n, mx = int(kv.size), int(kv.max()) if kv.size else 0
         lens = [mx] * n if self.padded else kv.tolist()
-        f = self.kernel_plan.features(n, int(sum(lens)), mx, lens)
+        f = self.kernel_plan.features(n, int(sum(lens)), mx, lens, decision)
         return np.array([[1.0, float(n), *f]]) if n else np.zeros((1, len(DECODE_FEATURES)))
 
-    def decode_lens_us(self, kv_lens: Sequence[int]) -> float:
+    def decode_lens_us(self, kv_lens: Sequence[int], decision: FA3Decision | None = None) -> float:
         """`decode_us` of one call from its requests' KV lengths (`decode_lens_x`)."""
-        return float((self.decode_lens_x(kv_lens) @ np.array(self._decode_coef))[0])
+        return float((self.decode_lens_x(kv_lens, decision) @ np.array(self._decode_coef))[0])
+
+    def recorded_decision(self, row: ResultRow) -> FA3Decision | None:
+        """The plan FA3 recorded for a measured decode row of this variant (None for other
+        families, or a row without one)."""
+        plan = self.kernel_plan
+        if plan.family != "fa3" or self.padded:
+            return None
+        return recorded_decision(dict(row.details), plan.fa3_call, row.spec.batch_size)
 
     @property
     def _decode_coef(self) -> tuple[float, ...]:
@@ -219,13 +235,6 @@ def _inverse(fit: LinearFit | None, feature: str) -> float | None:
     return 1e3 / c if c > 0 else None
 
 
-def padded_label(spec: WorkloadSpec) -> bool:
-    """Rows of the workload `padded:` transform (lengths `padded(X)`, or a `padded` label)."""
-    from attnbench.analysis.frame import is_padded
-
-    return is_padded(spec.label, spec.lengths)
-
-
 def _fit(
     features: tuple[str, ...], x: FloatArray, y: FloatArray, lower: dict[str, float] | None = None
 ) -> LinearFit:
@@ -251,10 +260,6 @@ def _plan_fit(rows: list[ResultRow]) -> LinearFit | None:
     n = np.array([p[0] for p in pts], dtype=np.float64)
     y = np.array([p[1] for p in pts], dtype=np.float64)
     return fit_linear(PLAN_FEATURES, np.stack([np.ones_like(n), n], axis=1), y)
-
-
-def usable_rows(rows: Iterable[ResultRow]) -> list[ResultRow]:
-    return [r for r in rows if r.status == "ok" and r.latency_us and r.latency_us > 0]
 
 
 def fit_backend(
@@ -333,7 +338,7 @@ def fitted_decode_rows(
 
 
 def _decode_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
-    return model.decode_lens_x(row.spec.kv_lens)
+    return model.decode_lens_x(row.spec.kv_lens, model.recorded_decision(row))
 
 
 def _prefill_row_x(model: AttentionCostModel, row: ResultRow) -> FloatArray:
@@ -372,28 +377,3 @@ def padded_from_ragged(model: AttentionCostModel) -> AttentionCostModel:
     """The ragged model evaluated at the padded batch: what a uniform kernel that computes every
     request to the longest length would cost, by this backend's own measured rates."""
     return replace(model, padded=True, source="ragged model at the padded batch")
-
-
-def shapes_in(rows: Iterable[ResultRow]) -> list[str]:
-    """Shapes (as ShapeKey.describe) present among `ok` rows, for error messages."""
-    seen = set()
-    for r in usable_rows(rows):
-        key = ShapeKey.of(r.spec)
-        seen.add(key.describe())
-    return sorted(seen)
-
-
-def bandwidth_ceiling(
-    rows: Iterable[ResultRow], key: ShapeKey, measured_gbps: float | None
-) -> float:
-    """The bandwidth no decode fit may exceed, GB/s: the larger of the GPU's measured ceiling
-    (streaming read or copy, from the results headers) and the highest KV read rate any `ok`
-    decode row of this shape attains (a kernel's measured rate is a measurement of what the
-    memory delivers; a fit above both would be a bandwidth nothing measured)."""
-    best = 0.0
-    for r in usable_rows(rows):
-        if r.spec.kind == "decode" and key.matches(r.spec, any_page=True) and r.latency_us:
-            kv = np.asarray(r.spec.kv_lens, dtype=np.float64)
-            total = kv.size * kv.max() if padded_label(r.spec) else kv.sum()
-            best = max(best, total * key.kv_bytes_per_token / (r.latency_us * 1e3))
-    return max(best, measured_gbps or 0.0) or math.inf

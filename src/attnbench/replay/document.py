@@ -111,7 +111,7 @@ class TraceInfo(DocModel):
     limit: int | None
     requests: int
     synthetic: bool
-    """The brief's `agents:N` scenario, not a recorded trace."""
+    """Generated traffic (the brief's `agents:N`, a `synthetic:` family), not a recorded trace."""
     rate_req_s: Real
     tied_arrivals: int
     spread_arrivals: bool

@@ -81,9 +81,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnbench.replay.fa3plan import fa3_num_splits as fa3_num_splits
-from attnbench.replay.fa3plan import fa3_split
+from attnbench.replay.fa3plan import FA3Call, FA3Decision, fa3_split, fa3_static_splits
+from attnbench.replay.fa3plan import num_splits_heuristic as num_splits_heuristic
 from attnbench.replay.steps import FloatArray, IntArray
+from attnbench.replay.xqaplan import XQA_TILE_TOKENS, xqa_split_exact
+from attnbench.replay.xqaplan import xqa_sm90_sub_seqs as xqa_sm90_sub_seqs
+from attnbench.replay.xqaplan import xqa_sub_seqs as xqa_sub_seqs
+from attnbench.replay.xqaplan import xqa_unit_tokens as xqa_unit_tokens
 
 FAMILIES = ("flashinfer-decode", "flashinfer-prefill", "fa3", "xqa", "padded", "ideal")
 DEFAULT_NUM_SMS = 132
@@ -97,6 +101,7 @@ PLAN_FEATURES_OF_DECODE = (
     "odd",
     "odd_row_mb",
     "odd_pad_mb",
+    "combine",
 )
 STREAMS_GRID = (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, math.inf)
 """The `streams` a fit may choose (CTAs in flight that saturate the memory: HBM bandwidth over
@@ -121,8 +126,6 @@ _BLOCKS_PER_SM = {
 API (4 for the group-8, d128 decode kernel's 128 threads and ~64 registers each is an estimate);
 FA3 is persistent, one CTA per SM; XQA sizes its grid by SMs and fits 2 CTAs per SM on sm90
 (mha.cu nbCtaPerSM = 2; mha_sm90.cu __launch_bounds__(384, 2) at 64 q rows x d128)."""
-
-_XQA_TILE_TOKENS = {"mha": 256, "mha_sm90": 64}
 
 
 def family_of(backend: str) -> str:
@@ -151,6 +154,10 @@ class Split:
     chain: float
     unit_lens: tuple[int, ...] | None = None
     """Every work unit's KV tokens (one KV head), in launch order; None from a summary."""
+    heads_in_units: bool = False
+    """`unit_lens` already lists every KV head's units (FA3's tiles), else one head's."""
+    combine: bool = False
+    """A separate kernel merges the partial outputs (FA3 with a static split above 1)."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +176,8 @@ class KernelPlan:
     """CTAs in flight that saturate the memory (module docstring, kv_mb); inf: no tail term."""
     chunk: float = 128.0
     """The smallest KV tokens per CTA of the `padded` / `ideal` split (`CHUNK_GRID`)."""
+    num_qo_heads: int = 0
+    """Query heads of the call (FA3's pack-GQA and tile); 0: 8 per KV head."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -182,13 +191,44 @@ class KernelPlan:
     def slots(self) -> int:
         return _BLOCKS_PER_SM[self.family] * self.num_sms
 
+    @property
+    def fa3_call(self) -> FA3Call:
+        """What FA3's planning is told about a decode call of this shape (`fa3plan`)."""
+        return FA3Call(
+            num_qo_heads=self.num_qo_heads or 8 * self.num_kv_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            kv_itemsize=1 if self.kv_dtype.startswith("fp8") else 2,
+            page_size=self.page_size,
+            num_sms=self.num_sms,
+        )
+
     def split(
-        self, n: int, kv_total: int, kv_max: int, kv_lens: Sequence[int] | None = None
+        self,
+        n: int,
+        kv_total: int,
+        kv_max: int,
+        kv_lens: Sequence[int] | None = None,
+        decision: FA3Decision | None = None,
     ) -> Split:
         """The plan of one call (n > 0); with `kv_lens` (the n requests' KV lengths, when
-        known) FlashInfer's chunk search runs on them exactly instead of on the summary."""
+        known) FlashInfer's chunk search runs on them exactly instead of on the summary, and
+        FA3's plan on them (`decision`: the one FA3 recorded, when a row has it)."""
         h, mx = self.num_kv_heads, float(kv_max)
         total = float(n) * mx if self.padded else float(kv_total)
+        if self.family == "fa3":
+            call = self.fa3_call
+            unit, units, chain, lens = fa3_split(n, total, mx, call, kv_lens, decision)
+            static = decision.num_splits if decision else fa3_static_splits(call, kv_max)
+            return Split(
+                total,
+                unit,
+                units,
+                chain,
+                None if lens is None else tuple(lens),
+                heads_in_units=True,
+                combine=static > 1,
+            )
         if self.family in ("flashinfer-decode", "flashinfer-prefill"):
             if self.family == "flashinfer-prefill" and kv_lens is not None and len(kv_lens) == n:
                 unit, units = _flashinfer_split_exact(kv_lens, h, self.page_size, self.slots)
@@ -196,15 +236,16 @@ class KernelPlan:
                 unit, units = _flashinfer_split(
                     self.family, n, total, mx, h, self.page_size, self.slots
                 )
-        elif self.family == "fa3":
-            unit, units = fa3_split(n, total, mx, h, self.head_dim, self.num_sms, kv_lens)
         elif self.family == "xqa" and kv_lens is not None and len(kv_lens) == n:
-            return _xqa_split_exact(kv_lens, h, self.num_sms, self.kv_dtype)
+            chain, tiles = xqa_split_exact(kv_lens, h, self.num_sms, self.kv_dtype)
+            return Split(
+                total, float(max(tiles)), float(len(tiles) * h), float(chain), tuple(tiles)
+            )
         elif self.family == "xqa":
             if self.kv_dtype == "fp8_e4m3":
-                sub = xqa_sm90_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS["mha_sm90"])
+                sub = xqa_sm90_sub_seqs(n * h, self.num_sms, kv_max, XQA_TILE_TOKENS["mha_sm90"])
             else:
-                sub = xqa_sub_seqs(n * h, self.num_sms, kv_max, _XQA_TILE_TOKENS["mha"])
+                sub = xqa_sub_seqs(n * h, self.num_sms, kv_max, XQA_TILE_TOKENS["mha"])
             unit, units = float(math.ceil(mx / sub)), float(n * h * sub)
         elif self.odd_unsplit(n, kv_total, kv_max):
             unit, units = mx, float(n * h)
@@ -223,20 +264,27 @@ class KernelPlan:
         return many and self.odd_mask(n, kv_total, kv_max)
 
     def features(
-        self, n: int, kv_total: int, kv_max: int, kv_lens: Sequence[int] | None = None
+        self,
+        n: int,
+        kv_total: int,
+        kv_max: int,
+        kv_lens: Sequence[int] | None = None,
+        decision: FA3Decision | None = None,
     ) -> tuple[float, ...]:
-        """`PLAN_FEATURES_OF_DECODE` of one call (`kv_lens`: see `split`)."""
+        """`PLAN_FEATURES_OF_DECODE` of one call (`kv_lens`, `decision`: see `split`)."""
         if n <= 0:
             return (0.0,) * len(PLAN_FEATURES_OF_DECODE)
-        s = self.split(n, kv_total, kv_max, kv_lens)
+        s = self.split(n, kv_total, kv_max, kv_lens, decision)
         per_head_mb = self.kv_bytes_per_token / self.num_kv_heads / 1e6
         kv_mb = s.kv_tokens * self.kv_bytes_per_token / 1e6
         unit_mb = s.unit_tokens * per_head_mb
         if self.odd_unsplit(n, kv_total, kv_max):  # its own two terms (module docstring)
-            return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, unit_mb, kv_mb)
+            return (0.0, 0.0, 0.0, 0.0, 1.0, 1.0, unit_mb, kv_mb, 0.0)
         tail_mb = self.streams * unit_mb if math.isfinite(self.streams) else 0.0
         if s.unit_lens is not None and math.isfinite(self.streams):
-            lens = np.tile(np.asarray(s.unit_lens, dtype=np.float64), self.num_kv_heads)
+            lens = np.asarray(s.unit_lens, dtype=np.float64)
+            if not s.heads_in_units:
+                lens = np.tile(lens, self.num_kv_heads)
             streamed_mb = in_flight_tokens(lens, self.slots, self.streams) * per_head_mb
         else:
             streamed_mb = max(kv_mb, tail_mb)
@@ -250,6 +298,7 @@ class KernelPlan:
             1.0 if self.odd_mask(n, kv_total, kv_max) else 0.0,
             0.0,
             0.0,
+            1.0 if s.combine else 0.0,
         )
 
     def feature_matrix(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
@@ -268,18 +317,6 @@ class KernelPlan:
             "streams": self.streams if math.isfinite(self.streams) else None,
             "chunk": self.chunk if self.padded else None,
         }
-
-
-def xqa_sub_seqs(seqs: int, num_sms: int, kv_max: int, tile_tokens: int) -> int:
-    """XQA's sub-sequences per request (computeNbSubSeqPerSeqMHA): `seqs` = requests x KV heads."""
-    return max(1, min(max(1, num_sms // max(seqs, 1)), math.ceil(kv_max / tile_tokens)))
-
-
-def xqa_sm90_sub_seqs(seqs: int, num_sms: int, kv_max: int, tile_tokens: int) -> int:
-    """The SM90 fp8 kernel's sub-sequences per request (mha_sm90.cu launchHopperF8MHA):
-    round((3 x SMs // seqs) x 0.25), at least 1 and at most ceil(longest / tile)."""
-    quarter = (3 * num_sms // max(seqs, 1)) * 0.25
-    return max(1, min(math.floor(quarter + 0.5), math.ceil(kv_max / tile_tokens)))
 
 
 def _flashinfer_split(
@@ -326,39 +363,6 @@ def in_flight_tokens(unit_lens: FloatArray, slots: int, streams: float) -> float
             heapq.heappush(ends, done + float(lens[nxt]))
             nxt += 1
     return t
-
-
-def xqa_unit_tokens(kv_len: int, sub_seqs: int, tile_tokens: int) -> list[int]:
-    """KV tokens of each of a request's `sub_seqs` CTAs: sub-sequence j takes the tiles j,
-    j + sub_seqs, ... (mha.cu / mha_sm90.cu stride the tiles by the sub-sequence count)."""
-    tiles = max(1, math.ceil(kv_len / tile_tokens))
-    out = []
-    for j in range(sub_seqs):
-        mine = max(0, math.ceil((tiles - j) / sub_seqs))
-        last = mine > 0 and (tiles - 1) % sub_seqs == j
-        out.append(mine * tile_tokens - (tiles * tile_tokens - kv_len if last else 0))
-    return out
-
-
-def _xqa_split_exact(kv_lens: Sequence[int], h: int, num_sms: int, kv_dtype: str) -> Split:
-    """XQA's plan on the requests' lengths: the grid's sub-sequences per request from the
-    longest (`xqa_sub_seqs`, `xqa_sm90_sub_seqs`), each CTA's tokens (`xqa_unit_tokens`). The
-    SM90 fp8 kernel splits a request only with >= 2 tiles (multiBlockMinNbTiles) and into at
-    most its tiles; the generic kernel gives every request the grid's count."""
-    n, mx = len(kv_lens), max(kv_lens)
-    fp8 = kv_dtype == "fp8_e4m3"
-    tile = _XQA_TILE_TOKENS["mha_sm90" if fp8 else "mha"]
-    sub = (xqa_sm90_sub_seqs if fp8 else xqa_sub_seqs)(n * h, num_sms, mx, tile)
-    units: list[int] = []
-    chain = 1
-    for kv_len in kv_lens:
-        tiles = max(1, math.ceil(kv_len / tile))
-        mine = (min(tiles, sub) if tiles >= 2 else 1) if fp8 else sub
-        units.extend(xqa_unit_tokens(kv_len, mine, tile))
-        chain = mine if kv_len == mx else chain
-    return Split(
-        float(sum(kv_lens)), float(max(units)), float(len(units) * h), float(chain), tuple(units)
-    )
 
 
 def _flashinfer_split_exact(

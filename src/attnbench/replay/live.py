@@ -37,9 +37,13 @@ CaseRunner = Callable[[WorkloadSpec, list[str]], list["ResultRow"]]
 """The rows of one case run with the named variants: a session's `RunSession.run_case`."""
 
 
-def sample_steps(sim: SimResult, count: int, *, part: str = "decode") -> list[int]:
+def sample_steps(
+    sim: SimResult, count: int, *, part: str = "decode", offset: float = 0.0
+) -> list[int]:
     """`count` step indices with a decode (or prefill) part, at evenly spaced quantiles of the
-    part's size (total KV tokens for decode, query tokens for prefill); distinct batches only."""
+    part's size (total KV tokens for decode, query tokens for prefill); distinct batches only.
+    `offset` (0 < offset < 1) takes instead the quantiles (i + offset) / count, e.g. the
+    midpoints of `count` equal bins: a draw other than the default's, which takes both ends."""
     f = sim.features
     if part == "decode":
         have, size = f.n_decode > 0, f.kv_total
@@ -49,7 +53,12 @@ def sample_steps(sim: SimResult, count: int, *, part: str = "decode") -> list[in
     if count <= 0 or not steps.size:
         return []
     order = steps[np.argsort(size[steps], kind="stable")]
-    picks = np.unique(np.rint(np.linspace(0, order.size - 1, min(count, order.size))).astype(int))
+    k = min(count, order.size)
+    if offset:
+        at = (np.arange(k) + offset) * (order.size - 1) / k
+    else:
+        at = np.linspace(0, order.size - 1, k)
+    picks = np.unique(np.rint(at).astype(int))
     return sorted(int(order[i]) for i in picks)
 
 

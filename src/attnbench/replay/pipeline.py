@@ -136,7 +136,7 @@ def requests_for(cfg: ReplayConfig) -> tuple[list[ReplayRequest], TraceInfo]:
         name=cfg.trace,
         limit=cfg.limit,
         requests=len(reqs),
-        synthetic=cfg.trace.lower().startswith("agents"),
+        synthetic=cfg.trace.lower().startswith(("agents", "synthetic:")),
         rate_req_s=arrival_rate(reqs),
         tied_arrivals=ties,
         spread_arrivals=cfg.spread_arrivals,
@@ -236,8 +236,9 @@ def run_replay(
         raise ReplayError(str(exc)) from None
     reqs, trace = requests_for(cfg)
     prefix = trace.has_prefix_hashes if cfg.prefix_cache is None else cfg.prefix_cache
+    agents = cfg.trace.lower().startswith("agents")  # all N agents run at once
     max_batch = cfg.max_batch or (
-        max(DEFAULT_MAX_BATCH, len(reqs)) if trace.synthetic else DEFAULT_MAX_BATCH
+        max(DEFAULT_MAX_BATCH, len(reqs)) if agents else DEFAULT_MAX_BATCH
     )
     sched = SchedulerConfig(
         kv_pages=dep.kv_pages,
@@ -253,7 +254,7 @@ def run_replay(
         bisect_steps=cfg.bisect_steps,
         hybrid=hybrid,
         hybrid_source=hybrid_source,
-        padded=trace.synthetic if cfg.padded is None else cfg.padded,
+        padded=agents if cfg.padded is None else cfg.padded,
         singles=singles,
     )
     try:

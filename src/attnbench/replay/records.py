@@ -10,9 +10,16 @@ test `math.isfinite` and never meet None.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 
 def _null_is_nan(value: object) -> object:
@@ -216,8 +223,19 @@ class LiveValidation(DocModel):
     """The candidate whose replayed steps were sampled."""
 
 
+class TraceHeldOut(DocModel):
+    """A variant's error on one trace's held-out steps (fitted without that trace)."""
+
+    steps: int
+    median_abs_err: Real
+    p90_abs_err: Real
+    meets_target: bool
+
+
 class ValidatedError(DocModel):
-    """A variant's decode model against live GPU steps (`attnbench replay-validate`)."""
+    """A variant's decode model against live GPU steps (`attnbench replay-validate`): drawn
+    from several traces (`live`), or each trace's steps judged by models fitted without that
+    trace (`leave-one-trace-out`, `replay.loto`)."""
 
     source: str
     """The validation document."""
@@ -228,9 +246,38 @@ class ValidatedError(DocModel):
     outside_share: Real
     """Share of the drawn steps beyond the calibration rows' range."""
     meets_target: bool
+    """Held out: on every trace."""
+    method: str = "live"
+    worst_trace: str = ""
+    worst_p90_abs_err: Real = math.nan
+    """Held out: the largest p90 |error| of any one trace."""
+    per_trace: dict[str, TraceHeldOut] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _live_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A live validation writes the keys it always wrote (documents round-trip)."""
+        data: dict[str, Any] = handler(self)
+        if not self.heldout:
+            for key in _HELDOUT_KEYS:
+                data.pop(key, None)
+        return data
+
+    @property
+    def heldout(self) -> bool:
+        return self.method == "leave-one-trace-out"
+
+    @property
+    def bound(self) -> float:
+        """The error a ranking allows: held out, the worst trace's p90 (at least the pooled
+        p90); else the p90 over the drawn steps."""
+        if self.heldout and math.isfinite(self.worst_p90_abs_err):
+            return max(self.worst_p90_abs_err, self.p90_abs_err)
+        return self.p90_abs_err
 
 
-ErrorSource = Literal["validated p90", "held-out fit", "unknown"]
+_HELDOUT_KEYS = ("method", "worst_trace", "worst_p90_abs_err", "per_trace")
+
+ErrorSource = Literal["held-out traces p90", "validated p90", "held-out fit", "unknown"]
 
 
 class CandidateTrust(DocModel):

@@ -7,7 +7,10 @@ rate. Synthetic scenario:
     agents:N            N concurrent agents (the brief: 450), contexts log-uniform over
                         256..65536 tokens with both ends present, output lengths uniform in
                         128..1024, all arriving within the first second (seeded)
-    agents:N@LO-HI      the same with explicit context bounds
+    agents:N@LO-HI      the same with explicit context bounds (N up to `MAX_AGENTS`)
+
+and the synthetic families of `workload.synthetic` (`synthetic:NAME`: a `[traffic.NAME]` table of
+a suite; multi-turn sessions with a shared, growing prefix and `hash_ids`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import numpy as np
 
 AGENT_OUTPUT_RANGE = (128, 1024)
 AGENT_ARRIVAL_WINDOW_S = 1.0
+MAX_AGENTS = 10_000
+"""`agents:N` at most: all N run in one batch, and the replay simulates each of them on the CPU
+(100M agents took minutes and gigabytes before printing anything)."""
 
 
 class TraceRequest(Protocol):
@@ -74,7 +80,13 @@ def load_requests(name: str, *, limit: int | None = None, seed: int = 0) -> list
     if text.lower().startswith("agents"):
         reqs = agents_trace(text, seed=seed)
         return reqs[:limit] if limit else reqs
+    from attnbench.workload.synthetic import SYNTHETIC_PREFIX, synthetic_family, synthetic_requests
     from attnbench.workload.traces import load_trace
+
+    if text.lower().startswith(SYNTHETIC_PREFIX):
+        _, family = synthetic_family(text)
+        generated = synthetic_requests(family, seed=seed or None)
+        return from_trace(generated[:limit] if limit else generated)
 
     loaded = load_trace(text)
     return from_trace(loaded[:limit] if limit else loaded)
@@ -95,6 +107,11 @@ def agents_trace(text: str, *, seed: int = 0) -> list[ReplayRequest]:
         ) from None
     if count <= 0 or not 0 < lo <= hi:
         raise ValueError(f"trace={text!r}: need N > 0 and 0 < LO <= HI")
+    if count > MAX_AGENTS:
+        raise ValueError(
+            f"trace={text!r}: at most {MAX_AGENTS} agents (all run in one batch and the replay "
+            "simulates every one on the CPU); e.g. agents:450"
+        )
     rng = np.random.default_rng(seed)
     contexts = mixed_batch(count, lo, hi, rng)
     outputs = rng.integers(AGENT_OUTPUT_RANGE[0], AGENT_OUTPUT_RANGE[1] + 1, size=count)

@@ -1,10 +1,11 @@
 """How far to trust a replay, per candidate, and rankings that never order a difference inside
 the error.
 
-Each candidate's attention cost carries a relative error: for decode, the p90 absolute error
-its variant showed on live GPU steps (`attnbench replay-validate`), else the decode fit's
-held-out relative RMSE; for prefill, the prefill fit's held-out relative RMSE (the live
-validation times decode steps only). The error is propagated through the scheduler, not
+Each candidate's attention cost carries a relative error: for decode, the error its variant
+showed on GPU steps held out from its fit (leave one trace out, `replay.loto`: the worst
+trace's p90 absolute error), else the p90 on live GPU steps (`attnbench replay-validate`), else
+the decode fit's held-out relative RMSE; for prefill, the prefill fit's held-out relative
+RMSE (the validations time decode steps only). The error is propagated through the scheduler, not
 assumed to add linearly: the candidate is replayed again at the main scale with its attention
 costs lowered and raised by their errors (`ScaledCost`), which moves ITL and TTFT (queueing
 included) to `low_ms` and `high_ms`. Two candidates are ordered only when these ranges do not
@@ -31,6 +32,7 @@ from attnbench.replay.records import (
     Ranking,
     ReplayTrust,
     ServingMetrics,
+    TraceHeldOut,
     ValidatedError,
 )
 from attnbench.replay.simresult import SchedulerConfig, SimResult
@@ -118,6 +120,16 @@ def validated_errors(
             continue
         if s.measured == 0:
             continue
+        per_trace = {
+            t: TraceHeldOut(
+                steps=e[name].measured,
+                median_abs_err=e[name].median_abs_err,
+                p90_abs_err=e[name].p90_abs_err,
+                meets_target=e[name].meets_target,
+            )
+            for t, e in vdoc.per_trace.items()
+            if name in e
+        }
         out[name] = ValidatedError(
             source=source,
             steps=s.measured,
@@ -125,6 +137,10 @@ def validated_errors(
             p90_abs_err=s.p90_abs_err,
             outside_share=s.outside_share,
             meets_target=s.meets_target,
+            method=vdoc.method,
+            worst_trace=s.worst_trace,
+            worst_p90_abs_err=s.worst_p90_abs_err,
+            per_trace=per_trace,
         )
     return out, notes
 
@@ -143,8 +159,9 @@ def candidate_trust(
     v = None if info.padded_decode else validated.get(info.decode_backend)
     decode_err: float
     source: ErrorSource
-    if v is not None and math.isfinite(v.p90_abs_err):
-        decode_err, source = v.p90_abs_err, "validated p90"
+    if v is not None and math.isfinite(v.bound):
+        decode_err = v.bound
+        source = "held-out traces p90" if v.heldout else "validated p90"
     else:
         decode_err = _held_out(cost.decode.decode)
         source = "held-out fit" if math.isfinite(decode_err) else "unknown"
@@ -246,7 +263,7 @@ def choose_validation(
         if not errs:
             notes.append(f"validation {explicit}: no variant of this replay in it")
         return str(explicit), errs, notes
-    newest: dict[str, tuple[tuple[str, int], ValidatedError]] = {}
+    newest: dict[str, tuple[tuple[bool, str, int], ValidatedError]] = {}
     problems: list[str] = []
     about = []
     for path in found:
@@ -259,8 +276,9 @@ def choose_validation(
         about += doc_notes
         when = str(vdoc.provenance.get("time") or "")
         for name, err in doc_errs.items():
-            if name not in newest or (when, err.steps) > newest[name][0]:
-                newest[name] = ((when, err.steps), err)
+            rank = (err.heldout, when, err.steps)  # held out first, then the newest
+            if name not in newest or rank > newest[name][0]:
+                newest[name] = (rank, err)
     chosen = {name: err for name, (_, err) in sorted(newest.items())}
     used = sorted({err.source for err in chosen.values()})
     kept = [text for name, text in about if name is None or name not in chosen]
@@ -295,7 +313,9 @@ def trust_line(t: CandidateTrust) -> str:
     """One line: how far to trust a candidate's replay."""
     via = f"decode {t.decode_backend} " if t.decode_backend != t.candidate else ""
     v = t.validated
-    if v is not None:
+    if v is not None and v.heldout:
+        first = f"{t.candidate}: {via}{heldout_text(v)}"
+    elif v is not None:
         verdict = "meets" if v.meets_target else "misses"
         first = (
             f"{t.candidate}: {via}validated on {v.steps} live steps: median |err| "
@@ -306,3 +326,20 @@ def trust_line(t: CandidateTrust) -> str:
         held = f"held-out fit error {t.decode_err:.1%}" if math.isfinite(t.decode_err) else ""
         first = f"{t.candidate}: not validated on live steps{f' ({held})' if held else ''}"
     return f"{first}; {t.outside_share:.0%} of replayed steps beyond the calibration range"
+
+
+def heldout_text(v: ValidatedError) -> str:
+    """`held out on 4 traces (...)`: a leave-one-trace-out validation in one clause."""
+    meeting = sum(e.meets_target for e in v.per_trace.values())
+    worst = v.per_trace.get(v.worst_trace)
+    tail = (
+        f"; worst {v.worst_trace}: median {worst.median_abs_err:.1%}, p90 {worst.p90_abs_err:.1%}"
+        if worst is not None
+        else ""
+    )
+    return (
+        f"held out on {len(v.per_trace)} traces (each judged by models fitted without it, "
+        f"{v.steps} steps): median |err| {v.median_abs_err:.1%}, p90 {v.p90_abs_err:.1%}{tail}; "
+        f"meets the target of {TARGET_MEDIAN:.0%}/{TARGET_P90:.0%} over >= {MIN_STEPS} steps on "
+        f"{meeting} of {len(v.per_trace)}; ranked within +-{v.bound:.1%}"
+    )

@@ -1,7 +1,8 @@
 """The `attnbench replay-validate` document, read back: typed, and found beside the rows.
 
     ValidationDocument
-      schema, provenance (gpu on a GPU), traces, sources, target (median, p90, steps),
+      schema, method (live, or leave-one-trace-out with its rule and per_trace errors),
+      provenance (gpu on a GPU), traces, sources, target (median, p90, steps),
       models (the cost models validated, as `AttentionCostModel.as_dict`), summary (per variant:
       steps, measured, median / p90 / max absolute error, mean error, share outside the
       calibration range, meets target), steps (every drawn step of every variant)
@@ -13,6 +14,7 @@ validation's but does not read as one is one line naming the field.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,21 @@ class VariantError(_Part):
     outside_share: Real
     """Share of the drawn steps beyond the calibration rows' range."""
     meets_target: bool
+    """Held out (`method` leave-one-trace-out): every trace meets it."""
+    worst_trace: str = ""
+    """Held out: the trace with the largest p90 |error| ("" for a live validation)."""
+    worst_median_abs_err: Real = math.nan
+    worst_p90_abs_err: Real = math.nan
+    traces_meeting: int = 0
+    traces: int = 0
+
+    @property
+    def bound(self) -> float:
+        """The error a ranking allows this variant: held out, the worst trace's p90 (at least
+        the pooled p90); else the p90 over the drawn steps."""
+        if math.isfinite(self.worst_p90_abs_err):
+            return max(self.worst_p90_abs_err, self.p90_abs_err)
+        return self.p90_abs_err
 
 
 class ValidatedStep(_Part):
@@ -81,9 +98,23 @@ class ValidationDocument(_Part):
     models: list[dict[str, Any]] = Field(default_factory=list)
     summary: dict[str, VariantError]
     steps: list[ValidatedStep]
+    method: str = "live"
+    """`live` (steps drawn from several traces, models fitted on the rows) or
+    `leave-one-trace-out` (`replay.loto`: each trace's steps judged by models fitted without
+    it)."""
+    rule: str = ""
+    """Held out: the rule that keeps the steps held out (`loto.FORM_RULE`)."""
+    per_trace: dict[str, dict[str, VariantError]] = Field(default_factory=dict)
+    """Held out: per trace, per variant, its steps' error."""
+    misses: list[str] = Field(default_factory=list)
+    """Held out: where each (variant, trace) that misses the target misses it."""
     rescored_from: dict[str, Any] | None = None
     """`replay-validate --rescore`: the document whose measured steps were re-predicted (its
     path and provenance); None for a document measured as it stands."""
+
+    @property
+    def heldout(self) -> bool:
+        return self.method == "leave-one-trace-out"
 
     @property
     def gpu(self) -> str | None:

@@ -257,8 +257,9 @@ def trust_blocks(doc: ReplayDocument) -> list[Block]:
                 ["metric", "rank", "candidate", "ms", "range ms", "not distinguishable from"],
                 rows,
                 f"rate scale {scale:g}; range: the replay with each candidate's attention cost "
-                "lowered and raised by its error (validated p90, else held-out fit); candidates "
-                "whose ranges overlap share a rank",
+                "lowered and raised by its error (the worst held-out trace's p90, else the "
+                "validated p90, else the fit's held-out error); candidates whose ranges overlap "
+                "share a rank",
             )
         )
     return blocks

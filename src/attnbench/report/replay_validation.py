@@ -73,6 +73,8 @@ def validation_blocks(path: Path, vdoc: ValidationDocument, label: str) -> list[
         "calibration rows the model was fitted on",
     )  # fmt: skip
     blocks: list[Block] = [text, table]
+    if vdoc.heldout:
+        blocks = heldout_blocks(path, vdoc)
     points: dict[str, list[tuple[float, float]]] = {}
     for st in vdoc.steps:
         if math.isfinite(st.measured_us):
@@ -83,6 +85,47 @@ def validation_blocks(path: Path, vdoc: ValidationDocument, label: str) -> list[
     if png is not None:
         blocks.append(
             Figure(png, "predicted vs measured per step, per variant", name="replay-validation")
+        )
+    return blocks
+
+
+def heldout_blocks(path: Path, vdoc: ValidationDocument) -> list[Block]:
+    """A leave-one-trace-out document: the rule, then per variant and trace the error of the
+    trace's steps against models fitted without it, and each variant's worst trace."""
+    t = vdoc.target
+    where = f" on {vdoc.gpu}" if vdoc.gpu else ""
+    text = Text(
+        f"Replay cost models on traffic they were not fitted to{where} (`{path.name}`, leave "
+        f"one trace out): the steps of each of {', '.join(vdoc.traces)} judged by models fitted "
+        "on the calibration rows and the other traces' steps. "
+        f"Target per trace: median |error| <= {t.median_abs_err:.0%} and p90 <= "
+        f"{t.p90_abs_err:.0%} over >= {t.steps} steps. Rule: {vdoc.rule}"
+    )
+    rows: list[list[object]] = []
+    for name, s in sorted(vdoc.summary.items()):
+        for trace, by in vdoc.per_trace.items():
+            e = by.get(name)
+            if e is not None:
+                rows.append(
+                    [name, trace, f"{e.measured}/{e.steps}", _pct1(e.median_abs_err),
+                     _pct1(e.p90_abs_err), _pct1(e.mean_err), "yes" if e.meets_target else "no"]
+                )  # fmt: skip
+        rows.append(
+            [name, "worst: " + (s.worst_trace or "-"), f"{s.measured}/{s.steps}",
+             _pct1(s.median_abs_err), _pct1(s.p90_abs_err), _pct1(s.mean_err),
+             f"{s.traces_meeting} of {s.traces} traces"]
+        )  # fmt: skip
+    table = Table(
+        ["variant", "held-out trace", "steps measured", "median |err|", "p90 |err|", "bias",
+         "meets target"],
+        rows,
+        "error = predicted / measured - 1 per call; the `worst` line pools the variant's "
+        "held-out steps and names the trace with the largest p90, the error its rankings use",
+    )  # fmt: skip
+    blocks: list[Block] = [text, table]
+    if vdoc.misses:
+        blocks.append(
+            Text("Where the target is missed:\n" + "\n".join(f"- {m}" for m in vdoc.misses))
         )
     return blocks
 

@@ -12,6 +12,7 @@ A distribution is written as a short string (CLI flag, env var, suite file):
     prompts:NAME[@N]     prompt lengths of requests drawn from a trace (for prefill)
     skew:TOTAL[,LEVEL..] same total KV tokens, rising skew (see `workload.ragged`)
     padded:DIST          every batch of DIST padded to its longest request
+    long:K@L[-H]+DIST    DIST's batch with K requests of L tokens (or log-uniform L..H) in it
     prefix:P+DIST        a P-token shared prefix plus per-request suffixes drawn from DIST
     trace-prefix:NAME[,K]  the K longest prefixes shared by batch_size requests of a trace
 
@@ -37,6 +38,7 @@ DISTRIBUTIONS = (
     "prompts:",
     "skew:",
     "padded:",
+    "long:",
     "prefix:",
     "trace-prefix:",
 )
@@ -88,7 +90,7 @@ def _parse(text: str, batch_size: int, seed: int) -> list[LengthCase]:
         if not name:
             raise ValueError(f"lengths={text!r}: trace needs a name, e.g. trace:azure-code")
         return sample_decode_lengths(name, batch_size, seed, limit=_limit(n, text))
-    if kind in ("prompts", "skew", "padded", "prefix", "trace-prefix"):
+    if kind in ("prompts", "skew", "padded", "long", "prefix", "trace-prefix"):
         return _composite(kind, arg, text, batch_size, seed)
     if kind in ("fixed", "") or text[:1].isdigit():
         values = _ints(arg if kind == "fixed" else text, "fixed")
@@ -104,6 +106,9 @@ def _composite(kind: str, arg: str, text: str, batch_size: int, seed: int) -> li
 
     if kind == "skew":
         return ragged.parse_skew(arg, batch_size, seed)
+    if kind == "long":
+        count, lo, hi, rest = ragged.parse_long(arg, batch_size)
+        return ragged.with_long(parse_lengths(rest, batch_size, seed), count, lo, hi, seed)
     if kind == "padded":
         if not arg.strip():
             raise ValueError(f"lengths={text!r}: padded needs a distribution, e.g. padded:mixed")

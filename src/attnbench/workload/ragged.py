@@ -186,3 +186,43 @@ def unpadded_label(label: str) -> str | None:
     if label.startswith(PADDED_PREFIX) and label.endswith(")"):
         return label[len(PADDED_PREFIX) : -1]
     return None
+
+
+def parse_long(arg: str, batch_size: int) -> tuple[int, int, int, str]:
+    """`K@LEN+DIST` or `K@LO-HI+DIST` -> (K, LO, HI, DIST); ValueError naming the form."""
+    head, plus, rest = arg.partition("+")
+    count_s, at, size_s = head.partition("@")
+    lo_s, _, hi_s = size_s.partition("-")
+    try:
+        count, lo = int(count_s), int(lo_s)
+        hi = int(hi_s) if hi_s else lo
+    except ValueError:
+        count = lo = hi = 0
+    if not (plus and at and rest.strip()) or not 0 < count <= batch_size or not 0 < lo <= hi:
+        raise ValueError(
+            f"lengths=long:{arg!r}: expected long:K@LEN+DIST or long:K@LO-HI+DIST with "
+            f"1 <= K <= batch_size ({batch_size}), e.g. long:2@32768-131072+lognormal:4096,1"
+        )
+    if hi > MAX_LEN:
+        raise ValueError(f"lengths=long:{arg!r}: {hi} tokens is more than {MAX_LEN}")
+    return count, lo, hi, rest
+
+
+def with_long(cases: list[LengthCase], count: int, lo: int, hi: int, seed: int) -> list[LengthCase]:
+    """Each batch of `cases` with `count` of its requests (at seeded positions) replaced by
+    long ones: `lo` tokens each, or log-uniform over lo..hi with both ends present. A large
+    batch of short requests holding one to a few long contexts: the shape where a kernel's split
+    of the longest request decides its time (`long:K@LO-HI+DIST`)."""
+    rng = np.random.default_rng(seed + 1)
+    tag = f"long({count}@{lo}" + (f"..{hi})" if hi > lo else ")")
+    out = []
+    for case in cases:
+        lens = list(case.kv_lens)
+        inner = np.exp(rng.uniform(math.log(lo), math.log(hi), size=max(0, count - 2)))
+        longs = (
+            ([hi, lo][:count] + np.rint(inner).astype(int).tolist()) if hi > lo else [lo] * count
+        )
+        for pos, n in zip(rng.choice(len(lens), size=count, replace=False), longs, strict=True):
+            lens[int(pos)] = int(n)
+        out.append(LengthCase(f"{tag}+{case.label}", tuple(lens)))
+    return out

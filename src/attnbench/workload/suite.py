@@ -12,7 +12,9 @@ A suite file:
     dtype = ["float16", "bfloat16"]
 
 Besides settings fields, a group may set spec fields `label`, `trees` (draft-tree names) and
-`shared_prefix_len`. Suites are parsed as TOML, never executed.
+`shared_prefix_len`. `[traffic.NAME]` tables describe a synthetic traffic family for the replay
+(`--trace synthetic:NAME`, `workload.synthetic.SyntheticTraffic`); `run` ignores them. Suites are
+parsed as TOML, never executed.
 """
 
 from __future__ import annotations
@@ -110,10 +112,11 @@ def load_suite(name_or_path: str) -> Suite:
         raise SuiteError(f"suite {path}: not a UTF-8 text file (offset {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"suite {path}: invalid TOML: {exc}") from None
-    unknown = sorted(set(data) - {"name", "description", "defaults", "group"})
+    unknown = sorted(set(data) - {"name", "description", "defaults", "group", "traffic"})
     if unknown:
         raise SuiteError(
-            f"suite {path}: unknown key {unknown[0]!r}; allowed: name, description, defaults, group"
+            f"suite {path}: unknown key {unknown[0]!r}; allowed: name, description, defaults, "
+            "group, traffic"
         )
     groups = data.get("group", [])
     if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
