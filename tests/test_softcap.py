@@ -260,7 +260,7 @@ def test_fa3_passes_softcap_where_the_build_has_it_and_tokenspeed_refuses(
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("isolated")
+@pytest.mark.usefixtures("isolated", "fake_timer")
 def test_run_gemma2_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Gemma-2-9b's windowed and full layers, soft-capped, pass the gate on the reference and
     on Flex (compiled, as `run` uses it); sdpa:math refuses the soft-cap with its reason.
@@ -268,7 +268,7 @@ def test_run_gemma2_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     machine once raised a CppCompileError mid-write."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     out = tmp_path / "g.jsonl"
-    args = ["run", "--device", "cpu", "--batch-size", "2", "--kind", "decode", "--timer", "fake",
+    args = ["run", "--device", "cpu", "--batch-size", "2", "--kind", "decode",
             "--kv-dtype", "bfloat16", "--out", str(out), "--model", "gemma-2-9b", "-l", "300",
             "-b", "reference", "-b", "sdpa:math", "-b", "flex"]  # fmt: skip
     res = CliRunner().invoke(app, args)

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMIT_BYTES = 8_000_000
-"""The tracked tree's budget (8 MB; it was 6.1 MB once the H200 results were compressed)."""
+LIMIT_BYTES = 10_000_000
+"""The tracked tree's budget: 10 MB beside the ~52 MB pack leaves ~5 MB under 64 MiB (67.1 MB)
+for what a call carries besides (it was 8 MB until the head_dim, held-out replay and fidelity
+suites landed at 8.4 MB)."""
 BIG_BYTES = 150_000
 """A plain file over this is worth compressing."""
 PACKED = (".gz", ".png", ".jpg", ".jpeg", ".zip", ".tgz", ".whl")
