@@ -34,7 +34,7 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: s11a, s11d or s11e (older stages are in git history)}
+stage=${1:?stage: s11a, s11d, s11e or s12a (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 bash scripts/h200/jit_aot.sh  # else FlashInfer's ninja compiles every carried module again
