@@ -68,17 +68,19 @@ s11e)  # the read ceiling from the fastest plain reader (measure/stream_read.py,
 s12a)  # session 12, call 1, on a fresh machine (carry .device only; `trap - EXIT`): the
   # small-kernel fidelity check (CUPTI and nvbench against our timers), the held-out replay
   # steps (frozen in suites/replay-heldout-steps.toml before any was timed; --resume picks up
-  # a cut run), then the GPU tests of the code that landed since the last full pass.
-  step 150 fidelity-small $AB fidelity --cases small --out "$OUT/h200-fidelity-small.json"
-  step 440 replay-heldout env ATTNBENCH_MAX_RUNS=200 $AB run --device cuda \
+  # a cut run). One command may run 600 s: the GPU tests are stage s12b.
+  step 130 fidelity-small $AB fidelity --cases small --out "$OUT/h200-fidelity-small.json"
+  step 420 replay-heldout env ATTNBENCH_MAX_RUNS=200 $AB run --device cuda \
     --suite replay-heldout-steps -b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc \
     -b flashinfer:xqa -b sdpa:cudnn --max-time-ms 10 --case-timeout 60 --resume \
     --out "$OUT/h200-replay-heldout.jsonl"
+  ;;
+s12b)  # call 2, chained: the GPU tests of the code that landed since the last full pass
   TAIL=40 step 300 gpu-tests python3 -m pytest -q -m gpu -p no:cacheprovider \
     tests/test_timed_output.py tests/test_fidelity_small.py tests/test_replay_fa3plan.py \
     tests/test_replay_live.py tests/test_fp8study.py tests/test_softcap.py
   ;;
-*) echo "unknown stage $stage (s11a, s11d, s11e, s12a; older ones are in git history)" >&2 ;;
+*) echo "unknown stage $stage (s11a, s11d, s11e, s12a, s12b; older ones are in git history)" >&2 ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"
 } 2>&1 | tee "$OUT/log-$stage.txt"
