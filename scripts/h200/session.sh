@@ -80,7 +80,15 @@ s12b)  # call 2, chained: the GPU tests of the code that landed since the last f
     tests/test_timed_output.py tests/test_fidelity_small.py tests/test_replay_fa3plan.py \
     tests/test_replay_live.py tests/test_fp8study.py tests/test_softcap.py
   ;;
-*) echo "unknown stage $stage (s11a, s11d, s11e, s12a, s12b; older ones are in git history)" >&2 ;;
+s12d)  # the head_dim zoo (issue 36): the Gemma-2 / Phi-3 presets (soft-cap, windows, d96
+  # MHA), then the headdim suite (d64-256 x GQA 1/4/8, ragged and uniform, decode and
+  # prefill). Both prebuild their FlashInfer modules in one parallel build first.
+  step 200 headdim-models $RUN --suite headdim-models -b flashinfer:fa2 -b flashinfer:tc \
+    -b flashinfer:xqa -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/h200-headdim-models.jsonl"
+  step 360 headdim $RUN --suite headdim -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:auto \
+    -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/h200-headdim.jsonl"
+  ;;
+*) echo "unknown stage $stage (s11a, s11d, s11e, s12a, s12b, s12d; older ones are in git history)" >&2 ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"
 } 2>&1 | tee "$OUT/log-$stage.txt"
