@@ -34,7 +34,7 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: s11a, s11d, s11e or s12a (older stages are in git history)}
+stage=${1:?stage: s11a, s11d, s11e, s12a, s12b or s12c (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 bash scripts/h200/jit_aot.sh  # else FlashInfer's ninja compiles every carried module again
@@ -80,6 +80,14 @@ s12b)  # call 2, chained: the GPU tests of the code that landed since the last f
     tests/test_timed_output.py tests/test_fidelity_small.py tests/test_replay_fa3plan.py \
     tests/test_replay_live.py tests/test_fp8study.py tests/test_softcap.py
   ;;
+s12c)  # call 3, on a FRESH machine (carry .device only: no jit-cache.txz, no chained warm
+  # machine; `trap - EXIT`): the README's first command, the default suite, as a new user runs
+  # it, then again warm (issue 34: <= 240 s fresh, <= 90 s warm). The FlashInfer modules and
+  # Flex kernels are built in one prebuild before timing (run/prebuild.py); each file's last
+  # line (type "footer") holds the run's wall_s, setup_s and the prebuild's report.
+  step 300 default-fresh $AB run --device cuda --out "$OUT/h200-default-fresh.jsonl"
+  step 200 default-warm $AB run --device cuda --out "$OUT/h200-default-warm.jsonl"
+  ;;
 s12d)  # the head_dim zoo (issue 36): the Gemma-2 / Phi-3 presets (soft-cap, windows, d96
   # MHA), then the headdim suite (d64-256 x GQA 1/4/8, ragged and uniform, decode and
   # prefill). Both prebuild their FlashInfer modules in one parallel build first.
@@ -88,7 +96,7 @@ s12d)  # the head_dim zoo (issue 36): the Gemma-2 / Phi-3 presets (soft-cap, win
   step 360 headdim $RUN --suite headdim -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:auto \
     -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/h200-headdim.jsonl"
   ;;
-*) echo "unknown stage $stage (s11a, s11d, s11e, s12a, s12b, s12d; older ones are in git history)" >&2 ;;
+*) echo "unknown stage $stage (s11a, s11d, s11e, s12a-s12d; older: git history)" >&2 ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"
 } 2>&1 | tee "$OUT/log-$stage.txt"

@@ -191,6 +191,11 @@ def _fa3(spec: WorkloadSpec, device: DeviceInfo, who: str) -> str | None:
     return None
 
 
+def fa3_refusal(spec: WorkloadSpec, device: DeviceInfo, who: str) -> str | None:
+    """Why FlashInfer's SM90 (FA3) kernels cannot run `spec` on `device` (None if they can)."""
+    return _fa3(spec, device, who)
+
+
 SINK_VARIANTS = ("xqa", "trtllm-gen")
 """Variants whose kernels take `sinks` in 0.7.4 (XQA: float32 per head, SM90 included). The
 fa2/fa3 modules' `paged_run` drop the argument (prefill.py), so the others would ignore it."""

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from attnbench.cli.progress import LiveProgress
     from attnbench.config import Settings
     from attnbench.measure.hardware import DeviceInfo
-    from attnbench.results import Header, ResultRow, ResultWriter
+    from attnbench.results import Footer, Header, ResultRow, ResultWriter
     from attnbench.run.plan import Placement, RunPlan, RunSink, TunePlan
     from attnbench.workload.spec import WorkloadSpec
     from attnbench.workload.suite import Suite
@@ -244,7 +244,12 @@ class _Recorder:
             on_skip=self.skipped,
             on_status=self.live.set_status,
             on_activity=self.live.activity,
+            on_footer=self.footer,
+            on_note=self.live.print,
         )
+
+    def footer(self, footer: Footer) -> None:
+        self.writers.write(0, footer)
 
     def header(self, header: Header) -> None:
         self.writers.write(0, header)

@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from attnbench.results.legacy import matmul_fractions, migrate_rows
-from attnbench.results.rows import FINAL_STATUSES, SCHEMA_VERSION, Header, ResultRow
+from attnbench.results.rows import FINAL_STATUSES, SCHEMA_VERSION, Footer, Header, ResultRow
 from attnbench.results.textfile import CompressedFileError, gunzip, is_gzip_name
 
 SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -51,6 +51,9 @@ class ResultFile:
     warnings: list[str] = field(default_factory=list)
     migrated: int = 0
     """Rows renamed from an older version's meaning (`results.legacy`)."""
+    footers: list[Footer] = field(default_factory=list)
+    """One per run that ran to its end (`rows.Footer`: wall and setup time); none in files
+    written before footers existed."""
     row_headers: list[int] = field(default_factory=list)
     """For each row, the index in `headers` of the header written before it: the run (and
     commit) that wrote the row, also in a resumed file whose runs share one run_id."""
@@ -160,9 +163,13 @@ def _parse_line(out: ResultFile, data: object, lineno: int) -> None:
                 raise ResultsFileError(f"{where}: result row before any header")
             out.rows.append(ResultRow.model_validate(data))
             out.row_headers.append(len(out.headers) - 1)
+        elif kind == "footer":
+            if not out.headers:
+                raise ResultsFileError(f"{where}: footer row before any header")
+            out.footers.append(Footer.model_validate(data))
         else:
             raise ResultsFileError(
-                f"{where}: not an attnbench row (type must be 'header' or 'result')"
+                f"{where}: not an attnbench row (type must be 'header', 'result' or 'footer')"
             )
     except ValidationError as exc:
         first = exc.errors()[0]

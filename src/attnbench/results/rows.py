@@ -55,6 +55,26 @@ class Header(BaseModel):
         return str(name)
 
 
+class Footer(BaseModel):
+    """Last line of a run that ran to its end (a resumed run appends its own): how long it took
+    and how much of that was setup. Files written before footers existed have none; a run cut
+    short (Ctrl-C, a killed process) ends without one."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["footer"] = "footer"
+    run_id: str
+    wall_s: float
+    """From the session's start (workers started, ceilings measured) to its last row."""
+    setup_s: float
+    """From the session's start until the first job was handed out: worker start, ceilings
+    and the prebuild (the compiles a job would otherwise pay on first use)."""
+    prebuild: dict[str, Any] | None = None
+    """`run.prebuild`'s report: seconds, expected seconds, what each process built and what
+    was left to compile on first use, with why; None where no prebuild ran (CPU runs,
+    ATTNBENCH_PREBUILD=0)."""
+
+
 class ResultRow(BaseModel):
     """One (case, backend variant) outcome. Timing fields are None unless status is `ok`."""
 

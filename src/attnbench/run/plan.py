@@ -21,7 +21,7 @@ from attnbench.measure.config import MeasureConfig
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.measure.hardware import DeviceInfo
-    from attnbench.results import Header, ResultRow
+    from attnbench.results import Footer, Header, ResultRow
     from attnbench.run.progress import Activity
     from attnbench.workload.spec import WorkloadSpec
 
@@ -148,7 +148,7 @@ def _ignore(*args: object) -> None:
 class RunSink:
     """Where a session's output goes. The header comes first (once the ceilings are known),
     then every row as it is finished; with `tune`, every trial and each (case_id, variant) the
-    budget left untouched; and what runs now, for a progress line."""
+    budget left untouched; and what runs now, for a progress line. The footer comes last."""
 
     on_row: Callable[[ResultRow], None] = _ignore
     on_header: Callable[[Header], None] = _ignore
@@ -156,3 +156,7 @@ class RunSink:
     on_skip: Callable[[str, str], None] = _ignore
     on_status: Callable[[str], None] = _ignore
     on_activity: Callable[[Activity], None] = _ignore
+    on_footer: Callable[[Footer], None] = _ignore
+    """Once the run has ended: its wall and setup time (`results.Footer`)."""
+    on_note: Callable[[str], None] = _ignore
+    """A line to keep above the progress line (the prebuild's plan and outcome)."""

@@ -25,13 +25,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from attnbench.measure.hardware import Ceilings, DeviceInfo
-from attnbench.results import Header, ResultRow, provenance
+from attnbench.results import Footer, Header, ResultRow, provenance
 from attnbench.run.jobs import Job, JobKind, TuneJob
 from attnbench.run.plan import RunPlan, RunSink
-from attnbench.run.progress import Activity
+from attnbench.run.progress import Activity, fmt_s
 
 if TYPE_CHECKING:
     from attnbench.run.pool import Prepare
+    from attnbench.run.prebuild import Prebuild
     from attnbench.run.sweep import SweepContext
     from attnbench.workload.spec import WorkloadSpec
 
@@ -64,12 +65,65 @@ def run_session(plan: RunPlan, sink: RunSink) -> None:
     name them: `x+tuned` when tuning), cases grouped by shape family (`sweep.order_cases`)."""
     from attnbench.run.sweep import order_cases
 
+    t0 = time.monotonic()
     kind = None if plan.tune is None else TuneJob(plan.tune.grid_limit, plan.tune.stage0_ms)
     names = [b.name for b in plan.backends]
-    with RunSession(plan, sink) as session:
-        # A step that must come before the first timed job (a JIT prebuild) goes here.
-        jobs = [session.job(spec, names, kind) for spec in order_cases(plan.cases)]
-        session.run_jobs([j for j in jobs if j is not None], _budget(plan))
+    pre = _start_prebuild(plan, sink)
+    try:
+        with RunSession(plan, sink) as session:
+            jobs = [session.job(spec, names, kind) for spec in order_cases(plan.cases)]
+            report = _finish_prebuild(pre, sink)
+            setup_s = time.monotonic() - t0
+            session.run_jobs([j for j in jobs if j is not None], _budget(plan))
+    finally:  # no prebuild process outlives the run (Ctrl-C while the workers start)
+        if pre is not None:
+            pre.stop()
+    wall_s = time.monotonic() - t0
+    sink.on_footer(
+        Footer(
+            run_id=plan.run_id, wall_s=round(wall_s, 1), setup_s=round(setup_s, 1), prebuild=report
+        )
+    )
+
+
+def _start_prebuild(plan: RunPlan, sink: RunSink) -> Prebuild | None:
+    """The prebuild's processes (`run.prebuild`), started before the workers so that both
+    start up side by side; None where there is nothing to build or no prebuild on this run."""
+    from attnbench.run import prebuild
+
+    if not prebuild.enabled(plan):
+        return None
+    try:
+        needs = prebuild.plan_needs(plan)
+        if not (needs.modules or needs.flex):
+            return None
+        pre = prebuild.Prebuild(needs)
+    except Exception as exc:  # never fails the run: the jobs compile on first use
+        why = f"{type(exc).__name__}: {exc}"[:120]
+        sink.on_note(f"prebuild skipped ({why}); kernels compile on first use")
+        return None
+    expected = prebuild.expected_s(needs)
+    sink.on_note(f"prebuild: compiling {pre.what()} (expected ~{fmt_s(expected)})")
+    for line in prebuild.plan_lines(needs):
+        sink.on_note(line)
+    return pre
+
+
+def _finish_prebuild(pre: Prebuild | None, sink: RunSink) -> dict[str, Any] | None:
+    """Wait for the prebuild; its report (for the footer), its outcome as notes."""
+    from attnbench.run import prebuild
+
+    if pre is None:
+        return None
+    try:
+        report = pre.wait(sink.on_status)
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"[:300]
+        sink.on_note(f"prebuild failed ({why[:120]}); kernels compile on first use")
+        return {"error": why}
+    for line in prebuild.summary(report):
+        sink.on_note(line)
+    return report
 
 
 class RunSession:

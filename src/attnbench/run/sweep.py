@@ -111,10 +111,21 @@ def shape_family(spec: WorkloadSpec) -> tuple[object, ...]:
     )
 
 
+KIND_ORDER = ("decode", "shared_prefix", "tree", "append", "prefill")
+"""Kinds in the order a run takes them: the decode answer first (the question most runs ask),
+prefill last."""
+
+
 def order_cases(specs: Iterable[WorkloadSpec]) -> list[WorkloadSpec]:
-    """Group cases that share compiled kernels (dtype, kv dtype, shape, layout, page size)
-    and sort by size within a group, so JIT modules and allocator blocks are reused."""
-    return sorted(specs, key=lambda s: (*shape_family(s), s.total_kv, s.case_id))
+    """Decode cases first (`KIND_ORDER`), then group cases that share compiled kernels (dtype,
+    kv dtype, shape, layout, page size) and sort by size within a group, so JIT modules and
+    allocator blocks are reused."""
+
+    def key(s: WorkloadSpec) -> tuple[object, ...]:
+        rank = KIND_ORDER.index(s.kind) if s.kind in KIND_ORDER else len(KIND_ORDER)
+        return (rank, *shape_family(s), s.total_kv, s.case_id)
+
+    return sorted(specs, key=key)
 
 
 def run_sweep(

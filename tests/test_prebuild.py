@@ -1,0 +1,222 @@
+"""The GPU run's prebuild (`run.prebuild`): which FlashInfer modules and Flex shapes a planned
+suite needs, each once; the JitSpecs made through a fake `flashinfer.jit` (no FlashInfer on
+CPU); a failure kept to its module; decode cases first; the footer with wall and setup time."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from attnbench.backends import select_backends
+from attnbench.config import Settings
+from attnbench.measure.hardware import DeviceInfo
+from attnbench.results import Footer, Header, ResultWriter, read_results
+from attnbench.run import prebuild, prebuild_worker
+from attnbench.run.plan import Placement, RunPlan
+from attnbench.run.sweep import order_cases
+from attnbench.workload.suite import load_suite, suite_specs
+
+H200 = DeviceInfo("cuda", 0, "NVIDIA H200", (9, 0), 132, 50 << 20, 141 << 30)
+CPU = DeviceInfo("cpu", 0, "cpu", None, 0, 0, 0)
+
+DEFAULT_MODULES = {
+    "decode q bfloat16 kv bfloat16 d128",
+    "decode q bfloat16 kv fp8_e4m3 d128",
+    "prefill fa2 q bfloat16 kv bfloat16 d128",
+    "prefill fa2 q bfloat16 kv fp8_e4m3 d128",
+    "prefill fa3 q bfloat16 kv bfloat16 d128",
+    "prefill fa3 q fp8_e4m3 kv fp8_e4m3 d128",
+    "xqa q bfloat16 kv bfloat16 d128 group 4 page 16",
+    "xqa q bfloat16 kv fp8_e4m3 d128 group 4 page 16",
+}
+"""The default suite on SM90: CUDA-core decode (fa2, auto), the fa2 prefill module (tc's
+decode, fa2/ragged-fa2 prefill, auto's fp8 prefill), the SM90 prefill (fa3, ragged-fa3, auto's
+bf16 prefill; fa3's fp8 query), XQA: for bf16 and e4m3 KV."""
+
+
+def _plan(device: DeviceInfo = H200, skip: frozenset[tuple[str, str]] = frozenset()) -> RunPlan:
+    specs = tuple(suite_specs(load_suite("default"), Settings()))
+    where = Placement("pool", gpus=(0,)) if device.kind == "cuda" else Placement("inline")
+    backends = tuple(select_backends(None))
+    return RunPlan("t", device, where, cases=specs, backends=backends, skip=skip)
+
+
+def test_default_suite_needs_each_module_once() -> None:
+    needs = prebuild.plan_needs(_plan())
+    labels = [n.label for n in needs.modules]
+    assert set(labels) == DEFAULT_MODULES
+    assert len(labels) == len(set(labels))
+    # one Flex shape per case flex accepts, but flex packs the batch into one sequence: the two
+    # prefill cases (8 x 4k and 2 x 16k tokens) are one shape, one compiled kernel
+    (flex,) = select_backends(["flex"])
+    accepted = [s for s in _plan().cases if flex.check(s, H200) is None]
+    assert len(needs.flex) == len(accepted) - 1
+    assert sum(s.kind == "prefill" for s in needs.flex) == 1
+    # the engine paths through FlashInfer have no rule: said, not guessed
+    assert any(n.startswith("vllm:flashinfer: no prebuild rule") for n in needs.notes)
+    assert not any("mla" in n for n in needs.notes)  # refused pairs need nothing
+
+
+def test_finished_pairs_need_nothing() -> None:
+    plan = _plan()
+    done = frozenset((s.case_id, b.name) for s in plan.cases for b in plan.backends)
+    needs = prebuild.plan_needs(_plan(skip=done))
+    assert (needs.modules, needs.flex) == ([], [])
+
+
+def test_module_args_follow_the_wrappers() -> None:
+    spec = next(s for s in _plan().cases if s.kind == "decode" and s.is_fp8)
+    (decode,) = prebuild.module_needs("flashinfer:fa2", spec, H200)
+    assert decode.kind == "decode"
+    assert decode.args == ("bfloat16", "fp8_e4m3", "bfloat16", "int32", 128, 128, 0, False, False)
+    (fa3,) = prebuild.module_needs("flashinfer:fa3", spec, H200)
+    assert fa3.args[:4] == ("fa3", "fp8_e4m3", "fp8_e4m3", "bfloat16")  # fp8 query, bf16 out
+    (xqa,) = prebuild.module_needs("flashinfer:xqa", spec, H200)
+    assert xqa.args == ("bfloat16", "fp8_e4m3", 16, 128, 4, False, "bfloat16", 1)
+    assert prebuild.module_needs("flashinfer:cudnn", spec, H200) == []  # refused: fp8 KV
+    assert prebuild.module_needs("sdpa:math", spec, H200) == []
+
+
+def test_expected_time_is_the_critical_path_or_the_parallel_total() -> None:
+    needs = prebuild.plan_needs(_plan())
+    total = sum(n.expected_s for n in needs.modules)
+    assert prebuild.expected_s(needs) == max(
+        total / prebuild.PARALLEL_SPEEDUP, prebuild.FLEX_SHAPE_S * len(needs.flex)
+    )
+    assert all(len(line) <= 80 for line in prebuild.plan_lines(needs))
+
+
+@pytest.fixture
+def fake_flashinfer(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """`flashinfer.jit` with recording generators: the fp8 XQA one raises, every decode spec
+    has one name (so two decode needs make one spec); `build_jit_specs` records its specs."""
+    seen: dict[str, Any] = {"calls": [], "built": []}
+
+    def gen(kind: str) -> Any:
+        def make(*args: Any) -> Any:
+            seen["calls"].append((kind, args))
+            if kind == "xqa" and torch.float8_e4m3fn in args:
+                raise RuntimeError("no such xqa configuration")
+            name = "decode" if kind == "decode" else f"{kind}_{len(seen['calls'])}"
+            return types.SimpleNamespace(name=name)
+
+        return make
+
+    fi = types.ModuleType("flashinfer")
+    jit = types.ModuleType("flashinfer.jit")
+    jit.gen_batch_decode_module = gen("decode")  # type: ignore[attr-defined]
+    jit.gen_batch_prefill_module = gen("prefill")  # type: ignore[attr-defined]
+    xqa = types.ModuleType("flashinfer.jit.xqa")
+    xqa.gen_xqa_module = gen("xqa")  # type: ignore[attr-defined]
+    core = types.ModuleType("flashinfer.jit.core")
+    core.build_jit_specs = lambda specs, verbose=False: seen["built"].extend(specs)  # type: ignore[attr-defined]
+    for name, mod in [("", fi), (".jit", jit), (".jit.xqa", xqa), (".jit.core", core)]:
+        monkeypatch.setitem(sys.modules, "flashinfer" + name, mod)
+    monkeypatch.delenv("FLASHINFER_JIT_PREBUILD_MAX_JOBS", raising=False)
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    return seen
+
+
+def test_specs_through_flashinfer_generators(fake_flashinfer: dict[str, Any]) -> None:
+    needs = prebuild.plan_needs(_plan()).modules
+    decode2 = prebuild.ModuleNeed("decode", needs[0].args, "same module again")
+    specs, failed = prebuild_worker.collect_specs([*needs, decode2])
+    calls = fake_flashinfer["calls"]
+    assert len(calls) == len(needs) + 1
+    # dtypes reach FlashInfer as torch dtypes, the index dtype as int32
+    kind, args = calls[0]
+    assert (kind, args[:4]) == (
+        "decode",
+        (torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32),
+    )
+    # the two decode modules share a name in the fake: one spec each name; the fp8 XQA failed
+    names = [s.name for s in specs]
+    assert len(names) == len(set(names)) == len(needs) - 2
+    assert failed == [
+        "xqa q bfloat16 kv fp8_e4m3 d128 group 4 page 16: RuntimeError: no such xqa configuration"
+    ]
+
+
+def test_build_sets_jobs_and_keeps_failures(
+    fake_flashinfer: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    needs = prebuild.plan_needs(_plan()).modules
+    report = prebuild_worker.build_flashinfer(needs, 16)
+    assert os.environ["FLASHINFER_JIT_PREBUILD_MAX_JOBS"] == "16"
+    assert [s.name for s in fake_flashinfer["built"]] == report["modules"]
+    assert len(report["failed"]) == 1
+    assert "build_error" not in report
+
+    def broken(specs: Any, verbose: bool = False) -> None:
+        raise RuntimeError("ninja: build stopped: subcommand failed.")
+
+    monkeypatch.setattr(sys.modules["flashinfer.jit.core"], "build_jit_specs", broken)
+    report = prebuild_worker.build_flashinfer(needs, 16)  # never raises
+    assert report["build_error"] == "RuntimeError: ninja: build stopped: subcommand failed."
+
+
+def test_a_prebuild_without_flashinfer_never_fails_the_run() -> None:
+    """The real processes, on a machine without FlashInfer or CUDA: every module is left to
+    first use with its reason, the Flex process's error is reported, nothing raises."""
+    needs = prebuild.plan_needs(_plan())
+    needs.flex = needs.flex[:1]
+    statuses: list[str] = []
+    report = prebuild.Prebuild(needs).wait(statuses.append, limit_s=120)
+    fi = report["flashinfer"]
+    assert fi["modules"] == []
+    assert len(fi["failed"]) == len(needs.modules)
+    assert all("ModuleNotFoundError" in f for f in fi["failed"])
+    assert "error" in report["flex"] or report["flex"]["failed"]
+    lines = prebuild.summary(report)
+    assert lines[0].startswith("prebuild: ")
+    assert all(len(line) <= 80 for line in lines)
+    assert any(line.startswith("  first use: decode q bfloat16") for line in lines)
+    assert all(len(s) <= 80 for s in statuses)
+
+
+def test_prebuild_only_for_cuda_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert prebuild.enabled(_plan())
+    assert not prebuild.enabled(_plan(CPU))
+    monkeypatch.setenv("ATTNBENCH_PREBUILD", "0")
+    assert not prebuild.enabled(_plan())
+
+
+def test_decode_cases_come_first() -> None:
+    cases = order_cases(_plan().cases)
+    kinds = [c.kind for c in cases]
+    assert kinds == sorted(kinds, key=lambda k: k != "decode")
+    assert kinds[0] == "decode"
+    assert kinds[-1] == "prefill"
+
+
+def test_footer_is_read_and_old_files_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    with ResultWriter(path) as w:
+        w.write(Header(run_id="r", provenance={}))
+    assert read_results(path).footers == []  # a file from before footers
+    with ResultWriter(path) as w:
+        w.write(Footer(run_id="r", wall_s=12.5, setup_s=3.0, prebuild={"seconds": 2.0}))
+    (footer,) = read_results(path).footers
+    assert (footer.wall_s, footer.setup_s, footer.prebuild) == (12.5, 3.0, {"seconds": 2.0})
+
+
+@pytest.mark.usefixtures("isolated", "fake_timer")
+def test_a_run_ends_with_its_footer(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+
+    out = tmp_path / "r.jsonl"
+    args = ["run", "--device", "cpu", "-b", "reference", "--batch-size", "1", "-l", "64"]
+    res = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    (footer,) = read_results(out).footers
+    assert 0 < footer.setup_s <= footer.wall_s
+    assert footer.prebuild is None
