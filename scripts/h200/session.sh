@@ -96,7 +96,24 @@ s12d)  # the head_dim zoo (issue 36): the Gemma-2 / Phi-3 presets (soft-cap, win
   step 360 headdim $RUN --suite headdim -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:auto \
     -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/h200-headdim.jsonl"
   ;;
-*) echo "unknown stage $stage (s11a, s11d, s11e, s12a-s12d; older: git history)" >&2 ;;
+s12e)  # the head_dim zoo within the device time s12c left (~600 s): the headdim suite on the
+  # two libraries that need no JIT build (FA3, SDPA cuDNN), then its decode half on
+  # FlashInfer's fa2 (seven CUDA-core decode modules, d96's known bug included), then
+  # Gemma-2-9b (soft-cap 50, sliding and full layers) and Phi-3-mini as presets. The
+  # prebuild is off (ATTNBENCH_PREBUILD=0): at 1fe251d it held the default run up to 229 s.
+  # One file per run: --resume refuses a file written with another suite or model.
+  export ATTNBENCH_PREBUILD=0
+  H="$AB run --device cuda --max-time-ms 20 --case-timeout 90 --resume"
+  step 140 headdim-nojit $H --suite headdim -b flash-attn:fa3 -b sdpa:cudnn \
+    --out "$OUT/h200-headdim.jsonl"
+  step 190 headdim-fa2 $H --suite scripts/h200/headdim-decode.toml -b flashinfer:fa2 \
+    --out "$OUT/h200-headdim-fa2.jsonl"
+  step 150 gemma-2-9b $H --model gemma-2-9b -k decode -b flashinfer:fa2 -b flex \
+    -b flash-attn:fa3 -b sdpa:cudnn --out "$OUT/h200-gemma-2-9b.jsonl"
+  step 60 phi-3-mini $H --model phi-3-mini-4k -k decode -b flashinfer:fa2 -b flash-attn:fa3 \
+    -b sdpa:cudnn --out "$OUT/h200-phi-3-mini.jsonl"
+  ;;
+*) echo "unknown stage $stage (s11a, s11d, s11e, s12a-s12e; older: git history)" >&2 ;;
 esac
 echo "=== done $(date -u +%FT%TZ)"; ls -la "$OUT"
 } 2>&1 | tee "$OUT/log-$stage.txt"
