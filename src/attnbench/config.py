@@ -42,10 +42,16 @@ LIMITS = {
 }
 """Upper bounds that keep a typo from asking for petabytes."""
 ENV_PREFIX = "ATTNBENCH_"
-OTHER_ENV_VARS = ("ATTNBENCH_RESULTS", "ATTNBENCH_GIT_SHA", "ATTNBENCH_RECHECK_KNOWN_BUGS")
+OTHER_ENV_VARS = (
+    "ATTNBENCH_RESULTS",
+    "ATTNBENCH_GIT_SHA",
+    "ATTNBENCH_RECHECK_KNOWN_BUGS",
+    "ATTNBENCH_PREBUILD",
+)
 """`ATTNBENCH_*` environment variables that are not settings: where `report`, `recommend`,
 `compare` and `replay` look for results, the commit a copy without .git names in
-provenance, and the known library bugs to run anyway (`backends.known_bugs`). Any other
+provenance, the known library bugs to run anyway (`backends.known_bugs`), and whether a GPU
+run prebuilds its JIT modules (`run.prebuild`, ATTNBENCH_PREBUILD=0 turns it off). Any other
 `ATTNBENCH_*` name that is not a setting is an error (a typo would otherwise be ignored); names
 without the prefix are other tools' and are left alone."""
 _MEASURE = MeasureConfig()
