@@ -76,9 +76,15 @@ def test_the_witness_records_the_crash_and_the_rest_is_refused() -> None:
     assert check("auto", zoo_case("prefill", head_dim=128)) is None
 
 
-def test_a_wrong_answer_bug_refuses_nothing_until_its_row_is_cited() -> None:
-    """Wrong answers cost no CUDA context: every d96 CUDA-core decode runs, so the first run
-    records which ones are wrong (mismatch rows, never timed)."""
+def test_a_wrong_answer_bug_refuses_nothing_until_its_row_is_cited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Wrong answers cost no CUDA context: before its row is cited, every CUDA-core decode at
+    an affected head_dim runs, so the first run records which ones are wrong (mismatch rows,
+    never timed)."""
+    uncited = dataclasses.replace(flashinfer_bugs.CUDA_CORE_DECODE_HEAD_DIM, evidence=None)
+    monkeypatch.setattr(flashinfer_bugs, "BUGS", (flashinfer_bugs.FA2_PREFILL_HEAD_DIM, uncited))
+    monkeypatch.setattr(flashinfer_bugs, "CUDA_CORE_DECODE_HEAD_DIM", uncited)
     assert check("fa2", zoo_case()) is None
     assert check("fa2", zoo_case(kv_heads=8, kv_lens=(8192,) * 32, lengths="ctx8192")) is None
     assert check("auto", zoo_case(kv_heads=4)) is None
@@ -89,15 +95,17 @@ def test_cited_evidence_refuses_every_case_and_a_new_version_or_the_override_lif
 ) -> None:
     row = Evidence("results/h200-headdim.jsonl.gz", "decode/h32-32-d96/x#1", "flashinfer:fa2",
                    "mismatch")  # fmt: skip
-    cited = dataclasses.replace(flashinfer_bugs.CUDA_CORE_DECODE_D96, evidence=row)
+    cited = dataclasses.replace(flashinfer_bugs.CUDA_CORE_DECODE_HEAD_DIM, evidence=row)
     monkeypatch.setattr(flashinfer_bugs, "BUGS", (flashinfer_bugs.FA2_PREFILL_HEAD_DIM, cited))
-    monkeypatch.setattr(flashinfer_bugs, "CUDA_CORE_DECODE_D96", cited)
+    monkeypatch.setattr(flashinfer_bugs, "CUDA_CORE_DECODE_HEAD_DIM", cited)
     why = check("fa2", zoo_case())  # the witness too, now
     assert why is not None
     assert "known bug of flashinfer-python 0.7.4: its CUDA-core decode kernel gives a wrong" in why
     assert "measured: results/h200-headdim.jsonl.gz: flashinfer:fa2 on decode/h32-32-d96" in why
-    assert check("fa2", zoo_case(head_dim=80)) is None  # d96 only
-    monkeypatch.setenv(RECHECK_ENV, "cuda-core-decode-d96")
+    assert check("fa2", zoo_case(head_dim=80)) is not None  # every head_dim but 64/128/256
+    assert check("fa2", zoo_case(head_dim=192)) is not None
+    assert check("fa2", zoo_case(head_dim=128)) is None
+    monkeypatch.setenv(RECHECK_ENV, "cuda-core-decode-head-dim")
     assert check("fa2", zoo_case()) is None
     monkeypatch.setenv(RECHECK_ENV, "all")
     assert check("tc", zoo_case(head_dim=80)) is None

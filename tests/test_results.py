@@ -301,6 +301,10 @@ def _fa3(run_id: str, details: dict[str, Any], backend: str = "flash-attn:fa3") 
             ["flash-attn:fa3", "flash-attn:fa3-contiguous"],
         ),
         ([_fa3("r", {"kv_cache": "contiguous"}, "flash-attn:fa2")], ["flash-attn:fa2"]),
+        (  # a run of refusals only, written after FA3 went paged (FA3 refusing a soft-cap)
+            [_fa3("r", {}).model_copy(update={"timestamp": "2026-12-04T19:15:21+00:00"})],
+            ["flash-attn:fa3"],
+        ),
     ],
 )
 def test_legacy_fa3_rule(tmp_path: Path, rows: list[ResultRow], expected: list[str]) -> None:

@@ -11,17 +11,22 @@ outside attnbench reproduced them:
   memory access at a head_dim that is not a multiple of 64 (80, 96, 112): its shared-memory
   layout assumes one (flashinfer-ai/flashinfer#4299, open; #4312 proposes refusing such a
   head_dim before the JIT build).
-- `cuda-core-decode-d96`: the CUDA-core decode kernel (flashinfer:fa2 and flashinfer:auto on
-  single-token decode) returned a wrong answer at head_dim 96 (relative error 0.72).
+- `cuda-core-decode-head-dim`: the CUDA-core decode kernel (flashinfer:fa2 and flashinfer:auto
+  on single-token decode) returns a wrong answer at a head_dim other than 64, 128 and 256. On
+  the H200 (session 12, `results/h200-headdim-fa2.jsonl.gz`) it did so at 80, 96, 112 and 192
+  with 32/32 heads (relative error 0.72-0.79, every row); at GQA groups 4 and 8 the same head
+  dims stopped in FlashInfer's own merge dispatch ("Unsupported head_dim", cascade.cuh), which
+  the run records as FlashInfer's refusal.
 
-`evidence` is set once the headdim suite's H200 rows that show each are committed.
+`evidence` names the committed H200 row that shows each bug; `fa2-prefill-head-dim` has none
+yet (flashinfer:tc did not run on the H200 in session 12), so its witness case still runs.
 """
 
 from __future__ import annotations
 
 from attnbench.backends.base import Unsupported
 from attnbench.backends.flashinfer_rules import Route
-from attnbench.backends.known_bugs import KnownBug, refusal
+from attnbench.backends.known_bugs import Evidence, KnownBug, refusal
 from attnbench.workload.spec import WorkloadSpec
 
 PHI3_MINI_SHAPE = "decode, 32/32 heads, head_dim 96, the mixed(256..65536) batch of 32, bf16"
@@ -54,18 +59,29 @@ FA2_PREFILL_HEAD_DIM = KnownBug(
     witness_backend="flashinfer:tc",
     witness_text="flashinfer:tc, " + PHI3_MINI_SHAPE,
 )
-CUDA_CORE_DECODE_D96 = KnownBug(
-    key="cuda-core-decode-d96",
+CUDA_CORE_DECODE_HEAD_DIMS = (64, 128, 256)
+"""The head dims FlashInfer 0.7.4's CUDA-core decode answered right on the H200."""
+CUDA_CORE_DECODE_HEAD_DIM = KnownBug(
+    key="cuda-core-decode-head-dim",
     distribution="flashinfer-python",
     seen_on="0.7.4",
-    what="its CUDA-core decode kernel gives a wrong answer at head_dim 96 (relative error 0.72)",
-    source="issue 36: a direct call of FlashInfer 0.7.4 reproduced it",
+    what=(
+        "its CUDA-core decode kernel gives a wrong answer at a head_dim other than 64, 128 or "
+        "256 (relative error 0.72-0.79 at 80, 96, 112 and 192)"
+    ),
+    source="issue 36: a direct call of FlashInfer 0.7.4 reproduced it at head_dim 96",
     crashes=False,
     witness=phi3_mini_case,
     witness_backend="flashinfer:fa2",
     witness_text="flashinfer:fa2, " + PHI3_MINI_SHAPE,
+    evidence=Evidence(
+        "results/h200-headdim-fa2.jsonl.gz",
+        "decode/h32-32-d96/bs32/mixed(256..65536)/bfloat16/kv=bfloat16/p16/NHD#35496225",
+        "flashinfer:fa2",
+        "mismatch",
+    ),
 )
-BUGS = (FA2_PREFILL_HEAD_DIM, CUDA_CORE_DECODE_D96)
+BUGS = (FA2_PREFILL_HEAD_DIM, CUDA_CORE_DECODE_HEAD_DIM)
 
 
 def uses_fa2_prefill_kernel(route: Route, spec: WorkloadSpec) -> bool:
@@ -82,9 +98,10 @@ def uses_fa2_prefill_kernel(route: Route, spec: WorkloadSpec) -> bool:
 def applies(bug: KnownBug, route: Route, spec: WorkloadSpec) -> bool:
     if bug is FA2_PREFILL_HEAD_DIM:
         return spec.head_dim % 64 != 0 and uses_fa2_prefill_kernel(route, spec)
-    if bug is CUDA_CORE_DECODE_D96:
+    if bug is CUDA_CORE_DECODE_HEAD_DIM:
         cuda_core = route.api == "decode" and not route.use_tensor_cores
-        return cuda_core and route.backend in ("fa2", "auto") and spec.head_dim == 96
+        wrong_dim = spec.head_dim not in CUDA_CORE_DECODE_HEAD_DIMS
+        return cuda_core and route.backend in ("fa2", "auto") and wrong_dim
     return False
 
 

@@ -6,7 +6,9 @@
   (or its `+tuned` form) whose `details.kv_cache` is not `paged` is such an old row and is read
   under the new name. A row with neither `kv_cache` nor the older `contiguous` key (a failure
   row) is renamed too, unless its run already knows the two variants apart (it has a paged
-  `flash-attn:fa3` row or a `flash-attn:fa3-contiguous` row).
+  `flash-attn:fa3` row or a `flash-attn:fa3-contiguous` row) or it was written after FA3 went
+  paged (`PAGED_FA3_SINCE`): a run of refusals only, such as FA3 refusing Gemma-2's soft-cap,
+  stays `flash-attn:fa3`.
 - FLOP/s fractions. Rows without `tflops_ceiling` took their fractions against the bf16 matmul
   ceiling even where the kernel multiplies in fp8 (a prefill at "107%" of bf16 was 58% of the
   fp8 GEMM in the same run). A row whose accuracy gate ran at an fp8 `precision` (exactly the
@@ -29,6 +31,9 @@ from attnbench.results.rows import Header, ResultRow
 
 FA3 = "flash-attn:fa3"
 FA3_CONTIGUOUS = "flash-attn:fa3-contiguous"
+PAGED_FA3_SINCE = "2026-12-02T22:39:28+00:00"
+"""When `flash-attn:fa3` started reading the paged cache (commit e7dbadc): a row written later
+means the paged variant, whatever its details hold."""
 
 
 def _base(backend: str) -> tuple[str, str]:
@@ -57,7 +62,7 @@ def migrate_rows(rows: Iterable[ResultRow]) -> int:
             continue
         d = r.details
         described = d.kv_cache is not None or d.contiguous is not None
-        if not described and r.run_id in knows_paged:
+        if not described and (r.run_id in knows_paged or r.timestamp > PAGED_FA3_SINCE):
             continue
         r.backend = FA3_CONTIGUOUS + suffix
         renamed += 1

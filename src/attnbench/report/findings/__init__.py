@@ -59,6 +59,7 @@ SECTION_MODULES = (
     "attnbench.report.findings.kernels",
     "attnbench.report.findings.workloads",
     "attnbench.report.findings.studies",
+    "attnbench.report.findings.headdim",
     "attnbench.report.findings.profiling",
     "attnbench.report.findings.engines",
     "attnbench.report.findings.replay",
