@@ -161,6 +161,14 @@ def test_small_kernels_are_judged_against_cupti_and_nvbench_with_a_cause() -> No
     assert "0.40 us apart, within two CUDA event timestamps' resolution" in disagreement_cause(tiny)
     odd = kernel_timing(_small("d", "flash-attn:fa3", 40.0, 30.0))
     assert "not explained by what the row recorded" in disagreement_cause(odd)
+    # nvbench's events agree with ours, CUPTI's kernel duration is shorter: launch overhead
+    launch = kernel_timing(
+        _small("d", "sdpa:cudnn", 15.6, 11.9, nvbench={"status": "ok", "gpu_median_us": 16.4})
+    )
+    assert "vs CUPTI (+31.1%): nvbench's own CUDA events time the same call at 16.4 us" in (
+        disagreement_cause(launch)
+    )
+    assert "hold the 3.7 us per call besides the kernel" in disagreement_cause(launch)
     missing = kernel_timing(
         _small("d", "x", 30.0, 30.1, nvbench={"status": "missing", "reason": "no cuda.bench"})
     )

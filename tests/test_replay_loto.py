@@ -89,6 +89,13 @@ def test_each_trace_is_judged_by_models_fitted_without_it() -> None:
     assert all(s["traces"] == 3 for s in summary.values())
 
 
+def test_misses_one_sign_are_a_bias_and_both_signs_scatter() -> None:
+    assert loto.bias_text(0.068, 0.067) == (
+        "a bias: it over-predicts on this traffic (mean error +6.8%)"
+    )
+    assert loto.bias_text(-0.004, 0.025) == "scatter around zero (mean error -0.4%)"
+
+
 def test_a_trace_the_others_do_not_predict_is_the_worst() -> None:
     _, live = loto.split_rows(held_out_rows({"mooncake-conv": 1.3}, per_trace=50))
     errors, _ = loto.leave_one_trace_out(_calibration(), live, KEY)
@@ -98,6 +105,7 @@ def test_a_trace_the_others_do_not_predict_is_the_worst() -> None:
     assert len(fa3) == 1
     assert "its 5 largest misses" in fa3[0]
     assert "error -2" in fa3[0]  # under-predicted by ~23%
+    assert "a bias: it under-predicts on this traffic (mean error -2" in fa3[0]
     some = [e for e in errors if e.trace == "mooncake-conv"][:40]  # 20 steps of 2 variants
     few = loto.miss_notes(some, loto.trace_stats(some))
     assert len(few) == 2

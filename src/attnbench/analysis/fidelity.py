@@ -153,9 +153,28 @@ def _cupti_cause(t: KernelTiming) -> str:
             f"them, while its first-start to last-end span per call, {t.span_us:.1f} us, is "
             f"{100 * (rel_diff(t.engine_us, t.span_us) or 0):+.1f}% from the engine"
         )
-    shared = _shared_causes(t, t.profiler_us or 0.0)
+    shared = _shared_causes(t, t.profiler_us or 0.0) or _event_overhead_cause(t)
     return shared or (
-        "not explained by what the row recorded (kernels per call, CUPTI's span, SM clocks)"
+        "not explained by what the row recorded (kernels per call, CUPTI's span, SM clocks, "
+        "nvbench)"
+    )
+
+
+def _event_overhead_cause(t: KernelTiming) -> str:
+    """Where nvbench, timing the same call with its own CUDA events, agrees with the engine
+    while CUPTI's kernel duration is shorter: the gap is what every event-timed call holds
+    besides the kernel (the launch and the event records), not a timing error of ours."""
+    assert t.engine_us is not None
+    nv, cupti = t.nvbench_us, t.profiler_us
+    if nv is None or cupti is None:
+        return ""
+    if not (_near(t.engine_us, nv) or abs(t.engine_us - nv) < 2 * EVENT_RESOLUTION_US):
+        return ""
+    return (
+        f"nvbench's own CUDA events time the same call at {nv:.1f} us "
+        f"({100 * (rel_diff(t.engine_us, nv) or 0):+.1f}% from the engine): both event timers "
+        f"hold the {t.engine_us - cupti:.1f} us per call besides the kernel (its launch and "
+        "the event records) that CUPTI's kernel duration leaves out"
     )
 
 

@@ -241,11 +241,26 @@ def _span(values: Iterable[int]) -> str:
     return f"{min(v)}-{max(v)}" if min(v) != max(v) else str(v[0])
 
 
+BIAS_SHARE = 0.5
+"""A trace's mean signed error past this share of its median |error| is a bias, not scatter."""
+
+
+def bias_text(mean_err: float, median_abs_err: float) -> str:
+    """Why the model misses, as far as the errors tell: a bias (one sign: the fitted form lacks
+    what this traffic exercises, and only a new form judged on fresh steps can say what) or
+    scatter around zero (noise or a per-step effect the features do not see)."""
+    if abs(mean_err) > BIAS_SHARE * median_abs_err:
+        side = "over" if mean_err > 0 else "under"
+        return f"a bias: it {side}-predicts on this traffic (mean error {mean_err:+.1%})"
+    return f"scatter around zero (mean error {mean_err:+.1%})"
+
+
 def miss_notes(
     errors: Sequence[StepError], per_trace: Mapping[str, Mapping[str, Mapping[str, object]]]
 ) -> list[str]:
     """One line per (variant, trace) that misses the target, saying where: too few steps
-    measured, or the worst steps' requests, KV tokens, longest request and error."""
+    measured, or the worst steps' requests, KV tokens, longest request and error, and whether
+    the misses are a bias or scatter (`bias_text`)."""
     out = []
     for trace, by in per_trace.items():
         for name, st in sorted(by.items()):
@@ -270,7 +285,8 @@ def miss_notes(
                 f"{_span(e.requests for e in worst)} requests, "
                 f"{_span(e.kv_total for e in worst)} KV tokens, "
                 f"longest {_span(e.kv_max for e in worst)}, "
-                f"error {min(errs):+.1%} to {max(errs):+.1%}"
+                f"error {min(errs):+.1%} to {max(errs):+.1%}; "
+                + bias_text(float(str(st["mean_err"])), float(str(st["median_abs_err"])))
             )
     return out
 
