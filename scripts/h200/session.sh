@@ -85,8 +85,10 @@ s12c)  # call 3, on a FRESH machine (carry .device only: no jit-cache.txz, no ch
   # it, then again warm (issue 34: <= 240 s fresh, <= 90 s warm). The FlashInfer modules and
   # Flex kernels are built in one prebuild before timing (run/prebuild.py); each file's last
   # line (type "footer") holds the run's wall_s, setup_s and the prebuild's report.
-  step 300 default-fresh $AB run --device cuda --out "$OUT/h200-default-fresh.jsonl"
-  step 200 default-warm $AB run --device cuda --out "$OUT/h200-default-warm.jsonl"
+  # The whole output is kept (TAIL=400): at 1fe251d the last 15 lines hid the prebuild's
+  # report, and both runs were cut in FlashInfer compiles after 17 rows (see the issue note).
+  TAIL=400 step 300 default-fresh $AB run --device cuda --out "$OUT/h200-default-fresh.jsonl"
+  TAIL=400 step 200 default-warm $AB run --device cuda --out "$OUT/h200-default-warm.jsonl"
   ;;
 s12d)  # the head_dim zoo (issue 36): the Gemma-2 / Phi-3 presets (soft-cap, windows, d96
   # MHA), then the headdim suite (d64-256 x GQA 1/4/8, ragged and uniform, decode and
