@@ -64,9 +64,61 @@ def _build(reg: RegisteredSection, data: ReportData) -> Section | None:
         return Section(reg.name, [Text(f"This section failed: `{type(exc).__name__}: {exc}`")])
 
 
+Task = list[tuple[RegisteredSection, ReportData]]
+_TASKS: list[Task] = []
+"""The tasks of the build in progress: forked workers inherit them and get an index."""
+
+
+def _run_task(index: int) -> list[Section | None]:
+    return [_build(reg, data) for reg, data in _TASKS[index]]
+
+
+def workers() -> int:
+    """Worker processes for the sections: the usable cores, at most 4
+    (`ATTNBENCH_REPORT_WORKERS` overrides; 1 builds in this process)."""
+    import os
+
+    env = os.environ.get("ATTNBENCH_REPORT_WORKERS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def run_tasks(tasks: list[Task]) -> list[list[Section | None]]:
+    """Each task's sections, built in forked worker processes (the rows are inherited, not
+    sent), or here when one worker is all there is or fork is not available."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    n = min(workers(), len(tasks))
+    if n <= 1 or "fork" not in mp.get_all_start_methods():
+        return [[_build(reg, data) for reg, data in task] for task in tasks]
+    _TASKS[:] = tasks
+    try:
+        with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
+            return list(pool.map(_run_task, range(len(tasks))))
+    finally:
+        _TASKS.clear()
+
+
+def _tasks(regs: list[RegisteredSection], data: ReportData) -> list[Task]:
+    """One task per section, except sections that share a cached value: one task for them."""
+    shared: dict[str, Task] = {}
+    out: list[Task] = []
+    for reg in regs:
+        if reg.shares and reg.shares in shared:
+            shared[reg.shares].append((reg, data))
+            continue
+        task = [(reg, data)]
+        out.append(task)
+        if reg.shares:
+            shared[reg.shares] = task
+    return out
+
+
 def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
     """(GPU, sections) for every GPU in the rows; global (per_gpu=False) sections go with the
-    first GPU."""
+    first GPU. Sections are built in parallel (`run_tasks`), and kept in report order."""
     _load_sections()
     if not loaded.frame.empty:  # a tune run's every trial is the tuning section's evidence only
         kept = ~loaded.frame["source"].map(is_trials_name)
@@ -77,19 +129,26 @@ def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
     if not ok.empty:  # performance sections show serving kernels, not the oracle or faults
         ok = ok[~ok["library"].isin(NON_SERVING | {"faulty"})]
     regs = registered_sections()
-    out = []
+    tasks: list[Task] = []
     for i, gpu in enumerate(gpus):
-        rows = frame[frame["gpu"] == gpu] if gpu else frame
         data = ReportData(
             loaded=loaded,
             gpu=gpu,
-            rows=rows,
+            rows=frame[frame["gpu"] == gpu] if gpu else frame,
             ok=ok[ok["gpu"] == gpu] if gpu and not ok.empty else ok,
             label=provenance_label(loaded.headers, gpu or None),
             ceilings=ceilings_for(loaded.headers, gpu) if gpu else {},
             extras=list(loaded.extras),
         )
-        secs = [s for r in regs if r.per_gpu or i == 0 if (s := _build(r, data)) is not None]
+        tasks += _tasks([r for r in regs if r.per_gpu or i == 0], data)
+    built: dict[tuple[str, str], Section | None] = {}
+    for task, sections in zip(tasks, run_tasks(tasks), strict=True):
+        for (reg, data), sec in zip(task, sections, strict=True):
+            built[(data.gpu, reg.name)] = sec
+    out = []
+    for i, gpu in enumerate(gpus):
+        names = [r.name for r in regs if r.per_gpu or i == 0]
+        secs = [s for n in names if (s := built[(gpu, n)]) is not None]
         out.append((gpu, [scrub(sec) for sec in secs]))
     return out
 

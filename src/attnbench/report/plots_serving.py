@@ -137,6 +137,10 @@ def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
     return _finish(fig, "Degradation with raggedness", label, shared_legend=True)
 
 
+FIGURE_BOOT = 200
+"""Bootstrap replicates for a figure's error bars (the decisions use `compare.N_BOOT`)."""
+
+
 def _fp8_pairs(
     ok: pd.DataFrame,
 ) -> tuple[list[tuple[str, str, Any, int]], dict[str, list[tuple[float, float]]]]:
@@ -159,7 +163,12 @@ def _fp8_pairs(
             continue
         pairs = [(Timing.of(r), Timing.of(s)) for s, r in recs]  # fp8 as A: ratio = 16-bit / fp8
         bars.append(
-            (str(backend), str(kv), geomean_ratio(pairs, np.random.default_rng(SEED)), len(pairs))
+            (
+                str(backend),
+                str(kv),
+                geomean_ratio(pairs, np.random.default_rng(SEED), n_boot=FIGURE_BOOT),
+                len(pairs),
+            )
         )
         for s, r in recs:
             if r["kind"] == "decode" and r["uniform"]:

@@ -17,6 +17,7 @@ from attnbench.report.blocks import (
 )
 from attnbench.report.sections import (
     MAX_TABLE_ROWS,
+    REC,
     cached_recommendation,
     figure_section,
 )
@@ -65,7 +66,7 @@ def raggedness(data: ReportData) -> Section | None:
     )
 
 
-@register_section("FP8 KV cache", order=60)
+@register_section("FP8 KV cache", order=60, shares=REC)
 def fp8(data: ReportData) -> Section | None:
     if data.rows.empty or not data.rows["fp8"].any():
         return None
