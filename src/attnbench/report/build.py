@@ -286,7 +286,7 @@ pre{background:#1d2430;color:#e8edf3;padding:10px 14px;border-radius:6px;overflo
 font-size:12.5px;white-space:pre-wrap}
 @media (max-width:640px){header{padding:12px 14px}main{padding:4px 6px 24px}
 section{padding:4px 10px 10px}nav{padding:8px 10px}th,td{padding:2px 5px;min-width:5.5em}
-table{font-size:11.5px}figure img{max-width:none}}
+table{font-size:11.5px}figure img{max-width:none}#decision td{min-width:13em}}
 """
 
 
