@@ -77,6 +77,19 @@ def test_every_other_section_keeps_its_detail_behind_details(page: str) -> None:
     assert 'name="viewport"' in page
 
 
+def test_a_parallel_build_gives_the_serial_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    res = write_results(tmp_path / "h200.jsonl", make_rows() + _engine_rows())
+    pages = {}
+    for workers in ("1", "2"):
+        monkeypatch.setenv("ATTNBENCH_REPORT_WORKERS", workers)
+        md, _ = write_report(load([res]), tmp_path / workers)
+        pages[workers] = re.sub(r"Generated .* by", "", md.read_text())
+    assert pages["1"] == pages["2"]
+    assert "This section failed" not in pages["2"]
+
+
 def test_lead_is_a_short_paragraph_and_the_first_figure() -> None:
     fig = Figure(PNG, "a figure")
     text, bullets = Text("One short paragraph."), Text("- one\n- two")

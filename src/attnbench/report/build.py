@@ -93,12 +93,20 @@ def run_tasks(tasks: list[Task]) -> list[list[Section | None]]:
     n = min(workers(), len(tasks))
     if n <= 1 or "fork" not in mp.get_all_start_methods():
         return [[_build(reg, data) for reg, data in task] for task in tasks]
+    from attnbench.report.plots import preload
+
+    preload()  # imported once here, not once per worker
     _TASKS[:] = tasks
+    # The longest first, so no worker is left with one long task at the end: the tasks of
+    # several sections (a shared cache), then the global ones (documents: the replay), then
+    # the rest in report order.
+    start = sorted(range(len(tasks)), key=lambda i: (-len(tasks[i]), tasks[i][0][0].per_gpu, i))
     try:
         with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
-            return list(pool.map(_run_task, range(len(tasks))))
+            done = dict(zip(start, pool.map(_run_task, start), strict=True))
     finally:
         _TASKS.clear()
+    return [done[i] for i in range(len(tasks))]
 
 
 def _tasks(regs: list[RegisteredSection], data: ReportData) -> list[Task]:

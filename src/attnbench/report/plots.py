@@ -31,6 +31,15 @@ def _plt() -> Any:
     return plt
 
 
+def preload() -> None:
+    """Import what drawing needs (matplotlib's Agg, Pillow, scipy's statistics) now: a build
+    that forks workers imports them once, before the fork."""
+    import PIL.Image  # noqa: F401
+    import scipy.stats  # noqa: F401
+
+    _plt()
+
+
 def colors(backends: Sequence[str]) -> dict[str, Any]:
     """One stable color per backend (sorted names over tab10, then tab20)."""
     plt = _plt()
@@ -285,7 +294,31 @@ def roofline(ok: pd.DataFrame, ceilings: dict[str, Any], label: str) -> bytes | 
         return None
     cmap = colors(rows["backend"])
     fig, axes = _figure(3, width=5.6)
-    ax = axes[0]
+    _roofline_panel(axes[0], rows, ceilings, cmap)
+    for ax, kind, col, xlabel, title in (
+        (
+            axes[1],
+            "decode",
+            "bandwidth_frac_measured",
+            "bytes moved per call (MB)",
+            "decode: GB/s / measured copy GB/s",
+        ),
+        (
+            axes[2],
+            "prefill",
+            "tflops_frac_measured",
+            "FLOPs per call (GFLOP)",
+            "prefill: TFLOP/s / measured matmul",
+        ),
+    ):
+        _fraction_panel(ax, rows, kind, col, cmap, (xlabel, title))
+    return _finish(fig, "Achieved bandwidth and TFLOP/s against the measured ceilings", label, True)
+
+
+def _roofline_panel(
+    ax: Any, rows: pd.DataFrame, ceilings: dict[str, Any], cmap: dict[str, Any]
+) -> None:
+    """Every ok case on the roofline, with the measured copy and matmul ceilings."""
     for (backend, kind), g in rows.groupby(["backend", "kind"]):
         ax.scatter(
             g["intensity"],
@@ -332,37 +365,32 @@ def roofline(ok: pd.DataFrame, ceilings: dict[str, Any], label: str) -> bytes | 
         if (rows["kind"] == k).any()
     ]
     ax.legend(handles=handles + ax.get_lines(), fontsize=6.5, loc="lower right", framealpha=0.85)
-    for ax, kind, col, xlabel, title in (
-        (
-            axes[1],
-            "decode",
-            "bandwidth_frac_measured",
-            "bytes moved per call (MB)",
-            "decode: GB/s / measured copy GB/s",
-        ),
-        (
-            axes[2],
-            "prefill",
-            "tflops_frac_measured",
-            "FLOPs per call (GFLOP)",
-            "prefill: TFLOP/s / measured matmul",
-        ),
-    ):
-        g = rows[(rows["kind"] == kind) & rows[col].notna()]
-        if g.empty:
-            ax.text(0.5, 0.5, f"no {kind} rows", ha="center", transform=ax.transAxes)
-            ax.set_axis_off()
-            continue
-        xcol = g["bytes_total"] / 1e6 if kind == "decode" else g["flops"] / 1e9
-        for backend in sorted(set(g["backend"])):
-            m = g["backend"] == backend
-            ax.scatter(xcol[m], 100 * g[m][col], s=14, color=cmap[backend], label=backend)
-        ax.set_xscale("log")
-        ax.set_ylim(0, max(105, 100 * float(g[col].max()) * 1.1))
-        ax.axhline(100, color="k", lw=0.8)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("% of measured ceiling")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    return _finish(fig, "Achieved bandwidth and TFLOP/s against the measured ceilings", label, True)
+
+
+def _fraction_panel(
+    ax: Any,
+    rows: pd.DataFrame,
+    kind: str,
+    col: str,
+    cmap: dict[str, Any],
+    text: tuple[str, str],
+) -> None:
+    """The fraction of the measured ceiling each `kind` row reaches (x: its size)."""
+    xlabel, title = text
+    g = rows[(rows["kind"] == kind) & rows[col].notna()]
+    if g.empty:
+        ax.text(0.5, 0.5, f"no {kind} rows", ha="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    xcol = g["bytes_total"] / 1e6 if kind == "decode" else g["flops"] / 1e9
+    for backend in sorted(set(g["backend"])):
+        m = g["backend"] == backend
+        ax.scatter(xcol[m], 100 * g[m][col], s=14, color=cmap[backend], label=backend)
+    ax.set_xscale("log")
+    ax.set_ylim(0, max(105, 100 * float(g[col].max()) * 1.1))
+    ax.axhline(100, color="k", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("% of measured ceiling")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
