@@ -155,7 +155,7 @@ def lead_decisions(decisions: list[ModelDecision]) -> list[ModelDecision]:
 def first_screen_blocks(frame: pd.DataFrame, label: str = "") -> list[Block]:
     """The decision table (one line per model and engine), then the per-bucket decode figure
     of the lead model's deployable configurations ([]: no row ranks for any engine)."""
-    from attnbench.report.plots_deploy import bucket_decode
+    from attnbench.report.plots_deploy import BucketPanel, bucket_decode
 
     decisions = decisions_from_engine_rank(frame)
     if not decisions:
@@ -177,7 +177,10 @@ def first_screen_blocks(frame: pd.DataFrame, label: str = "") -> list[Block]:
             )
         )
     lead = lead_decisions(decisions)
-    png = bucket_decode(lead, label) if lead else None
+    panels = [
+        BucketPanel(f"{_NAMES[d.engine]} · {d.model}", d.choice, d.per_batch_us) for d in lead
+    ]
+    png = bucket_decode(panels, label) if lead else None
     if png:
         blocks.append(
             Figure(

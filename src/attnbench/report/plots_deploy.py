@@ -3,21 +3,26 @@ configuration, one panel per engine, one line per configuration (`report.first_s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from attnbench.report.plots import _figure, _finish, colors
 
-if TYPE_CHECKING:
-    from attnbench.report.first_screen import ModelDecision
 
-_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+@dataclass(frozen=True)
+class BucketPanel:
+    """One engine's panel: its title, the chosen configuration, and per configuration the
+    decode time (µs per step and layer) per measured batch size."""
+
+    title: str
+    choice: str | None
+    per_batch_us: Mapping[str, Mapping[int, float]]
 
 
-def bucket_decode(decisions: Sequence[ModelDecision], label: str) -> bytes | None:
+def bucket_decode(panels: Sequence[BucketPanel], label: str) -> bytes | None:
     """x: the measured batch sizes the capture buckets are priced at (log 2); y: decode
     attention time per step and layer (µs); the engine's choice drawn thicker."""
-    panels = [d for d in decisions if d.per_batch_us]
+    panels = [d for d in panels if d.per_batch_us]
     if not panels:
         return None
     fig, axes = _figure(len(panels), width=6.5, height=3.6)
@@ -39,8 +44,8 @@ def bucket_decode(decisions: Sequence[ModelDecision], label: str) -> bytes | Non
         ax.set_xscale("log", base=2)
         ax.set_xticks(batches, [str(b) for b in batches])
         ax.set_xlabel("batch size bucket (running requests)")
-        ax.set_ylabel("decode attention / step, layer (µs)")
-        ax.set_title(f"{_NAMES.get(d.engine, d.engine)} · {d.model}", fontsize=10)
+        ax.set_ylabel("decode µs per step, layer")
+        ax.set_title(d.title, fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(
             fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, 0), borderaxespad=4, ncol=2
