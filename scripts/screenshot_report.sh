@@ -90,7 +90,7 @@ for png in sorted(work.glob("*.png")):
     height = min(im.height, box[3] + 16) if box else im.height
     height = min(height, max_height.get(png.stem.rsplit("-", 1)[0], height))
     im = im.crop((0, 0, im.width, height))
-    im = im.quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+    im = im.quantize(colors=128, method=Image.Quantize.MEDIANCUT)
     dest = out / png.name
     im.save(dest, optimize=True)
     total += dest.stat().st_size
