@@ -3,10 +3,11 @@
 #
 #   scripts/screenshot_report.sh [RESULTS...]      (default: results/)
 #
-# Builds the report with `attnbench report`, cuts the HTML page into one page per section of
-# interest (same header, navigation and CSS), photographs each in headless Chromium at 1400 px
-# and the top of the page at phone width (390 px), trims the blank margin and reduces the
-# palette so the set stays well under 1 MB. Needs chromium (`apt-get install -y chromium`) and
+# Builds the report with `attnbench report`, photographs the page's first screen (1400 x 900:
+# the decision and its figure) and its top at phone width (390 px), cuts the HTML page into one
+# page per section of interest (same header, navigation and CSS) and photographs each at
+# 1400 px, trims the blank margin and reduces the palette so the set stays well under 1 MB.
+# SHOTS_390=DIR also photographs every section at 390 px into DIR (to check, not committed). Needs chromium (`apt-get install -y chromium`) and
 # Pillow (a matplotlib dependency). Set KEEP=1 to keep the work folder.
 set -euo pipefail
 
@@ -38,7 +39,6 @@ nav = re.search(r"<nav>.*?</nav>", rest, re.S)
 found_all = re.findall(r'(<section id="([^"]+)">.*?</section>)', rest, re.S)
 sections = {anchor: html for html, anchor in found_all}
 wanted = {
-    "recommendation": ["recommendation"],
     "raggedness": ["raggedness"],
     "trees": ["speculative-trees"],
     "shared-prefix": ["shared-prefix"],
@@ -51,8 +51,7 @@ for stem, ids in wanted.items():
     if not found:
         print(f"no section {ids} in the report: {stem} skipped", file=sys.stderr)
         continue
-    lead = nav.group(0) if stem == "recommendation" and nav else ""
-    body = head + "<main>" + lead + "".join(found) + "</main></body></html>\n"
+    body = head + "<main>" + "".join(found) + "</main></body></html>\n"
     (work / f"{stem}.html").write_text(body, encoding="utf-8")
 PY
 
@@ -64,7 +63,12 @@ for page in "$work"/*.html; do
   stem="$(basename "$page" .html)"
   shoot "$page" "$work/$stem-1400.png" 1400 6000
 done
-shoot "$work/report/report.html" "$work/top-390.png" 390 2400
+shoot "$work/report/report.html" "$work/first-screen-1400.png" 1400 900
+shoot "$work/report/report.html" "$work/top-390.png" 390 1600
+if [[ -n "${SHOTS_390:-}" ]]; then
+  mkdir -p "$SHOTS_390"
+  for page in "$work"/*.html; do shoot "$page" "$SHOTS_390/$(basename "$page" .html)-390.png" 390 6000; done
+fi
 
 python - "$work" "$out" <<'PY'
 import sys
@@ -75,9 +79,9 @@ from PIL import Image, ImageChops
 work, out = Path(sys.argv[1]), Path(sys.argv[2])
 for old in out.glob("*.png"):
     old.unlink()
-# Where a section runs long, its top is what the shot is for: the decision, the padding figure,
-# the first (single-rate) replay with its legend beside the plot.
-max_height = {"recommendation": 1300, "raggedness": 1250, "replay": 1120, "gqa": 1400}
+# Where a section runs long, its top is what the shot is for: the padding figure, the first
+# (single-rate) replay with its legend beside the plot. The first screen is the browser's.
+max_height = {"first-screen": 900, "top": 1600, "raggedness": 1250, "replay": 1120, "gqa": 1400}
 total = 0
 for png in sorted(work.glob("*.png")):
     im = Image.open(png).convert("RGB")
@@ -86,7 +90,7 @@ for png in sorted(work.glob("*.png")):
     height = min(im.height, box[3] + 16) if box else im.height
     height = min(height, max_height.get(png.stem.rsplit("-", 1)[0], height))
     im = im.crop((0, 0, im.width, height))
-    im = im.quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+    im = im.quantize(colors=128, method=Image.Quantize.MEDIANCUT)
     dest = out / png.name
     im.save(dest, optimize=True)
     total += dest.stat().st_size

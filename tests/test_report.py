@@ -132,7 +132,10 @@ def hook() -> Iterator[list[str]]:
     report_blocks._SECTIONS.pop("Broken study")
 
 
-def test_section_hook_and_extras(tmp_path: Path, hook: list[str]) -> None:
+def test_section_hook_and_extras(
+    tmp_path: Path, hook: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTNBENCH_REPORT_WORKERS", "1")  # `hook` sees what runs in-process
     rows = [row(s, "flashinfer:tc") for s in decode_specs((1024,))]
     res = write_results(tmp_path / "run.jsonl", rows)
     (tmp_path / "fp8-study.json").write_text('{"records": []}')

@@ -249,7 +249,7 @@ def _sweep(g: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) -> GqaSwe
         if not good.empty:
             ratios = [
                 float(x["latency_us"]) / float(best[(gkey, x["lengths"])])
-                for x in good.to_dict("records")
+                for x in good[["latency_us", "lengths"]].to_dict("records")
             ]
             wins = sum(1 for q in ratios if q <= 1.0)
             status = "fastest" if wins == len(good) == cg["lengths"].nunique() else "ok"

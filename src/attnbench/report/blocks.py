@@ -11,7 +11,9 @@ builders. Each section module registers its builders here with `register_section
         return Section("Serving replay", [Text("..."), Table(["backend", "ITL p99"], rows)])
 
 and `report.build` imports the module before a report is built. `per_gpu=False` sections run
-once, with the first GPU's data (or empty rows).
+once, with the first GPU's data (or empty rows). Sections are built in parallel worker
+processes; those that share a cached value (`ReportData.cache`) name it in `shares` and are
+built one after the other in the same worker, so the value is computed once.
 """
 
 from __future__ import annotations
@@ -86,18 +88,20 @@ class RegisteredSection:
     order: int
     per_gpu: bool
     build: SectionBuilder
+    shares: str = ""
+    """Sections with the same non-empty tag are built in one task, in report order."""
 
 
 _SECTIONS: dict[str, RegisteredSection] = {}
 
 
 def register_section(
-    name: str, order: int = 50, per_gpu: bool = True
+    name: str, order: int = 50, per_gpu: bool = True, shares: str = ""
 ) -> Callable[[SectionBuilder], SectionBuilder]:
     """Decorator: add (or replace, by name) a section builder; lower `order` comes first."""
 
     def deco(fn: SectionBuilder) -> SectionBuilder:
-        _SECTIONS[name] = RegisteredSection(name, order, per_gpu, fn)
+        _SECTIONS[name] = RegisteredSection(name, order, per_gpu, fn, shares)
         return fn
 
     return deco

@@ -24,13 +24,13 @@ from attnbench.report.blocks import (
     Block,
     Code,
     Figure,
-    RegisteredSection,
     ReportData,
     Section,
     Table,
     Text,
     registered_sections,
 )
+from attnbench.report.parallel import Task, run_tasks, tasks_for
 from attnbench.results import is_trials_name
 
 
@@ -38,6 +38,7 @@ def _load_sections() -> None:
     """Import the built-in section modules: importing one registers its sections."""
     from attnbench.report import (  # noqa: F401
         fidelity_section,
+        first_screen,
         fp8_section,
         gqa_section,
         headdim_section,
@@ -56,16 +57,9 @@ def registered() -> list[str]:
     return [r.name for r in registered_sections()]
 
 
-def _build(reg: RegisteredSection, data: ReportData) -> Section | None:
-    try:
-        return reg.build(data)
-    except Exception as exc:  # one broken section must not lose the report
-        return Section(reg.name, [Text(f"This section failed: `{type(exc).__name__}: {exc}`")])
-
-
 def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
     """(GPU, sections) for every GPU in the rows; global (per_gpu=False) sections go with the
-    first GPU."""
+    first GPU. Sections are built in parallel (`run_tasks`), and kept in report order."""
     _load_sections()
     if not loaded.frame.empty:  # a tune run's every trial is the tuning section's evidence only
         kept = ~loaded.frame["source"].map(is_trials_name)
@@ -76,19 +70,26 @@ def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
     if not ok.empty:  # performance sections show serving kernels, not the oracle or faults
         ok = ok[~ok["library"].isin(NON_SERVING | {"faulty"})]
     regs = registered_sections()
-    out = []
+    tasks: list[Task] = []
     for i, gpu in enumerate(gpus):
-        rows = frame[frame["gpu"] == gpu] if gpu else frame
         data = ReportData(
             loaded=loaded,
             gpu=gpu,
-            rows=rows,
+            rows=frame[frame["gpu"] == gpu] if gpu else frame,
             ok=ok[ok["gpu"] == gpu] if gpu and not ok.empty else ok,
             label=provenance_label(loaded.headers, gpu or None),
             ceilings=ceilings_for(loaded.headers, gpu) if gpu else {},
             extras=list(loaded.extras),
         )
-        secs = [s for r in regs if r.per_gpu or i == 0 if (s := _build(r, data)) is not None]
+        tasks += tasks_for([r for r in regs if r.per_gpu or i == 0], data)
+    built: dict[tuple[str, str], Section | None] = {}
+    for task, sections in zip(tasks, run_tasks(tasks), strict=True):
+        for (reg, data), sec in zip(task, sections, strict=True):
+            built[(data.gpu, reg.name)] = sec
+    out = []
+    for i, gpu in enumerate(gpus):
+        names = [r.name for r in regs if r.per_gpu or i == 0]
+        secs = [s for n in names if (s := built[(gpu, n)]) is not None]
         out.append((gpu, [scrub(sec) for sec in secs]))
     return out
 
@@ -201,7 +202,7 @@ def _text_html(md: str) -> str:
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2430;
 background:#f6f7f9;line-height:1.45}
-header{background:#1d2430;color:#fff;padding:18px 32px}header h1{margin:0 0 6px;font-size:24px}
+header{background:#1d2430;color:#fff;padding:10px 32px}header h1{margin:0 0 2px;font-size:22px}
 header p{margin:2px 0;font-size:13px;color:#c9d1dc}header code{background:#33405a;color:#fff}
 main{max-width:1500px;margin:0 auto;padding:8px 32px 40px}
 nav{background:#fff;border:1px solid #dde2ea;border-radius:6px;padding:10px 16px;margin:16px 0}
@@ -217,14 +218,16 @@ table{border-collapse:collapse;font-size:12.5px}
 th,td{border:1px solid #dde2ea;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#eef1f6;position:sticky;top:0}tr:nth-child(even) td{background:#fafbfc}
 caption{caption-side:top;text-align:left;font-style:italic;color:#555;padding:4px 0}
-figure{margin:12px 0}figure img{max-width:100%;height:auto;border:1px solid #e4e8ef}
+figure{margin:12px 0;overflow-x:auto}
+figure img{max-width:100%;height:auto;border:1px solid #e4e8ef}
+details{margin:8px 0}summary{cursor:pointer;color:#2454a6;font-size:13.5px;padding:3px 0}
 figcaption{font-size:13px;color:#555}
 code{background:#eef1f6;padding:0 3px;border-radius:3px;font-size:12px}
 pre{background:#1d2430;color:#e8edf3;padding:10px 14px;border-radius:6px;overflow-x:auto;
 font-size:12.5px;white-space:pre-wrap}
 @media (max-width:640px){header{padding:12px 14px}main{padding:4px 6px 24px}
 section{padding:4px 10px 10px}nav{padding:8px 10px}th,td{padding:2px 5px;min-width:5.5em}
-table{font-size:11.5px}}
+table{font-size:11.5px}figure img{max-width:none}#decision td{min-width:13em}}
 """
 
 
@@ -233,12 +236,87 @@ def device_name(gpu: str) -> str:
     return gpu.removeprefix("NVIDIA ").strip() or "unknown device"
 
 
-def render_html(groups: list[tuple[str, list[Section]]], title: str, intro: list[str]) -> str:
-    """One self-contained page: inline CSS, figures as data: URIs, no scripts, no links out."""
-    nav, body = [], []
+def _table_html(block: Table) -> str:
+    cap = f"<caption>{_inline(block.caption)}</caption>" if block.caption else ""
+    head = "".join(f"<th>{_inline(h)}</th>" for h in block.headers)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in block.rows
+    )
+    return (
+        f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{rows}</tbody></table></div>"
+    )
+
+
+def _block_html(block: Block) -> str:
+    if isinstance(block, Text):
+        return _text_html(block.markdown)
+    if isinstance(block, Code):
+        return f"<pre>{html.escape(block.text)}</pre>"
+    if isinstance(block, Table):
+        return _table_html(block)
+    data = base64.b64encode(block.png).decode("ascii")
+    alt = html.escape(block.caption, quote=True)
+    return (
+        f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{_inline(block.caption)}</figcaption></figure>"
+    )
+
+
+LEAD_TEXT_MAX = 700
+"""A section's opening paragraph stays open when shorter than this (characters)."""
+
+
+def lead_blocks(blocks: list[Block]) -> int:
+    """How many of a section's blocks stay open: a short opening paragraph (no bullets) and
+    the first figure; the rest goes behind `<details>`."""
+    n = 0
+    for b in blocks:
+        if isinstance(b, Figure):
+            return n + 1
+        bullets = isinstance(b, Text) and any(
+            ln.lstrip().startswith("- ") for ln in b.markdown.splitlines()
+        )
+        if n or not isinstance(b, Text) or bullets or len(b.markdown) > LEAD_TEXT_MAX:
+            break
+        n += 1
+    return n
+
+
+def _summary(blocks: list[Block]) -> str:
+    kinds = [("figure", Figure), ("table", Table), ("note", Text), ("command", Code)]
+    counts = [(name, sum(isinstance(b, t) for b in blocks)) for name, t in kinds]
+    return ", ".join(f"{n} {name}{'s' if n > 1 else ''}" for name, n in counts if n)
+
+
+def section_html(sec: Section, anchor: str, where: str = "", open_all: bool = False) -> str:
+    """One `<section>`: its title, its lead (`lead_blocks`) and the rest in `<details>`."""
+    n = len(sec.blocks) if open_all else lead_blocks(sec.blocks)
+    inner = "".join(_block_html(b) for b in sec.blocks[:n])
+    rest = sec.blocks[n:]
+    if rest:
+        body = "".join(_block_html(b) for b in rest)
+        label = ("details: " if n else "") + _summary(rest)
+        inner += f"<details><summary>{html.escape(label)}</summary>{body}</details>"
+    title_html = f"<h2>{html.escape(sec.title)}{where}</h2>"
+    return f'<section id="{anchor}">{title_html}{inner}</section>'
+
+
+def render_html(
+    groups: list[tuple[str, list[Section]]], title: str, intro: list[str], files: str = ""
+) -> str:
+    """One self-contained page: inline CSS, figures as data: URIs, no scripts, no links out.
+    The first section (the decision, `report.first_screen`) comes before the navigation; each
+    other section shows its lead and keeps the rest behind `<details>`."""
+    from attnbench.report.first_screen import FIRST_SCREEN_TITLE
+
+    nav: list[str] = []
+    body: list[str] = []
+    first: list[str] = []
     several = len(groups) > 1
     for gpu, sections in groups:
         prefix = _slug(gpu) + "-" if several else ""
+        where = f' <span class="gpu">{html.escape(device_name(gpu))}</span>' if several else ""
         links = []
         if several:
             body.append(f'<h1 class="gpu" id="{_slug(gpu)}">{html.escape(gpu)}</h1>')
@@ -246,44 +324,19 @@ def render_html(groups: list[tuple[str, list[Section]]], title: str, intro: list
             anchor = prefix + _slug(sec.title)
             name = f"{sec.title} · {device_name(gpu)}" if several else sec.title
             links.append(f'<a href="#{anchor}">{html.escape(name)}</a>')
-            inner = []
-            for block in sec.blocks:
-                if isinstance(block, Text):
-                    inner.append(_text_html(block.markdown))
-                elif isinstance(block, Code):
-                    inner.append(f"<pre>{html.escape(block.text)}</pre>")
-                elif isinstance(block, Table):
-                    cap = f"<caption>{_inline(block.caption)}</caption>" if block.caption else ""
-                    head = "".join(f"<th>{_inline(h)}</th>" for h in block.headers)
-                    rows = "".join(
-                        "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>"
-                        for r in block.rows
-                    )
-                    inner.append(
-                        f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead>'
-                        f"<tbody>{rows}</tbody></table></div>"
-                    )
-                else:
-                    data = base64.b64encode(block.png).decode("ascii")
-                    alt = html.escape(block.caption, quote=True)
-                    inner.append(
-                        f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
-                        f"<figcaption>{_inline(block.caption)}</figcaption></figure>"
-                    )
-            where = f' <span class="gpu">{html.escape(device_name(gpu))}</span>' if several else ""
-            title_html = f"<h2>{html.escape(sec.title)}{where}</h2>"
-            body.append(f'<section id="{anchor}">{title_html}{"".join(inner)}</section>')
-        if several:
-            label = f'<strong><a href="#{_slug(gpu)}">{html.escape(gpu)}</a></strong>: '
-            nav.append(f"<div>{label}{' '.join(links)}</div>")
-        else:
-            nav += links
+            lead = sec.title == FIRST_SCREEN_TITLE and not first and not several
+            (first if lead else body).append(section_html(sec, anchor, where, open_all=lead))
+        label = f'<strong><a href="#{_slug(gpu)}">{html.escape(gpu)}</a></strong>: '
+        nav.append(f"<div>{label if several else ''}{' '.join(links)}</div>")
     head = "".join(f"<p>{_inline(line)}</p>" for line in intro)
+    if files:
+        nav.append(f"<details><summary>results files</summary><p>{_inline(files)}</p></details>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{html.escape(title)}</h1>{head}</header><main>"
-        f"<nav>{' '.join(nav)}</nav>{''.join(body)}</main></body></html>\n"
+        f"<header><h1>{html.escape(title)}</h1>{head}</header><main>{''.join(first)}"
+        f"<nav>{''.join(nav)}</nav>{''.join(body)}</main></body></html>\n"
     )
 
 
@@ -294,13 +347,12 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = build_sections(loaded)
     gpus = ", ".join(g for g, _ in groups if g) or "no GPU rows"
-    intro = [
-        f"GPU: {gpus}. Results: {', '.join(p.name for p in loaded.paths)}.",
-        f"Generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} by `attnbench report`.",
-    ]
-    md = render_markdown(groups, title, intro, out_dir / "figures")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    files = f"Results: {', '.join(p.name for p in loaded.paths)}."
+    intro = [f"GPU: {gpus}. Generated {when} by `attnbench report`."]
+    md = render_markdown(groups, title, [*intro, "", files], out_dir / "figures")
     md_path = out_dir / "report.md"
     md_path.write_text(md, encoding="utf-8")
     html_path = out_dir / "report.html"
-    html_path.write_text(render_html(groups, title, intro), encoding="utf-8")
+    html_path.write_text(render_html(groups, title, intro, files), encoding="utf-8")
     return md_path, html_path

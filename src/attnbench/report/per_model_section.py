@@ -8,7 +8,7 @@ from __future__ import annotations
 from attnbench.analysis.hybrid import Recommendation
 from attnbench.analysis.per_model import answers_table
 from attnbench.report.blocks import Block, ReportData, Section, Table, Text, register_section
-from attnbench.report.sections import cached_recommendation
+from attnbench.report.sections import REC, cached_recommendation
 
 
 def model_blocks(rec: Recommendation) -> list[Block]:
@@ -32,7 +32,7 @@ def model_blocks(rec: Recommendation) -> list[Block]:
     ]
 
 
-@register_section("Per model", order=6)
+@register_section("Per model", order=6, shares=REC)
 def per_model_section(data: ReportData) -> Section | None:
     rec = cached_recommendation(data)
     blocks = model_blocks(rec) if rec else []

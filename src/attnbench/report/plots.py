@@ -31,6 +31,15 @@ def _plt() -> Any:
     return plt
 
 
+def preload() -> None:
+    """Import what drawing needs (matplotlib's Agg, Pillow, scipy's statistics) now: a build
+    that forks workers imports them once, before the fork."""
+    import PIL.Image  # noqa: F401
+    import scipy.stats  # noqa: F401
+
+    _plt()
+
+
 def colors(backends: Sequence[str]) -> dict[str, Any]:
     """One stable color per backend (sorted names over tab10, then tab20)."""
     plt = _plt()
@@ -46,40 +55,56 @@ def _figure(ncols: int, nrows: int = 1, width: float = 6.0, height: float = 4.2)
 
 
 MAX_AXES_LEGEND = 6
-"""More series than this: one legend for the whole figure, right of the panels."""
+"""More series than this: one legend for the whole figure, below the panels."""
+LEGEND_ROW_IN = 0.19
+"""Height of one row of a figure legend (fontsize 8), inches."""
+
+
+def _shared_legend(fig: Any, foot_in: float) -> float:
+    """Replace the panels' legends by one legend below them, in as many columns as the width
+    holds; the figure grows by the legend's height (nothing runs over the footer). Returns the
+    height taken at the bottom (footer and legend), inches; `foot_in` when nothing moved."""
+    by_label: dict[str, Any] = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            by_label.setdefault(lab, h)
+    if len(by_label) <= MAX_AXES_LEGEND:
+        return foot_in
+    for ax in fig.axes:
+        if ax.get_legend():
+            ax.get_legend().remove()
+    names = sorted(by_label)
+    width_in, height_in = fig.get_size_inches()
+    col_in = 0.55 + 0.068 * max(len(n) for n in names)
+    ncol = max(1, min(len(names), int(width_in / col_in)))
+    legend_in = LEGEND_ROW_IN * math.ceil(len(names) / ncol) + 0.15
+    fig.set_size_inches(width_in, height_in + legend_in)
+    total_in = height_in + legend_in
+    fig.legend(
+        [by_label[n] for n in names],
+        names,
+        loc="upper center",
+        bbox_to_anchor=(0.5, (foot_in + legend_in) / total_in),
+        ncol=ncol,
+        fontsize=8,
+        frameon=False,
+    )
+    return foot_in + legend_in
 
 
 def _finish(fig: Any, title: str, label: str, shared_legend: bool = False) -> bytes:
     fig.suptitle(title, fontsize=13, fontweight="bold")
-    width_in, height_in = fig.get_size_inches()
-    right = 1.0
-    if shared_legend:
-        by_label: dict[str, Any] = {}
-        for ax in fig.axes:
-            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-                by_label.setdefault(lab, h)
-        if len(by_label) > MAX_AXES_LEGEND:
-            for ax in fig.axes:
-                if ax.get_legend():
-                    ax.get_legend().remove()
-            names = sorted(by_label)
-            longest = max(len(n) for n in names)
-            right = 1 - (0.4 + 0.075 * longest) / width_in
-            fig.legend(
-                [by_label[n] for n in names],
-                names,
-                loc="center left",
-                bbox_to_anchor=(right, 0.5),
-                fontsize=8,
-                frameon=False,
-            )
+    width_in = fig.get_size_inches()[0]
     lines = textwrap.wrap(label, width=int(width_in * 15)) or [""]
     fig.text(0.5, 0.003, "\n".join(lines), ha="center", va="bottom", fontsize=8, color="#555555")
-    foot = (0.16 * len(lines) + 0.08) / height_in
+    foot_in = 0.16 * len(lines) + 0.08
+    if shared_legend:
+        foot_in = _shared_legend(fig, foot_in)
+    height_in = fig.get_size_inches()[1]
     for ax in fig.axes:
         if ax.get_visible() and ax.get_yscale() == "log":
             _log_labels(ax)
-    rect = (0, foot, right, 1 - 0.3 / height_in)
+    rect = (0, foot_in / height_in, 1, 1 - 0.3 / height_in)
     fig.tight_layout(rect=rect)
     moved = [ax for ax in fig.axes if _legend_hides_data(fig, ax)]
     for ax in moved:  # beside the panel instead (single-rate replays stack every point at one x)
@@ -93,10 +118,27 @@ def _finish(fig: Any, title: str, label: str, shared_legend: bool = False) -> by
         )
     if moved:
         fig.tight_layout(rect=rect)
+    return _png(fig)
+
+
+PNG_COLORS = 128
+"""Figures are stored as palette PNGs: a fraction of the bytes, no visible loss on plots."""
+
+
+def _png(fig: Any, dpi: int = 100) -> bytes:
+    """The figure drawn once (raw RGBA), reduced to a palette and written as PNG."""
+    from PIL import Image
+
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(buf, format="raw", dpi=dpi)
+    raw = buf.getvalue()
+    width = round(fig.get_size_inches()[0] * dpi)
     _plt().close(fig)
-    return buf.getvalue()
+    image = Image.frombuffer("RGBA", (width, len(raw) // (4 * width)), raw, "raw", "RGBA", 0, 1)
+    palette = image.convert("RGB").quantize(PNG_COLORS, method=Image.Quantize.FASTOCTREE)
+    out = io.BytesIO()
+    palette.save(out, format="PNG")
+    return out.getvalue()
 
 
 def _data_points(ax: Any) -> np.ndarray:
@@ -252,7 +294,31 @@ def roofline(ok: pd.DataFrame, ceilings: dict[str, Any], label: str) -> bytes | 
         return None
     cmap = colors(rows["backend"])
     fig, axes = _figure(3, width=5.6)
-    ax = axes[0]
+    _roofline_panel(axes[0], rows, ceilings, cmap)
+    for ax, kind, col, xlabel, title in (
+        (
+            axes[1],
+            "decode",
+            "bandwidth_frac_measured",
+            "bytes moved per call (MB)",
+            "decode: GB/s / measured copy GB/s",
+        ),
+        (
+            axes[2],
+            "prefill",
+            "tflops_frac_measured",
+            "FLOPs per call (GFLOP)",
+            "prefill: TFLOP/s / measured matmul",
+        ),
+    ):
+        _fraction_panel(ax, rows, kind, col, cmap, (xlabel, title))
+    return _finish(fig, "Achieved bandwidth and TFLOP/s against the measured ceilings", label, True)
+
+
+def _roofline_panel(
+    ax: Any, rows: pd.DataFrame, ceilings: dict[str, Any], cmap: dict[str, Any]
+) -> None:
+    """Every ok case on the roofline, with the measured copy and matmul ceilings."""
     for (backend, kind), g in rows.groupby(["backend", "kind"]):
         ax.scatter(
             g["intensity"],
@@ -299,37 +365,32 @@ def roofline(ok: pd.DataFrame, ceilings: dict[str, Any], label: str) -> bytes | 
         if (rows["kind"] == k).any()
     ]
     ax.legend(handles=handles + ax.get_lines(), fontsize=6.5, loc="lower right", framealpha=0.85)
-    for ax, kind, col, xlabel, title in (
-        (
-            axes[1],
-            "decode",
-            "bandwidth_frac_measured",
-            "bytes moved per call (MB)",
-            "decode: GB/s / measured copy GB/s",
-        ),
-        (
-            axes[2],
-            "prefill",
-            "tflops_frac_measured",
-            "FLOPs per call (GFLOP)",
-            "prefill: TFLOP/s / measured matmul",
-        ),
-    ):
-        g = rows[(rows["kind"] == kind) & rows[col].notna()]
-        if g.empty:
-            ax.text(0.5, 0.5, f"no {kind} rows", ha="center", transform=ax.transAxes)
-            ax.set_axis_off()
-            continue
-        xcol = g["bytes_total"] / 1e6 if kind == "decode" else g["flops"] / 1e9
-        for backend in sorted(set(g["backend"])):
-            m = g["backend"] == backend
-            ax.scatter(xcol[m], 100 * g[m][col], s=14, color=cmap[backend], label=backend)
-        ax.set_xscale("log")
-        ax.set_ylim(0, max(105, 100 * float(g[col].max()) * 1.1))
-        ax.axhline(100, color="k", lw=0.8)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("% of measured ceiling")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    return _finish(fig, "Achieved bandwidth and TFLOP/s against the measured ceilings", label)
+
+
+def _fraction_panel(
+    ax: Any,
+    rows: pd.DataFrame,
+    kind: str,
+    col: str,
+    cmap: dict[str, Any],
+    text: tuple[str, str],
+) -> None:
+    """The fraction of the measured ceiling each `kind` row reaches (x: its size)."""
+    xlabel, title = text
+    g = rows[(rows["kind"] == kind) & rows[col].notna()]
+    if g.empty:
+        ax.text(0.5, 0.5, f"no {kind} rows", ha="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    xcol = g["bytes_total"] / 1e6 if kind == "decode" else g["flops"] / 1e9
+    for backend in sorted(set(g["backend"])):
+        m = g["backend"] == backend
+        ax.scatter(xcol[m], 100 * g[m][col], s=14, color=cmap[backend], label=backend)
+    ax.set_xscale("log")
+    ax.set_ylim(0, max(105, 100 * float(g[col].max()) * 1.1))
+    ax.axhline(100, color="k", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("% of measured ceiling")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)

@@ -137,76 +137,96 @@ def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
     return _finish(fig, "Degradation with raggedness", label, shared_legend=True)
 
 
-def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> bytes | None:
-    """Speedup of fp8 KV over 16-bit KV per backend (same cases otherwise), and along context."""
-    fp8 = ok[ok["fp8"]]
-    if fp8.empty and not everything["fp8"].any():
-        return None
+FP8_FIELDS = (
+    *("pair", "backend", "kv_dtype", "kind", "uniform", "kv_max", "latency_us"),
+    *("ci_low_us", "ci_high_us", "min_us", "max_us", "samples_us"),
+)
+"""What the fp8 figure reads of a row (its timing, `compare.Timing.of`)."""
+FIGURE_BOOT = 200
+"""Bootstrap replicates for a figure's error bars (the decisions use `compare.N_BOOT`)."""
+
+
+def _fp8_pairs(
+    ok: pd.DataFrame,
+) -> tuple[list[tuple[str, str, Any, int]], dict[str, list[tuple[float, float]]]]:
+    """Per (backend, fp8 format) with timed 16-bit twins: (backend, format, geomean ratio
+    estimate, cases), and the uniform-decode speed-up along context per (backend format)."""
     drop = ("kv_dtype",)
-    a, b = add_key(ok[~ok["fp8"]], "pair", drop), add_key(fp8, "pair", drop)
-    cmap = colors(everything["backend"])
-    fig, axes = _figure(2)
-    names, vals, errs, cols = [], [], [], []
+    a, b = add_key(ok[~ok["fp8"]], "pair", drop), add_key(ok[ok["fp8"]], "pair", drop)
+    a, b = a[list(FP8_FIELDS)], b[list(FP8_FIELDS)]  # records of 70 columns are slow to build
+    bars: list[tuple[str, str, Any, int]] = []
     curves: dict[str, list[tuple[float, float]]] = {}
+    base_by = {
+        be: dict(zip(g["pair"], g.to_dict("records"), strict=True))
+        for be, g in a.groupby("backend")
+    }
     for (backend, kv), g in b.groupby(["backend", "kv_dtype"]):
-        base = {
-            k: r
-            for k, r in zip(a["pair"], a.to_dict("records"), strict=True)
-            if r["backend"] == backend
-        }
+        base = base_by.get(backend, {})
         recs = [
             (base[k], r) for k, r in zip(g["pair"], g.to_dict("records"), strict=True) if k in base
         ]
         if not recs:
             continue
         pairs = [(Timing.of(r), Timing.of(s)) for s, r in recs]  # fp8 as A: ratio = 16-bit / fp8
-        est = geomean_ratio(pairs, np.random.default_rng(SEED))
-        names.append(f"{backend}\n{kv} ({len(pairs)})")
-        vals.append(est.ratio)
-        errs.append((est.ratio - est.ci_low, est.ci_high - est.ratio))
-        cols.append(cmap[str(backend)])
+        bars.append(
+            (
+                str(backend),
+                str(kv),
+                geomean_ratio(pairs, np.random.default_rng(SEED), n_boot=FIGURE_BOOT),
+                len(pairs),
+            )
+        )
         for s, r in recs:
             if r["kind"] == "decode" and r["uniform"]:
                 curves.setdefault(f"{backend} {kv}", []).append(
                     (r["kv_max"], s["latency_us"] / r["latency_us"])
                 )
-    failed = everything[everything["fp8"] & (everything["status"] != "ok")]
-    for (backend, status), g in failed.groupby(["backend", "status"]):
-        names.append(f"{backend}\n{status} ({len(g)})")
-        vals.append(0.0)
-        errs.append((0.0, 0.0))
-        cols.append(cmap[str(backend)])
-    ax = axes[0]
-    ax.bar(names, vals, yerr=np.array(errs).T if errs else None, color=cols, capsize=3)
-    for i, (v, (_, up)) in enumerate(zip(vals, errs, strict=True)):
-        ax.text(i, v + up + 0.03, f"{v:.2f}x" if v else "no timing", ha="center", fontsize=8)
-    ax.axhline(1, color="k", lw=0.8)
-    ax.set_ylabel("16-bit latency / fp8 latency (geomean, 95% CI)")
-    ax.set_title("fp8 KV speedup per backend (cases in brackets)", fontsize=10)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.grid(True, axis="y", alpha=0.3)
+    return bars, curves
+
+
+def _fp8_bars(ax: Any, bars: list[tuple[str, str, Any, int]], cmap: dict[str, Any]) -> None:
+    """Horizontal bars, fastest on top, each labelled at its end: no label overlaps another."""
+    bars = sorted(bars, key=lambda t: t[2].ratio)
+    ys = np.arange(len(bars))
+    vals = [t[2].ratio for t in bars]
+    errs = np.array([(t[2].ratio - t[2].ci_low, t[2].ci_high - t[2].ratio) for t in bars]).T
+    ax.barh(ys, vals, xerr=errs, color=[cmap[t[0]] for t in bars], capsize=2, height=0.7)
+    for y, t in zip(ys, bars, strict=True):
+        ax.text(t[2].ci_high + 0.02, y, f"{t[2].ratio:.2f}x", va="center", fontsize=7.5)
+    ax.set_yticks(ys, [f"{t[0]} {t[1]} ({t[3]})" for t in bars], fontsize=7.5)
+    ax.axvline(1, color="k", lw=0.8)
+    ax.set_xlim(0, max(t[2].ci_high for t in bars) * 1.15)
+    ax.set_xlabel("16-bit latency / fp8 latency (geomean, 95% CI)")
+    ax.set_title("fp8 KV speed-up per backend (timed cases in brackets)", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+
+
+def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> bytes | None:
+    """Speed-up of fp8 KV over 16-bit KV per backend (same cases otherwise), and along
+    context. Backends whose fp8 rows were all refused or failed get no bar (the section's
+    table lists them)."""
+    bars, curves = _fp8_pairs(ok)
+    if not bars:
+        return None
+    cmap = colors(everything["backend"])
+    fig, axes = _figure(2, width=6.5, height=max(4.2, 0.9 + 0.2 * len(bars)))
+    _fp8_bars(axes[0], bars, cmap)
     ax = axes[1]
     for name, pts in sorted(curves.items()):
         pts.sort()
-        ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            "o-",
-            ms=4,
-            label=name,
-            color=cmap[name.split(" ")[0]],
-        )
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(xs, ys, "o-", ms=4, label=name, color=cmap[name.split(" ")[0]])
     if curves:
         _tokens_axis(ax)
         ax.axhline(1, color="k", lw=0.8)
         ax.set_xlabel("context length per request (uniform decode)")
         ax.set_ylabel("16-bit latency / fp8 latency")
-        ax.set_title("fp8 speedup along context", fontsize=10)
+        ax.set_title("fp8 speed-up along context", fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     else:
         ax.set_visible(False)
-    return _finish(fig, "fp8 vs 16-bit KV cache", label)
+    return _finish(fig, "fp8 vs 16-bit KV cache", label, shared_legend=True)
 
 
 MAX_WORKLOAD_PANELS = 6

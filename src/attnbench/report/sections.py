@@ -35,6 +35,8 @@ from attnbench.report.engine_section import deployable_blocks
 from attnbench.report.table import short_case
 
 MAX_TABLE_ROWS = 60
+REC = "recommendation"
+"""The `shares` tag of the sections that read `cached_recommendation`."""
 
 
 def pct(v: Any) -> str:
@@ -188,7 +190,7 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
     return blocks
 
 
-@register_section("Recommendation", order=5)
+@register_section("Recommendation", order=5, shares=REC)
 def recommendation(data: ReportData) -> Section | None:
     rec = cached_recommendation(data)
     if rec is None:

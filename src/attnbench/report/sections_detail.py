@@ -17,6 +17,7 @@ from attnbench.report.blocks import (
 )
 from attnbench.report.sections import (
     MAX_TABLE_ROWS,
+    REC,
     cached_recommendation,
     figure_section,
 )
@@ -65,7 +66,7 @@ def raggedness(data: ReportData) -> Section | None:
     )
 
 
-@register_section("FP8 KV cache", order=60)
+@register_section("FP8 KV cache", order=60, shares=REC)
 def fp8(data: ReportData) -> Section | None:
     if data.rows.empty or not data.rows["fp8"].any():
         return None
@@ -79,8 +80,13 @@ def fp8(data: ReportData) -> Section | None:
                 f"Decision: **{kv.value}**: {kv.why}\n\n" + "\n".join(f"- {e}" for e in kv.evidence)
             )
         )
+    failed = data.rows[data.rows["fp8"] & (data.rows["status"] != "ok")]
+    if not failed.empty:
+        counts = failed.groupby(["backend", "status"]).size()
+        listed = "; ".join(f"{b} {s} ({n})" for (b, s), n in counts.items())
+        extra.append(Text(f"fp8 rows with no timing (no bar in the figure): {listed}."))
     return figure_section(
-        "FP8 KV cache", png, "fp8 vs 16-bit KV: speedup per backend and along context", extra
+        "FP8 KV cache", png, "fp8 vs 16-bit KV: speed-up per backend and along context", extra
     )
 
 

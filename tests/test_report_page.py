@@ -1,0 +1,146 @@
+"""The report page: the first screen (the deploy decision and its per-bucket figure) before
+any file list, bullets or navigation; each other section's lead open and its detail behind
+`<details>`; figures that keep their legends off the footer; the committed screenshots."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from attnbench.analysis.frame import load
+from attnbench.report.blocks import Code, Figure, Section, Table, Text
+from attnbench.report.build import lead_blocks, section_html, write_report
+from attnbench.report.first_screen import (
+    decisions_from_engine_rank,
+    first_screen_blocks,
+)
+from fixtures_results import MODELS, make_rows, row, spec, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG = b"\x89PNG\r\n\x1a\n"
+SHOTS = ROOT / "docs" / "screenshots"
+SHOT_MAX_BYTES = 150_000
+
+
+def _engine_rows() -> list:
+    """vLLM and SGLang rows of one shape at batch 8 and 128, raw rows beside them."""
+    rows = []
+    engines = ("vllm:flashinfer", "vllm:flash-attn", "sglang:fa3", "sglang:flashinfer")
+    for bs in (8, 128):
+        s = spec("decode", [2048] * bs)
+        rows += [
+            row(s, v, scale=1 + 0.1 * i, model=MODELS["flashinfer:tc"])
+            for i, v in enumerate(engines)
+        ]
+        rows.append(row(s, "flashinfer:tc"))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    tmp = tmp_path_factory.mktemp("page")
+    res = write_results(tmp / "h200.jsonl", make_rows() + _engine_rows())
+    _, html = write_report(load([res]), tmp / "out")
+    return html.read_text()
+
+
+def test_first_screen_holds_the_decision_and_figure_before_any_list(page: str) -> None:
+    body = page.split("<main>", 1)[1]
+    first = re.match(r'<section id="([^"]+)">(.*?)</section>', body, re.S)
+    assert first is not None
+    assert first.group(1) == "decision"
+    lead = first.group(2)
+    assert "vllm serve MODEL" in lead
+    assert "sglang.launch_server" in lead
+    assert lead.count("<img ") == 1
+    assert "<details" not in lead  # the first screen is all open
+    before_figure = body[: body.index("<img ")]
+    assert "<ul>" not in before_figure  # no bullets before the first figure
+    assert "<nav>" not in before_figure
+    assert "results files" not in before_figure
+    assert "h200.jsonl" not in page.split("<main>", 1)[0]  # the header names no files
+    assert body.index("</section>") < body.index("<nav>")
+
+
+def test_every_other_section_keeps_its_detail_behind_details(page: str) -> None:
+    body = page.split("<nav>", 1)[1]
+    sections = re.findall(r'<section id="([^"]+)">(.*?)</section>', body, re.S)
+    assert len(sections) > 8
+    folded = [sid for sid, html in sections if "<details><summary>" in html]
+    assert len(folded) >= len(sections) // 2
+    for sid, html in sections:
+        opening = html.split("<details>", 1)[0]
+        assert opening.count("<img ") <= 1, sid  # at most one figure open per section
+        assert "<table>" not in opening or "<img " not in opening, sid
+    assert 'name="viewport"' in page
+
+
+def test_a_parallel_build_gives_the_serial_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    res = write_results(tmp_path / "h200.jsonl", make_rows() + _engine_rows())
+    pages = {}
+    for workers in ("1", "2"):
+        monkeypatch.setenv("ATTNBENCH_REPORT_WORKERS", workers)
+        md, _ = write_report(load([res]), tmp_path / workers)
+        pages[workers] = re.sub(r"Generated .* by", "", md.read_text())
+    assert pages["1"] == pages["2"]
+    assert "This section failed" not in pages["2"]
+
+
+def test_lead_is_a_short_paragraph_and_the_first_figure() -> None:
+    fig = Figure(PNG, "a figure")
+    text, bullets = Text("One short paragraph."), Text("- one\n- two")
+    table = Table(["a"], [["1"]])
+    assert lead_blocks([text, fig, table, fig]) == 2
+    assert lead_blocks([fig, text]) == 1
+    assert lead_blocks([bullets, fig]) == 0
+    assert lead_blocks([table, fig]) == 0
+    assert lead_blocks([Text("x" * 2000), fig]) == 0
+    html = section_html(Section("S", [text, fig, table, Code("cmd"), bullets]), "s")
+    opening, rest = html.split("<details>", 1)
+    assert "One short paragraph." in opening
+    assert "<img " in opening
+    assert "<summary>details: 1 table, 1 note, 1 command</summary>" in rest
+    assert "<table>" in rest
+    assert "<details>" not in section_html(Section("S", [table]), "s", open_all=True)
+
+
+def test_first_screen_names_no_contiguous_cache_on_committed_rows() -> None:
+    frame = load(sorted((ROOT / "results").glob("h200-*engines*.jsonl.gz"))).frame
+    decisions = decisions_from_engine_rank(frame)
+    assert any(d.choice for d in decisions)
+    for d in decisions:
+        names = [d.choice or "", *d.per_batch_us]
+        assert not any("contiguous" in n for n in names), d
+        assert d.engine in ("vllm", "sglang")
+    blocks = first_screen_blocks(frame)
+    assert isinstance(blocks[0], Table)
+    figs = [b for b in blocks if isinstance(b, Figure)]
+    assert len(figs) == 1
+    assert figs[0].png.startswith(PNG)
+
+
+def test_a_figure_legend_goes_below_the_panels_and_the_figure_grows() -> None:
+    from attnbench.report.plots import _figure, _shared_legend
+
+    fig, axes = _figure(2)
+    for i in range(12):
+        axes[i % 2].plot([1, 2], [i, i + 1], label=f"backend number {i}")
+        axes[i % 2].legend()
+    before = fig.get_size_inches()[1]
+    taken = _shared_legend(fig, 0.3)
+    assert fig.get_size_inches()[1] > before
+    assert taken > 0.3
+    assert all(ax.get_legend() is None for ax in axes)
+    (legend,) = fig.legends
+    assert len(legend.get_texts()) == 12
+
+
+def test_committed_screenshots_exist_and_stay_small() -> None:
+    for name in ("first-screen-1400.png", "top-390.png"):
+        shot = SHOTS / name
+        assert shot.read_bytes().startswith(PNG), name
+        assert shot.stat().st_size < SHOT_MAX_BYTES, name
