@@ -247,9 +247,6 @@ FUNCTION_ALLOWLIST: dict[str, str] = {
     "replay/live.py:run_live": SPLITTING,
     "replay/pipeline.py:run_replay": SPLITTING,
     "replay/trust.py:assess": SPLITTING,
-    "run/rows.py:ok_row": SPLITTING,
-    "run/sweep.py:run_backend": SPLITTING,
-    "run/tune.py:tune_variant": SPLITTING,
     "workload/capacity.py:capacity_table": SPLITTING,
     "workload/suite.py:settings_specs": SPLITTING,
 }
