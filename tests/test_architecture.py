@@ -244,9 +244,6 @@ FUNCTION_ALLOWLIST: dict[str, str] = {
     "cli/export.py:export_record": SPLITTING,
     "fp8study/data.py:make_qkv": SPLITTING,
     "fp8study/errors.py:error_study": SPLITTING,
-    "replay/live.py:run_live": SPLITTING,
-    "replay/pipeline.py:run_replay": SPLITTING,
-    "replay/trust.py:assess": SPLITTING,
     "workload/capacity.py:capacity_table": SPLITTING,
     "workload/suite.py:settings_specs": SPLITTING,
 }

@@ -251,14 +251,14 @@ def _live(
     device: str,
 ) -> LiveValidation:
     from attnbench.cli.replay_tables import escape, live_table
-    from attnbench.replay.live import run_live
+    from attnbench.replay.live import LiveOptions, run_live
 
     path = _live_path(live_out, out)
     study = outcome.study
     try:
         res = run_live(
-            study.sims[study.main], study.models, outcome.document.config.deployment, count,
-            path, prefill=prefill, device=device, sampled_from=study.main,
+            study.sims[study.main], study.models, outcome.document.config.deployment,
+            LiveOptions(count, prefill, device), path, sampled_from=study.main,
             progress=lambda msg: console.print(f"[dim]{escape(msg)}[/]"),
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
