@@ -242,8 +242,6 @@ FUNCTION_ALLOWLIST: dict[str, str] = {
     "backends/flex.py:FlexBackend.plan": SPLITTING,
     "backends/sdpa_mla.py:SdpaMlaBackend.plan": SPLITTING,
     "cli/export.py:export_record": SPLITTING,
-    "workload/capacity.py:capacity_table": SPLITTING,
-    "workload/suite.py:settings_specs": SPLITTING,
 }
 
 
