@@ -239,7 +239,6 @@ FUNCTION_ALLOWLIST: dict[str, str] = {
     "analysis/frame.py:flatten": SPLITTING,
     "analysis/model_studies.py:_sweep": SPLITTING,
     "backends/flashinfer_decode.py:plan_decode": SPLITTING,
-    "backends/sdpa_mla.py:SdpaMlaBackend.plan": SPLITTING,
     "cli/export.py:export_record": SPLITTING,
 }
 
