@@ -238,7 +238,6 @@ FUNCTION_ALLOWLIST: dict[str, str] = {
     "report/sections.py:recommendation_blocks": OWNED_REPORT,
     "analysis/frame.py:flatten": SPLITTING,
     "analysis/model_studies.py:_sweep": SPLITTING,
-    "backends/flashinfer_decode.py:plan_decode": SPLITTING,
     "cli/export.py:export_record": SPLITTING,
 }
 
