@@ -236,7 +236,6 @@ FUNCTION_ALLOWLIST: dict[str, str] = {
     "report/plots_serving.py:fp8_vs_16bit": OWNED_REPORT,
     "report/plots_serving.py:raggedness": OWNED_REPORT,
     "report/sections.py:recommendation_blocks": OWNED_REPORT,
-    "analysis/model_studies.py:_sweep": SPLITTING,
     "cli/export.py:export_record": SPLITTING,
 }
 
