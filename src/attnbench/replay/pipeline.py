@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnbench.backends.variant import Variant
 from attnbench.replay.costmodel import (
     AttentionCostModel,
     ShapeKey,
@@ -149,10 +150,16 @@ def requests_for(cfg: ReplayConfig) -> tuple[list[ReplayRequest], TraceInfo]:
     return reqs, info
 
 
+def _library(name: str) -> str | None:
+    """The library of the variant `name` (None for a name that is no variant)."""
+    variant = Variant.maybe(name)
+    return variant.library if variant is not None else None
+
+
 def _select(models: dict[str, AttentionCostModel], wanted: tuple[str, ...]) -> set[str]:
     if not wanted:
         return set(models)
-    keep = {n for n in models for w in wanted if n == w or n.split(":")[0] == w}
+    keep = {n for n in models for w in wanted if w in (n, _library(n))}
     if not keep:
         raise ReplayError(
             f"backend={', '.join(wanted)}: no cost model; have: {', '.join(sorted(models))}"

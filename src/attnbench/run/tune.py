@@ -28,6 +28,7 @@ import torch
 
 from attnbench.backends.base import Backend
 from attnbench.backends.reference import reference_attention
+from attnbench.backends.variant import TUNED_SUFFIX, tuned_name
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
 from attnbench.run.sweep import (
@@ -44,7 +45,6 @@ from attnbench.run.tune_search import (
     GRID_LIMIT,
     STAGE0_MS,
     TRIAL_WARMUP_MS,
-    TUNED_SUFFIX,
     Deadline,
     Emit,
     Knobs,
@@ -107,7 +107,7 @@ def tune_variant(
     grid = knob_grid(backend.knobs)
     default = grid[0]
     found = search(grid, trial, ctx.measure_cfg, deadline, on_trial, opts, after_failure)
-    name = backend.name + TUNED_SUFFIX
+    name = tuned_name(backend.name)
     if found.winner is None:
         first = found.default_row
         status = first.status if first is not None else "error"
@@ -231,7 +231,7 @@ def tune_case(
         status = "oom" if "out of memory" in str(exc).lower() else "error"
         reason = f"building inputs/reference: {type(exc).__name__}: {exc}"[:400]
         for b in runnable:
-            on_tuned(failure_row(ctx.run_id, spec, b.name + TUNED_SUFFIX, status, reason))
+            on_tuned(failure_row(ctx.run_id, spec, tuned_name(b.name), status, reason))
         free_memory()
         return outcomes
     weight_left = sum(len(knob_grid(b.knobs)) for b in runnable)
@@ -250,7 +250,7 @@ def tune_case(
                 )
             except DeviceLost as exc:
                 reason = f"CUDA error: the GPU is unusable after a trial: {exc}"[:400]
-                on_tuned(failure_row(ctx.run_id, spec, b.name + TUNED_SUFFIX, "error", reason))
+                on_tuned(failure_row(ctx.run_id, spec, tuned_name(b.name), "error", reason))
                 raise
             on_tuned(out.tuned)
             outcomes.append(out)
@@ -294,4 +294,4 @@ def free_memory() -> None:
 
 def _tuned_name(row: ResultRow) -> ResultRow:
     """A sweep row under the `<variant>+tuned` name tune writes."""
-    return row.model_copy(update={"backend": row.backend + TUNED_SUFFIX})
+    return row.model_copy(update={"backend": tuned_name(row.backend)})
