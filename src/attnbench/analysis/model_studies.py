@@ -1,4 +1,4 @@
-"""The two model-shape studies of issue 18, from stored rows: MLA at DeepSeek-V3's shape (per case,
+"""The two model-shape studies, from stored rows: MLA at DeepSeek-V3's shape (per case,
 each kernel's latency and both fractions of the measured ceilings, and which one binds) and the
 GQA-ratio sweep (per group size and decode kernel: fastest, refused with the reason, a wrong
 answer with the library versions, or an error, named).
