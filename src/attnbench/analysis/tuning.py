@@ -19,9 +19,10 @@ import numpy as np
 import pandas as pd
 
 from attnbench.analysis.compare import SEED, RatioEstimate, Timing, estimate_ratio
-from attnbench.backends.variant import TUNED_SUFFIX
 from attnbench.results import TRIALS_SUFFIXES
 
+TUNED_SUFFIX = "+tuned"
+"""The suffix `attnbench tune` gives the variants it tuned (run.tune.TUNED_SUFFIX)."""
 RESULTS_SUFFIXES = (".jsonl.gz", ".jsonl")
 
 
