@@ -70,3 +70,11 @@ def test_unknown_names_are_refused_in_one_line(name: str, message: str) -> None:
     assert message in str(info.value)
     assert "\n" not in str(info.value)
     assert Variant.maybe(name) is None
+
+
+def test_the_tuned_suffix_is_one_string() -> None:
+    """analysis.tuning reads `+tuned` rows by the suffix the Variant writes."""
+    from attnbench.analysis import tuning
+    from attnbench.backends import variant
+
+    assert tuning.TUNED_SUFFIX == variant.TUNED_SUFFIX
