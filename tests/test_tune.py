@@ -192,7 +192,7 @@ def test_budget_stops_the_search_and_keeps_the_best_so_far() -> None:
 class KnobbedBackend:
     """Runs the reference (so the accuracy gate passes) unless a knob says otherwise."""
 
-    name = "faulty:knobbed"  # a test double: the test-only library
+    name = "knobbed"
     devices = ("cpu",)
     knobs: Mapping[str, tuple[object, ...]] = {
         "tile": (64, 32, 128, 256),
@@ -287,7 +287,7 @@ def test_run_tune_writes_trials_and_a_tuned_row(ctx: SweepContext) -> None:
     assert found.failed == 4  # mode=wrong: the accuracy gate
     assert {r.status for r in trials if r.details["knobs"]["mode"] == "wrong"} == {"mismatch"}
     [row] = tuned
-    assert row.backend == "faulty:knobbed+tuned"
+    assert row.backend == "knobbed+tuned"
     assert row.status == "ok"
     assert row.details["knobs"] == {"tile": 128, "mode": "b"}
     assert row.details["knobs_label"] == "tile=128,mode=b"
@@ -299,9 +299,9 @@ def test_run_tune_writes_trials_and_a_tuned_row(ctx: SweepContext) -> None:
     finals = [r for r in trials if r.details["tune"]["stage"] == "final"]
     assert [r.details["tune"]["role"] for r in finals] == ["winner", "default"]
     assert (
-        trials[-1].backend == "faulty:knobbed"
+        trials[-1].backend == "knobbed"
     )  # the last row of the variant is its default, re-measured
-    assert all(r.backend == "faulty:knobbed" for r in trials)
+    assert all(r.backend == "knobbed" for r in trials)
 
 
 def test_winner_that_is_not_faster_on_remeasure_falls_back_to_default(ctx: SweepContext) -> None:
@@ -312,14 +312,14 @@ def test_winner_that_is_not_faster_on_remeasure_falls_back_to_default(ctx: Sweep
     }
 
     class B:
-        name = "faulty:two"
+        name = "two"
         knobs: ClassVar[dict[str, tuple[object, ...]]] = {"a": (0, 1)}
 
     def trial(knobs: Knobs, cfg: MeasureConfig) -> ResultRow:
         return fake_row("ok", measured[knob_key(knobs)].pop(0))
 
     out = tune_variant(spec, B(), ctx, trial, Deadline(None), lambda r: None)  # type: ignore[arg-type]
-    assert out.tuned.backend == "faulty:two+tuned"
+    assert out.tuned.backend == "two+tuned"
     assert out.tuned.details["knobs"] == {"a": 0}
     assert out.tuned.details["speedup_vs_default"] == pytest.approx(1.0)
     assert out.tuned.details["tune"]["search_winner"] == {"a": 1}
@@ -328,14 +328,14 @@ def test_winner_that_is_not_faster_on_remeasure_falls_back_to_default(ctx: Sweep
 
 def test_no_passing_config_gives_a_failure_row(ctx: SweepContext) -> None:
     class B:
-        name = "faulty:bad"
+        name = "bad"
         knobs: ClassVar[dict[str, tuple[object, ...]]] = {"a": (0, 1)}
 
     def trial(knobs: Knobs, cfg: MeasureConfig) -> ResultRow:
         return fake_row("mismatch", reason="rel err 0.5")
 
     out = tune_variant(small_spec(), B(), ctx, trial, Deadline(None), lambda r: None)  # type: ignore[arg-type]
-    assert out.tuned.backend == "faulty:bad+tuned"
+    assert out.tuned.backend == "bad+tuned"
     assert out.tuned.status == "mismatch"
     assert "no knob configuration passed" in out.tuned.reason
 
@@ -349,7 +349,7 @@ def test_budget_leaves_later_pairs_untouched(ctx: SweepContext) -> None:
         tune_case(
             spec, [KnobbedBackend()], ctx, deadline, lambda r: None, tuned.append, skipped.append
         )
-    assert skipped == ["faulty:knobbed", "faulty:knobbed"]
+    assert skipped == ["knobbed", "knobbed"]
     assert tuned == []
 
 
