@@ -3,8 +3,9 @@
 Every `import` in src/attnbench counts, at module level or inside a function (a lazy import is
 still a dependency). From that graph: no module cycle and no package cycle, type-only imports
 (under `if TYPE_CHECKING:`) included, since a cycle of types is still a cycle of the design; no
-import outside `if TYPE_CHECKING:` from a lower layer into a higher one (`LAYERS`); and no
-module over `MAX_LINES` lines unless `OVERSIZE` says why.
+import outside `if TYPE_CHECKING:` from a lower layer into a higher one (`LAYERS`). From the
+syntax trees: no function too long, too wide or too deeply nested (`FUNCTION_ALLOWLIST` names
+the exceptions), and one timing path.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = "attnbench"
-MAX_LINES = 400
 
 # Bottom to top: a package may import from its own layer's other packages only where no package
 # cycle results, and from any lower layer, never from a higher one. "attnbench" is the root
@@ -34,11 +34,6 @@ LAYERS: list[set[str]] = [
     {"attnbench.config", "attnbench.config_load"},  # Settings and their loading: the CLI only
     {"attnbench.cli", "attnbench.__main__"},  # parsing and wiring
 ]
-
-# Modules allowed over MAX_LINES, each with why. Only files being rewritten right now may be
-# here (OVERSIZE_MAY_LIST), and an entry goes once its file is back under the limit.
-OVERSIZE: dict[str, str] = {}
-OVERSIZE_MAY_LIST: frozenset[str] = frozenset()
 
 
 def _modules() -> dict[str, Path]:
@@ -215,18 +210,176 @@ def test_architecture_layers_point_down() -> None:
     assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
 
 
-def test_architecture_modules_stay_small() -> None:
-    assert set(OVERSIZE) <= OVERSIZE_MAY_LIST, "OVERSIZE may only hold OVERSIZE_MAY_LIST"
-    sizes = {
-        str(p.relative_to(SRC.parent)): len(p.read_text(encoding="utf-8").splitlines())
-        for p in MODULES.values()
-    }
-    big = sorted(
-        f"  {p}: {n} lines" for p, n in sizes.items() if n > MAX_LINES and p not in OVERSIZE
+# What makes a function hard to read: its length in code lines (the body, less its docstring,
+# blank lines and comments), its parameters (less self/cls; *args and **kwargs count one each)
+# and its nesting (if/for/while/with/try/match; an `elif` stays at its `if`'s level).
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 8
+MAX_NESTING = 4
+NESTING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match)
+if hasattr(ast, "TryStar"):
+    NESTING = (*NESTING, ast.TryStar)
+
+OWNED_REPORT = "owned by branch report-screen (issue 34), being rewritten"
+"""report/ is being rewritten on another branch; the integrator removes these once merged."""
+
+# "path:function" (a method: "path:Class.function") -> why it may exceed the limits. An entry
+# goes once its function is back within them (test_architecture_function_allowlist_is_live).
+# A typer command (decorated with `app.command`) is allowed by rule, not listed: it takes one
+# parameter per CLI flag and hands them to a value object at once, so its width is the CLI's.
+FUNCTION_ALLOWLIST: dict[str, str] = {
+    "report/build.py:render_markdown": OWNED_REPORT,
+    "report/engine_section.py:engine_blocks": OWNED_REPORT,
+    "report/fp8_section.py:fp8_numerics": OWNED_REPORT,
+    "report/plots_serving.py:raggedness": OWNED_REPORT,
+    "report/sections.py:recommendation_blocks": OWNED_REPORT,
+}
+
+
+def _nesting(node: ast.AST, depth: int = 0) -> int:
+    """The deepest nesting of compound statements in `node`'s body (nested defs not counted)."""
+    deepest = depth
+    elif_branch = (
+        node.orelse[0]
+        if isinstance(node, ast.If) and len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)
+        else None
     )
-    assert not big, f"modules over {MAX_LINES} lines (split them):\n" + "\n".join(big)
-    stale = sorted(p for p in OVERSIZE if sizes.get(p, 0) <= MAX_LINES)
-    assert not stale, f"OVERSIZE lists files that are no longer over {MAX_LINES} lines: {stale}"
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if child is elif_branch:
+            deepest = max(deepest, _nesting(child, depth))
+        elif isinstance(child, NESTING):
+            deepest = max(deepest, _nesting(child, depth + 1))
+        else:
+            deepest = max(deepest, _nesting(child, depth))
+    return deepest
+
+
+def _code_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> int:
+    """Lines of `fn`'s body that hold code: not its docstring, not blank, not a comment."""
+    body = fn.body
+    first = body[0]
+    docstring = (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    )
+    skip = set(range(first.lineno, (first.end_lineno or first.lineno) + 1)) if docstring else set()
+    begin = min(getattr(n, "lineno", fn.lineno) for n in body)
+    return sum(
+        1
+        for i in range(begin, (fn.end_lineno or fn.lineno) + 1)
+        if i not in skip and lines[i - 1].strip() and not lines[i - 1].strip().startswith("#")
+    )
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = fn.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return len(names) + (args.vararg is not None) + (args.kwarg is not None)
+
+
+def _is_command(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Decorated with `<something>.command(...)`: a typer CLI command."""
+    return any(
+        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "command"
+        for d in fn.decorator_list
+    )
+
+
+def _functions(tree: ast.AST) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """(qualified name, def) for every function and method, nested ones included."""
+    stack: list[tuple[str, ast.AST]] = [("", tree)]
+    while stack:
+        prefix, node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                yield prefix + child.name, child
+                stack.append((f"{prefix}{child.name}.", child))
+            elif isinstance(child, ast.ClassDef):
+                stack.append((f"{prefix}{child.name}.", child))
+            else:
+                stack.append((prefix, child))
+
+
+def function_sizes() -> dict[str, tuple[int, int, int, bool]]:
+    """ "path:function" -> (code lines, parameters, nesting, is a typer command), for src/."""
+    out: dict[str, tuple[int, int, int, bool]] = {}
+    for path in MODULES.values():
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        where = path.relative_to(SRC / ROOT).as_posix()
+        for name, fn in _functions(ast.parse(text, str(path))):
+            size = (_code_lines(fn, lines), _parameters(fn), _nesting(fn), _is_command(fn))
+            out[f"{where}:{name}"] = size
+    return out
+
+
+def _over(size: tuple[int, int, int, bool]) -> list[str]:
+    code, params, nesting, _ = size
+    return [
+        what
+        for what, bad in (
+            (f"{code} code lines > {MAX_FUNCTION_LINES}", code > MAX_FUNCTION_LINES),
+            (f"{params} parameters > {MAX_PARAMETERS}", params > MAX_PARAMETERS),
+            (f"nesting {nesting} > {MAX_NESTING}", nesting > MAX_NESTING),
+        )
+        if bad
+    ]
+
+
+SIZES = function_sizes()
+
+
+def test_architecture_function_size_is_measured() -> None:
+    """The measures can fail: a snippet's lines, parameters and nesting are counted right."""
+    snippet = (
+        "def f(self, a, b, *args, c, **kw):\n"
+        '    """Doc\n    string."""\n'
+        "    # a comment\n"
+        "\n"
+        "    for x in a:\n"
+        "        if x:\n"
+        "            pass\n"
+        "        elif b:\n"
+        "            with c:\n"
+        "                try:\n"
+        "                    pass\n"
+        "                except ValueError:\n"
+        "                    pass\n"
+    )
+    fn = ast.parse(snippet).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    assert (_code_lines(fn, snippet.splitlines()), _parameters(fn), _nesting(fn)) == (9, 5, 4)
+    assert _over((61, 9, 5, False)) == [
+        "61 code lines > 60",
+        "9 parameters > 8",
+        "nesting 5 > 4",
+    ]
+    assert SIZES["cli/show.py:show"][3], "a typer command is recognised"
+
+
+def test_architecture_functions_stay_readable() -> None:
+    """No function in src/ over MAX_FUNCTION_LINES code lines, MAX_PARAMETERS parameters or
+    MAX_NESTING levels, unless it is a typer command or FUNCTION_ALLOWLIST says why."""
+    bad = sorted(
+        f"  {name}: {', '.join(_over(size))}"
+        for name, size in SIZES.items()
+        if _over(size) and not size[3] and name not in FUNCTION_ALLOWLIST
+    )
+    assert not bad, "functions past the limits (split them):\n" + "\n".join(bad)
+
+
+def test_architecture_function_allowlist_is_live() -> None:
+    """Every allowlisted function exists, still exceeds a limit, and says why."""
+    stale = sorted(
+        name for name in FUNCTION_ALLOWLIST if name not in SIZES or not _over(SIZES[name])
+    )
+    assert not stale, f"FUNCTION_ALLOWLIST names functions within the limits (drop them): {stale}"
+    assert all(reason.strip() for reason in FUNCTION_ALLOWLIST.values())
 
 
 # One timing path: kernels are built, gated and timed only by `run/` (sessions, the sweep,

@@ -4,6 +4,7 @@ import pytest
 
 from attnbench.workload.capacity import (
     GIB,
+    CapacityScenario,
     capacity_table,
     kv_bytes_per_token,
     max_batch,
@@ -62,10 +63,9 @@ def test_model_params_match_published_sizes() -> None:
 
 def test_capacity_table_fp8_doubles_the_batch() -> None:
     rows = capacity_table(
-        gpus={"h100": 80.0},
-        lengths={"64k": [65536], "mix": [256, 65536]},
-        utilization=0.9,
-        reserve_gib=4.0,
+        {"64k": [65536], "mix": [256, 65536]},
+        {"h100": 80.0},
+        CapacityScenario(utilization=0.9, reserve_gib=4.0),
     )
     by = {(r.kv_dtype, r.scheme): r for r in rows}
     bf16, fp8, tok = by["bfloat16", "none"], by["fp8_e4m3", "tensor"], by["fp8_e4m3", "token"]

@@ -20,7 +20,7 @@ from attnbench.backends.reference import reference_attention
 from attnbench.cli import app
 from attnbench.fp8study import StudyConfig, kernel_fa3, load_study, run_study, write_study
 from attnbench.fp8study import kernel as kernel_mod
-from attnbench.fp8study.data import DATA_KINDS, make_qkv
+from attnbench.fp8study.data import DATA_KINDS, QKVShape, make_qkv
 from attnbench.fp8study.errors import dense_attention, error_metrics, error_study
 from attnbench.fp8study.needle import NeedleTarget, needle_key, needle_study, target_logits
 from attnbench.fp8study.summary import summarize
@@ -51,10 +51,10 @@ TINY = StudyConfig(
 
 @pytest.mark.parametrize("kind", list(DATA_KINDS))
 def test_make_qkv_shapes_and_determinism(kind: str) -> None:
-    args = dict(num_tokens=32, num_queries=3, num_qo_heads=8, num_kv_heads=2, head_dim=16, seed=1)
-    a = make_qkv(kind, sample_seed=5, **args)  # type: ignore[arg-type]
-    b = make_qkv(kind, sample_seed=5, **args)  # type: ignore[arg-type]
-    c = make_qkv(kind, sample_seed=6, **args)  # type: ignore[arg-type]
+    shape = QKVShape(num_tokens=32, num_queries=3, num_qo_heads=8, num_kv_heads=2, head_dim=16)
+    a = make_qkv(kind, shape, seed=1, sample_seed=5)
+    b = make_qkv(kind, shape, seed=1, sample_seed=5)
+    c = make_qkv(kind, shape, seed=1, sample_seed=6)
     assert a.q.shape == (3, 8, 16)
     assert a.k.shape == (32, 2, 16)
     assert a.v.shape == (32, 2, 16)
@@ -65,16 +65,7 @@ def test_make_qkv_shapes_and_determinism(kind: str) -> None:
 
 def test_make_qkv_rejects_unknown_kind() -> None:
     with pytest.raises(ValueError, match="allowed"):
-        make_qkv(
-            "gaussian",
-            num_tokens=4,
-            num_queries=1,
-            num_qo_heads=2,
-            num_kv_heads=2,
-            head_dim=8,
-            seed=0,
-            sample_seed=0,
-        )
+        make_qkv("gaussian", QKVShape(4, 1, 2, 2, 8), seed=0, sample_seed=0)
 
 
 def test_dense_attention_matches_the_paged_reference() -> None:

@@ -15,7 +15,7 @@ from attnbench.measure.config import MeasureConfig
 from attnbench.measure.engine import measure
 from attnbench.measure.hardware import Ceilings, detect
 from attnbench.results import ResultRow, read_results
-from attnbench.run.rows import ok_row
+from attnbench.run.rows import TimedRun, ok_row
 from attnbench.workload.spec import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def _row(precision: str, ceilings: Ceilings = CEILINGS) -> tuple[float, float | 
     )
     m = measure(lambda: None, MeasureConfig(timer="fake"), device=torch.device("cpu"))
     planned = PlannedRun(run=lambda: torch.empty(0), precision=precision)
-    row = ok_row("r", detect("cpu"), ceilings, spec, "b", planned, 0.0, m, {}, None, {})
+    row = ok_row("r", detect("cpu"), ceilings, spec, "b", TimedRun(planned, 0.0, m, {}, None, {}))
     assert row.tflops is not None
     return row.tflops, row.tflops_frac_measured, row.tflops_ceiling
 

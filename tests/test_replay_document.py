@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from attnbench.cli import replay_tables
 from attnbench.replay.deployment import Deployment
 from attnbench.replay.document import (
     ReplayConfig,
@@ -22,7 +21,7 @@ from attnbench.replay.document import (
     load_document,
 )
 from attnbench.replay.records import Crossed
-from attnbench.report import replay_section
+from attnbench.report import replay_section, replay_tables
 from attnbench.report.blocks import Figure, ReportData, Table, Text
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"

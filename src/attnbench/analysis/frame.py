@@ -157,11 +157,6 @@ def gpu_name(header: Header | None) -> str:
 
 def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> dict[str, Any]:
     """One result row as a flat record (spec fields, timing, accuracy, provenance)."""
-    spec = row.spec
-    kv = np.asarray(spec.kv_lens, dtype=np.int64)
-    kv_mean = float(kv.mean())
-    lat, acc, meas = row.latency, row.accuracy, row.measurement
-    nbytes = row.bytes.total if row.bytes is not None else None
     return {
         "order": order,
         "source": path.name,
@@ -173,6 +168,18 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "resolved": row.resolved,
         "status": row.status,
         "reason": row.reason,
+        **_spec_columns(row.spec),
+        **_measured_columns(row),
+        "spec": row.spec,
+        "details": row.details,
+    }
+
+
+def _spec_columns(spec: WorkloadSpec) -> dict[str, Any]:
+    """The case's columns: kind, shape, lengths and their spread, dtypes, layout, tree."""
+    kv = np.asarray(spec.kv_lens, dtype=np.int64)
+    kv_mean = float(kv.mean())
+    return {
         "kind": spec.kind,
         "model": spec.model or "",
         "tp": spec.tp,
@@ -202,6 +209,15 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "tree": spec.tree.name if spec.tree else "",
         "tree_nodes": spec.tree.num_nodes if spec.tree else 0,
         "shared_prefix_len": spec.shared_prefix_len,
+    }
+
+
+def _measured_columns(row: ResultRow) -> dict[str, Any]:
+    """The measurement's columns: latency and its spread, bytes, FLOPs, fractions of the
+    ceilings, accuracy, timer and plan mode, samples."""
+    lat, acc, meas = row.latency, row.accuracy, row.measurement
+    nbytes = row.bytes.total if row.bytes is not None else None
+    return {
         "latency_us": row.latency_us,
         "ci_low_us": lat.ci_low_us if lat else None,
         "ci_high_us": lat.ci_high_us if lat else None,
@@ -227,8 +243,6 @@ def flatten(row: ResultRow, header: Header | None, path: Path, order: int) -> di
         "timer": meas.timer if meas else "",
         "plan_mode": plan_mode(row),
         "samples_us": row.samples_us,
-        "spec": spec,
-        "details": row.details,
     }
 
 

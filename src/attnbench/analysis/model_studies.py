@@ -1,4 +1,4 @@
-"""The two model-shape studies of issue 18, from stored rows: MLA at DeepSeek-V3's shape (per case,
+"""The two model-shape studies, from stored rows: MLA at DeepSeek-V3's shape (per case,
 each kernel's latency and both fractions of the measured ceilings, and which one binds) and the
 GQA-ratio sweep (per group size and decode kernel: fastest, refused with the reason, a wrong
 answer with the library versions, or an error, named).
@@ -208,6 +208,10 @@ def gqa_sweeps(rows: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) ->
     return [_sweep(g, versions) for g in _sweep_rows(rows)]
 
 
+GKey = tuple[int, int, str]
+"""(num_qo_heads, num_kv_heads, model): one column of a GQA sweep."""
+
+
 def _sweep(g: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) -> GqaSweep:
     r = g.iloc[0]
     shape = f"d{r['head_dim']} bs{r['batch_size']} {dtype_label(r)} p{r['page_size']}"
@@ -232,8 +236,7 @@ def _sweep(g: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) -> GqaSwe
             never[str(backend)] = reasons.pop()
     backends = sorted(set(g["backend"]) - set(never))
     ok = g[(g["status"] == "ok") & g["latency_us"].notna()]
-    best = ok.groupby(["gkey", "lengths"])["latency_us"].min()
-    fastest: dict[tuple[int, int, str], list[tuple[str, str, float]]] = {}
+    fastest: dict[GKey, list[tuple[str, str, float]]] = {}
     for (gkey, length), lg in ok.groupby(["gkey", "lengths"]):
         top = lg.sort_values("latency_us").iloc[0]
         fastest.setdefault(gkey, []).append(
@@ -241,7 +244,25 @@ def _sweep(g: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) -> GqaSwe
         )
     for runs in fastest.values():
         runs.sort(key=lambda t: lengths.index(t[0]))
-    cells: dict[tuple[tuple[int, int, str], str], GqaCell] = {}
+    cells = _cells(g, ok, never)
+    problems = _problems(g, versions)
+    every: dict[str, str] = {}
+    for source in sorted(set(g["source"])):
+        for name, version in versions.get(source, {}).items():
+            every.setdefault(name, str(version))
+    libraries = ", ".join(f"{n} {v}" for n, v in sorted(every.items()))
+    sweep = GqaSweep(shape, lengths, keys, backends, cells, never, problems, fastest)
+    sweep.timed, sweep.libraries = len(ok), libraries
+    return sweep
+
+
+def _cells(
+    g: pd.DataFrame, ok: pd.DataFrame, never: Mapping[str, str]
+) -> dict[tuple[GKey, str], GqaCell]:
+    """Per (column, backend): its geometric-mean ratio to the fastest and how often it was the
+    fastest, or its worst status with the reason."""
+    best = ok.groupby(["gkey", "lengths"])["latency_us"].min()
+    cells: dict[tuple[GKey, str], GqaCell] = {}
     for (gkey, backend), cg in g.groupby(["gkey", "backend"]):
         if backend in never:
             continue
@@ -263,6 +284,12 @@ def _sweep(g: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) -> GqaSwe
             continue
         worst = cg.sort_values("status", key=lambda s: s.map(_SEVERITY).fillna(9)).iloc[0]
         cells[(gkey, str(backend))] = GqaCell(str(worst["status"]), reason=str(worst["reason"]))
+    return cells
+
+
+def _problems(g: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) -> list[dict[str, Any]]:
+    """Wrong answers and failures, one per (backend, status, message head), with the groups,
+    sources and library versions they came from; mismatches first."""
     problems: list[dict[str, Any]] = []
     bad = g[g["status"].isin(["mismatch", "error", "oom", "timeout"])]
     bad = bad.assign(message=[str(m)[:PROBLEM_KEY_CHARS] for m in bad["reason"]])
@@ -283,14 +310,7 @@ def _sweep(g: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) -> GqaSwe
             }
         )
     problems.sort(key=lambda p: (p["status"] != "mismatch", p["backend"], -p["cases"]))
-    every: dict[str, str] = {}
-    for source in sorted(set(g["source"])):
-        for name, version in versions.get(source, {}).items():
-            every.setdefault(name, str(version))
-    libraries = ", ".join(f"{n} {v}" for n, v in sorted(every.items()))
-    sweep = GqaSweep(shape, lengths, keys, backends, cells, never, problems, fastest)
-    sweep.timed, sweep.libraries = len(ok), libraries
-    return sweep
+    return problems
 
 
 PROBLEM_KEY_CHARS = 120

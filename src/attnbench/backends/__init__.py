@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 
 from attnbench.backends.base import Backend, BackendUnavailable, PlannedRun, Unsupported
+from attnbench.backends.variant import Variant
 
 _MODULES: dict[str, str] = {
     "reference": "attnbench.backends.reference",
@@ -70,10 +71,11 @@ def select_backends(names: list[str] | None) -> list[Backend]:
     chosen: list[Backend] = []
     for raw in names:
         name = raw.strip().lower()
-        matches = [b for b in everything if b.name == name or b.name.split(":")[0] == name]
+        matches = [b for b in everything if name in (b.name, Variant.parse(b.name).library)]
         if not matches:
             listed = [b for b in everything if not getattr(b, "hidden", False)]
-            allowed = sorted({b.name.split(":")[0] for b in listed} | {b.name for b in listed})
+            libraries = {Variant.parse(b.name).library for b in listed}
+            allowed = sorted(libraries | {b.name for b in listed})
             raise ValueError(f"backend={raw!r} is not known; allowed: all, {', '.join(allowed)}")
         chosen += [b for b in matches if b not in chosen]
     return chosen

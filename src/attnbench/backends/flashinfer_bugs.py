@@ -3,7 +3,7 @@ rules, no flashinfer import, tested on CPU. `FlashInferBackend.check` asks `bug_
 the route is found, so a known-bad case is refused before anything is built.
 
 Both were met on the H200 with Phi-3-mini's shape (32 query and 32 KV heads, head_dim 96, the
-brief's mixed 256..64k batch of 32, bf16; issue 36), and a direct call of FlashInfer 0.7.4
+brief's mixed 256..64k batch of 32, bf16), and a direct call of FlashInfer 0.7.4
 outside attnbench reproduced them:
 
 - `fa2-prefill-head-dim`: FlashInfer's FA2 prefill kernel (flashinfer:tc's decode, the fa2 and
@@ -33,7 +33,7 @@ PHI3_MINI_SHAPE = "decode, 32/32 heads, head_dim 96, the mixed(256..65536) batch
 
 
 def phi3_mini_case(spec: WorkloadSpec) -> bool:
-    """The shape both bugs were reported on (issue 36): the headdim suite's group-1 ragged
+    """The shape both bugs were reported on: the headdim suite's group-1 ragged
     decode at head_dim 96."""
     return (
         spec.kind == "decode"

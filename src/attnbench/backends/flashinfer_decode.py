@@ -65,22 +65,8 @@ def plan_decode(
         backend=route.backend,
         **buffers,
     )
-    plan_kwargs: dict[str, Any] = {
-        "q_data_type": torch_dtype(spec.dtype),
-        "kv_data_type": torch_dtype(spec.kv_dtype),
-        "q_len_per_req": route.q_len_per_req,
-        **logits_kwargs(spec),
-    }
-    if spec.window_left >= 0:
-        plan_kwargs["window_left"] = spec.window_left
     token_sf = token_head_scales(inputs)
-    if token_sf is not None:
-        plan_kwargs["use_token_head_sf"] = True
-    if route.use_tensor_cores and route.backend == "fa2":
-        # Only the tensor-core (fa2 prefill) planner takes these; the CUDA-core one
-        # rejects fixed_split_size and ignores disable_split_kv.
-        plan_kwargs["disable_split_kv"] = bool(knobs.get("disable_split_kv", False))
-        plan_kwargs["fixed_split_size"] = knobs.get("fixed_split_size")
+    plan_kwargs = _decode_plan_kwargs(route, spec, knobs, token_head_sf=token_sf is not None)
 
     def replan() -> None:
         wrapper.plan(
@@ -96,18 +82,33 @@ def plan_decode(
 
     replan()
     out = output_buffer(spec, inputs)
-    extra: dict[str, Any] = {"k_scale": inputs.k_scale, "v_scale": inputs.v_scale}
-    if not spec.is_fp8:
-        extra = {}
-    if token_sf is not None:
-        extra = {"kv_cache_sf": token_sf}
-    if inputs.sinks is not None:
-        extra["sinks"] = sink_tensor(inputs)
+    extra = _run_kwargs(spec, inputs, token_sf)
     q, kv_cache = inputs.q, inputs.kv_cache
 
     def run() -> torch.Tensor:
         result: torch.Tensor = wrapper.run(q, kv_cache, out=out, **extra)
         return result
+
+    details = _decode_details(route, spec, wrapper, knobs)
+    if token_sf is not None:
+        details["kv_scales"] = "token-head"
+    return PlannedRun(
+        run=run,
+        resolved=str(wrapper.resolved_backend),
+        details=details,
+        out=out,
+        workspace_bytes=WORKSPACE_BYTES,
+        plan_mode="cuda-graph" if use_graph else "eager",
+        replan=replan,
+    )
+
+
+def _decode_details(
+    route: Route, spec: WorkloadSpec, wrapper: Any, knobs: dict[str, object]
+) -> dict[str, str | int | float | bool]:
+    """The row's details: the API, the backend asked for and the kernel the planned wrapper
+    resolved to, the library version, logits options and knobs."""
+    import flashinfer
 
     kernel = "decode-cuda-core"
     if route.use_tensor_cores or wrapper.use_tensor_cores:
@@ -124,17 +125,47 @@ def plan_decode(
         **logits_kwargs(spec),
         **knob_details(route, knobs),
     }
+    return details
+
+
+def _decode_plan_kwargs(
+    route: Route, spec: WorkloadSpec, knobs: dict[str, object], *, token_head_sf: bool
+) -> dict[str, Any]:
+    """The decode wrapper's `plan` keywords past the shape: dtypes, queries per request, logits
+    options, window, token-head scales, and the split knobs the tensor-core planner takes."""
+    plan_kwargs: dict[str, Any] = {
+        "q_data_type": torch_dtype(spec.dtype),
+        "kv_data_type": torch_dtype(spec.kv_dtype),
+        "q_len_per_req": route.q_len_per_req,
+        **logits_kwargs(spec),
+    }
+    if spec.window_left >= 0:
+        plan_kwargs["window_left"] = spec.window_left
+    if token_head_sf:
+        plan_kwargs["use_token_head_sf"] = True
+    if route.use_tensor_cores and route.backend == "fa2":
+        # Only the tensor-core (fa2 prefill) planner takes these; the CUDA-core one
+        # rejects fixed_split_size and ignores disable_split_kv.
+        plan_kwargs["disable_split_kv"] = bool(knobs.get("disable_split_kv", False))
+        plan_kwargs["fixed_split_size"] = knobs.get("fixed_split_size")
+    return plan_kwargs
+
+
+def _run_kwargs(
+    spec: WorkloadSpec,
+    inputs: AttentionInputs,
+    token_sf: tuple[torch.Tensor, torch.Tensor] | None,
+) -> dict[str, Any]:
+    """The wrapper's `run` keywords: the fp8 scales (per tensor, or token-head scale factors)
+    and the sinks."""
+    extra: dict[str, Any] = {"k_scale": inputs.k_scale, "v_scale": inputs.v_scale}
+    if not spec.is_fp8:
+        extra = {}
     if token_sf is not None:
-        details["kv_scales"] = "token-head"
-    return PlannedRun(
-        run=run,
-        resolved=str(wrapper.resolved_backend),
-        details=details,
-        out=out,
-        workspace_bytes=WORKSPACE_BYTES,
-        plan_mode="cuda-graph" if use_graph else "eager",
-        replan=replan,
-    )
+        extra = {"kv_cache_sf": token_sf}
+    if inputs.sinks is not None:
+        extra["sinks"] = sink_tensor(inputs)
+    return extra
 
 
 def token_head_scales(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor] | None:

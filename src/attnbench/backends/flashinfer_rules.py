@@ -65,9 +65,9 @@ VARIANTS: dict[str, tuple[str, Knobs]] = {
 FA3_HEAD_DIMS = (64, 128, 256)
 XQA_PAGE_SIZES = (16, 32, 64, 128)
 XQA_MAX_Q_LEN_PER_REQ = 1024
-"""XQA's multi-token (speculative-decoding) path, query rows per request at most: on the H200
-with 0.7.4, an 8192-row append crashed with an illegal memory access (replay calibration,
-session 7), poisoning the CUDA context; 1024 rows passed the gate. xqa.py states no bound."""
+"""XQA's multi-token (speculative-decoding) path, query rows per request at most: with 0.7.4 on
+SM90 longer appends crash with an illegal memory access, poisoning the CUDA context, while 1024
+rows pass the gate (the replay calibration rows show both). xqa.py states no bound."""
 CUDA_CORE_DECODE_GROUP_SIZES = (1, 2, 3, 4, 6, 8, 16)
 """GQA group sizes (num_qo_heads / num_kv_heads) the CUDA-core batch decode kernel is compiled
 for: 0.7.4 include/flashinfer/utils.cuh `DISPATCH_GQA_GROUP_SIZE`, which csrc/batch_decode.cu

@@ -223,30 +223,9 @@ class FlexBackend:
         if not compiled and scores > EAGER_SCORES_BUDGET_BYTES:
             raise MemoryError(f"eager flex would materialise {scores / 2**30:.1f} GiB of scores")
         dev = inputs.device
-        k, v = kvgather.packed_kv(inputs)  # [total_kv, Hkv, D]
-        q4 = inputs.q.transpose(0, 1).unsqueeze(0).contiguous()  # [1, Hq, total_q, D]
-        k4 = k.transpose(0, 1).unsqueeze(0).contiguous()
-        v4 = v.transpose(0, 1).unsqueeze(0).contiguous()
-        ids = token_ids(spec, dev)
-        sink_key: int | None = None
-        score_mod: Callable[..., torch.Tensor] | None = None
-        if spec.sinks:
-            assert inputs.sinks is not None, "spec.sinks needs inputs.sinks"
-            sink_key = spec.total_kv
-            zero = k4.new_zeros(1, k4.shape[1], 1, k4.shape[3])
-            k4, v4 = torch.cat([k4, zero], dim=2), torch.cat([v4, zero], dim=2)
-            ids = with_sink_key(ids)
-            score_mod = sink_score_mod(sink_key, inputs.sinks.to(dev, torch.float32))
-        if spec.logits_soft_cap > 0:
-            score_mod = soft_cap_score_mod(spec.logits_soft_cap)
+        q4, k4, v4, ids, sink_key, score_mod = _operands(spec, inputs)
         block_mask = build_block_mask(spec, ids, dev, sink_key)
-        options: dict[str, Any] = {}
-        if dev.type == "cuda":
-            for knob, option in (("block_m", "BLOCK_M"), ("block_n", "BLOCK_N")):
-                if chosen[knob]:
-                    options[option] = int(str(chosen[knob]))
-        main_kernel = compiled and dev.type == "cuda"
-        main_kernel &= flex_kernel_backend(spec.total_q, spec.group_size) != "AUTO"
+        options, main_kernel = _kernel_options(spec, chosen, compiled, dev)
         eager = cast(Callable[..., Any], flex_attention)
         fn: Callable[..., Any] = compiled_flex() if compiled else eager
         kw: dict[str, Any] = {
@@ -292,6 +271,55 @@ class FlexBackend:
             graph_safe=compiled and dev.type == "cuda",
             replan=replan,
         )
+
+
+_Operands = tuple[
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    TokenIds,
+    int | None,
+    Callable[..., torch.Tensor] | None,
+]
+
+
+def _operands(spec: WorkloadSpec, inputs: AttentionInputs) -> _Operands:
+    """q, k, v as flex takes them ([1, H, tokens, D], the KV packed), the token ids, and with
+    sinks the extra all-zero key that carries them (its index) with its score_mod; a soft-cap
+    gives the tanh score_mod."""
+    dev = inputs.device
+    k, v = kvgather.packed_kv(inputs)  # [total_kv, Hkv, D]
+    q4 = inputs.q.transpose(0, 1).unsqueeze(0).contiguous()  # [1, Hq, total_q, D]
+    k4 = k.transpose(0, 1).unsqueeze(0).contiguous()
+    v4 = v.transpose(0, 1).unsqueeze(0).contiguous()
+    ids = token_ids(spec, dev)
+    sink_key: int | None = None
+    score_mod: Callable[..., torch.Tensor] | None = None
+    if spec.sinks:
+        assert inputs.sinks is not None, "spec.sinks needs inputs.sinks"
+        sink_key = spec.total_kv
+        zero = k4.new_zeros(1, k4.shape[1], 1, k4.shape[3])
+        k4, v4 = torch.cat([k4, zero], dim=2), torch.cat([v4, zero], dim=2)
+        ids = with_sink_key(ids)
+        score_mod = sink_score_mod(sink_key, inputs.sinks.to(dev, torch.float32))
+    if spec.logits_soft_cap > 0:
+        score_mod = soft_cap_score_mod(spec.logits_soft_cap)
+    return q4, k4, v4, ids, sink_key, score_mod
+
+
+def _kernel_options(
+    spec: WorkloadSpec, chosen: Mapping[str, object], compiled: bool, dev: torch.device
+) -> tuple[dict[str, int], bool]:
+    """The tile sizes the knobs ask for (CUDA only), and whether to ask Inductor for the main
+    kernel (compiled on CUDA, where flex-decoding has no valid tile)."""
+    options: dict[str, int] = {}
+    if dev.type == "cuda":
+        for knob, option in (("block_m", "BLOCK_M"), ("block_n", "BLOCK_N")):
+            if chosen[knob]:
+                options[option] = int(str(chosen[knob]))
+    main_kernel = compiled and dev.type == "cuda"
+    main_kernel &= flex_kernel_backend(spec.total_q, spec.group_size) != "AUTO"
+    return options, main_kernel
 
 
 def _main_kernel_option() -> dict[str, Any]:

@@ -96,27 +96,10 @@ class SdpaMlaBackend:
         dev = inputs.device
         kernels = AUTO_ORDER[dev.type] if chosen["kernel"] == "auto" else (str(chosen["kernel"]),)
         forms = ("native", "expand") if chosen["gqa"] == "auto" else (str(chosen["gqa"]),)
-        max_q, max_kv = max(spec.qo_lens), max(spec.kv_lens)
+        max_kv = max(spec.kv_lens)
         rows, cols = kvgather.padded_index(list(spec.qo_lens), dev)
-        q = torch.zeros(
-            spec.batch_size,
-            max_q,
-            spec.num_qo_heads,
-            spec.head_dim,
-            dtype=inputs.q.dtype,
-            device=dev,
-        )
-        q[rows, cols] = inputs.q
-        q = q.transpose(1, 2)  # [B, H, Lq, 576]
-        latent = padded_latent(inputs).unsqueeze(1)  # [B, 1, Lk, 576]
+        q, latent, mask, is_causal = _padded_operands(spec, inputs, rows, cols)
         rank = spec.mla.kv_lora_rank
-        uniform = len(set(spec.qo_lens)) == 1 and len(set(spec.kv_lens)) == 1
-        mask = None
-        is_causal = False
-        if not uniform or (needs_mask(spec) and not is_square_causal(spec)):
-            mask = padded_mask(spec, max_q, max_kv, dev)
-        elif needs_mask(spec):
-            is_causal = True
         failures: list[str] = []
         for kernel in kernels:
             if kernel == "math" and math_scores_bytes(spec) > MATH_SCORES_BUDGET_BYTES:
@@ -157,6 +140,34 @@ class SdpaMlaBackend:
                     extra_bytes=extra,
                 )
         raise UnsupportedCase("sdpa:mla found no SDPA kernel for this case: " + "; ".join(failures))
+
+
+def _padded_operands(
+    spec: WorkloadSpec, inputs: AttentionInputs, rows: torch.Tensor, cols: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
+    """q padded to [B, H, Lq, D], the latent to [B, 1, Lk, D], and the mask SDPA needs: none
+    (causal or not) for a uniform batch whose mask is square-causal or absent, else explicit."""
+    dev = inputs.device
+    max_q, max_kv = max(spec.qo_lens), max(spec.kv_lens)
+    q = torch.zeros(
+        spec.batch_size,
+        max_q,
+        spec.num_qo_heads,
+        spec.head_dim,
+        dtype=inputs.q.dtype,
+        device=dev,
+    )
+    q[rows, cols] = inputs.q
+    q = q.transpose(1, 2)  # [B, H, Lq, 576]
+    latent = padded_latent(inputs).unsqueeze(1)  # [B, 1, Lk, 576]
+    uniform = len(set(spec.qo_lens)) == 1 and len(set(spec.kv_lens)) == 1
+    mask = None
+    is_causal = False
+    if not uniform or (needs_mask(spec) and not is_square_causal(spec)):
+        mask = padded_mask(spec, max_q, max_kv, dev)
+    elif needs_mask(spec):
+        is_causal = True
+    return q, latent, mask, is_causal
 
 
 def _runner(

@@ -264,7 +264,7 @@ def _recommend_engine(
 ) -> None:
     from attnbench.analysis.engine_rank import rank_engine
     from attnbench.backends.engine_paths import ENGINES
-    from attnbench.cli.engine_trace import check_trace
+    from attnbench.replay.engine_trace import check_trace
     from attnbench.report.engine_section import engine_blocks, engine_json
 
     name = engine.strip().lower()
@@ -299,7 +299,7 @@ def _traced(
     """Per GPU, the buckets weighted by `trace`'s running batch on that GPU's rows."""
     from attnbench.analysis.engine_rank import rank_engine
     from attnbench.analysis.frame import ok_rows, resolve_paths
-    from attnbench.cli.engine_trace import running_batches
+    from attnbench.replay.engine_trace import running_batches
     from attnbench.replay.pipeline import ReplayError
 
     ok = ok_rows(frame)

@@ -22,6 +22,7 @@ from attnbench.cli.common import (
 
 if TYPE_CHECKING:
     from attnbench.results import Header, ResultRow
+    from attnbench.workload.spec import WorkloadSpec
 
 EXPORT_COLUMNS = (
     "source",
@@ -148,15 +149,28 @@ def export_record(row: ResultRow, header: Header | None, path: Path) -> dict[str
     from attnbench.report.table import short_case
 
     spec = row.spec
-    kv = list(spec.kv_lens) or [0]
-    lat = row.latency
-    acc = row.accuracy
-    record: dict[str, Any] = {
+    return {
         "source": path.name,
         "run_id": row.run_id,
         "gpu": header.gpu if header is not None else "unknown",
         "case_id": row.case_id,
         "case": short_case(spec),
+        **_spec_record(spec),
+        "backend": row.backend,
+        "resolved": row.resolved,
+        "status": row.status,
+        "reason": row.reason,
+        **_measured_record(row),
+        "timer": row.measurement.timer if row.measurement else "",
+        "commit": str(header.provenance.get("git_sha", "")) if header is not None else "",
+        "timestamp": row.timestamp,
+    }
+
+
+def _spec_record(spec: WorkloadSpec) -> dict[str, Any]:
+    """The case's fields: kind, shape, layout, dtypes, lengths and their spread, tree."""
+    kv = list(spec.kv_lens) or [0]
+    return {
         "kind": spec.kind,
         "model": spec.model or "",
         "tp": spec.tp,
@@ -177,10 +191,15 @@ def export_record(row: ResultRow, header: Header | None, path: Path) -> dict[str
         "total_q": sum(spec.qo_lens),
         "tree": spec.tree.name if spec.tree is not None else "",
         "shared_prefix_len": spec.shared_prefix_len,
-        "backend": row.backend,
-        "resolved": row.resolved,
-        "status": row.status,
-        "reason": row.reason,
+    }
+
+
+def _measured_record(row: ResultRow) -> dict[str, Any]:
+    """The measurement's fields: latency and its spread, plan time, bytes, FLOPs, fractions of
+    the ceilings, accuracy."""
+    lat = row.latency
+    acc = row.accuracy
+    return {
         "latency_us": row.latency_us,
         "ci_low_us": lat.ci_low_us if lat else None,
         "ci_high_us": lat.ci_high_us if lat else None,
@@ -203,8 +222,4 @@ def export_record(row: ResultRow, header: Header | None, path: Path) -> dict[str
         "max_abs_err": acc.max_abs_err if acc else None,
         "accuracy_budget": acc.budget if acc else None,
         "accuracy_passed": acc.passed if acc else None,
-        "timer": row.measurement.timer if row.measurement else "",
-        "commit": str(header.provenance.get("git_sha", "")) if header is not None else "",
-        "timestamp": row.timestamp,
     }
-    return record

@@ -147,7 +147,7 @@ def _capacity(
     seed: int,
 ) -> None:
     from attnbench.fp8study.tables import capacity_rich_table
-    from attnbench.workload.capacity import GPU_MEMORY_GIB, capacity_table
+    from attnbench.workload.capacity import GPU_MEMORY_GIB, CapacityScenario, capacity_table
     from attnbench.workload.lengths import parse_lengths
 
     _check_capacity_args(page_size, hbm_gib, utilization, reserve_gib)
@@ -157,17 +157,16 @@ def _capacity(
         lengths[text if text != "mixed" else case.label] = list(case.kv_lens)
     gpus = {"custom": hbm_gib} if hbm_gib is not None else dict(GPU_MEMORY_GIB)
     try:
-        rows = capacity_table(
+        scenario = CapacityScenario(
             model=model,
             tp=tp,
-            gpus=gpus,
-            lengths=lengths,
             page_size=page_size,
             kv_dtypes=("bfloat16", "fp8_e4m3"),
             fp8_schemes=("tensor", "token"),
             utilization=utilization,
             reserve_gib=reserve_gib,
         )
+        rows = capacity_table(lengths, gpus, scenario)
     except ValueError as exc:
         fail(str(exc))
     weights = rows[0].weight_bytes / (1 << 30) if rows else 0.0

@@ -124,10 +124,10 @@ def replay(
     """Replay a serving trace through a continuous-batching simulator whose step times come from
     the measured attention rows: ITL, TTFT and throughput per backend variant and hybrid."""
     from attnbench.analysis.frame import NoResultsError, resolve_paths
-    from attnbench.cli.replay_tables import escape, extrapolation_notes, tables, trust_lines
     from attnbench.replay.deployment import Deployment
     from attnbench.replay.document import ReplayConfig
     from attnbench.replay.pipeline import ReplayError, run_replay
+    from attnbench.report.replay_tables import escape, extrapolation_notes, tables, trust_lines
 
     _check_numbers(
         gpu_mem_gib=gpu_mem_gib,
@@ -250,15 +250,15 @@ def _live(
     out: Path | None,
     device: str,
 ) -> LiveValidation:
-    from attnbench.cli.replay_tables import escape, live_table
-    from attnbench.replay.live import run_live
+    from attnbench.replay.live import LiveOptions, run_live
+    from attnbench.report.replay_tables import escape, live_table
 
     path = _live_path(live_out, out)
     study = outcome.study
     try:
         res = run_live(
-            study.sims[study.main], study.models, outcome.document.config.deployment, count,
-            path, prefill=prefill, device=device, sampled_from=study.main,
+            study.sims[study.main], study.models, outcome.document.config.deployment,
+            LiveOptions(count, prefill, device), path, sampled_from=study.main,
             progress=lambda msg: console.print(f"[dim]{escape(msg)}[/]"),
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:

@@ -145,9 +145,9 @@ def _measure(
     timing: tuple[str, float],
 ) -> None:
     """Replay, draw, time on the GPU and write the live validation document."""
-    from attnbench.cli.replay_tables import escape
     from attnbench.replay.validate import TRACES, StepError, draw_steps, gpu_timer, measure
     from attnbench.replay.validate import validation_document as document
+    from attnbench.report.replay_tables import escape
     from attnbench.results import provenance
 
     traces = list(trace or TRACES)
@@ -178,7 +178,7 @@ def _write_validation(out: Path, doc: dict[str, object]) -> None:
     """Write a validation document and print its per-variant error summary."""
     import json
 
-    from attnbench.cli.replay_tables import escape
+    from attnbench.report.replay_tables import escape
 
     text = json.dumps(doc, indent=1, default=str) + "\n"
     if out.name.endswith(".gz"):  # a committed document stays small (results/textfile reads it)
@@ -253,8 +253,8 @@ def _heldout_draw(
     backend: list[str] | None,
 ) -> None:
     """`--heldout-draw`: replay each trace, draw its steps, write them as a suite TOML."""
-    from attnbench.cli.replay_tables import escape
     from attnbench.replay import loto
+    from attnbench.report.replay_tables import escape
     from attnbench.results import provenance
     from attnbench.workload.suite import load_suite
 

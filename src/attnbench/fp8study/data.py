@@ -75,19 +75,28 @@ def outlier_factors(
     return factors.to(device)
 
 
+@dataclass(frozen=True)
+class QKVShape:
+    """The shape of one problem: `num_tokens` keys and values, `num_queries` queries."""
+
+    num_tokens: int
+    num_queries: int
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+
+
 def make_qkv(
     kind: str,
+    shape: QKVShape,
     *,
-    num_tokens: int,
-    num_queries: int,
-    num_qo_heads: int,
-    num_kv_heads: int,
-    head_dim: int,
     seed: int,
     sample_seed: int,
     device: str | torch.device = "cpu",
 ) -> QKV:
     """Draw one problem of `kind` (see the module docstring)."""
+    num_tokens, num_queries, head_dim = shape.num_tokens, shape.num_queries, shape.head_dim
+    num_qo_heads, num_kv_heads = shape.num_qo_heads, shape.num_kv_heads
     if kind not in DATA_KINDS:
         raise ValueError(f"data kind {kind!r} is not known; allowed: {', '.join(DATA_KINDS)}")
     if num_qo_heads % num_kv_heads:

@@ -25,12 +25,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from attnbench.fp8study.data import make_qkv
+from attnbench.fp8study.data import QKVShape, make_qkv
 from attnbench.workload.quant import Scheme, fp8_format, kv_schemes, quantize_tensor
 
 if TYPE_CHECKING:
@@ -181,16 +181,10 @@ def _trial(
     device = torch.device(cfg.device)
     sm = 1.0 / math.sqrt(cfg.head_dim)
     sample = cfg.seed * 7919 + length * 31 + trial
-    common: dict[str, Any] = dict(
-        num_queries=1,
-        num_qo_heads=cfg.needle_heads,
-        num_kv_heads=cfg.needle_heads,
-        head_dim=cfg.head_dim,
-        seed=cfg.seed,
-        device=device,
-    )
-    data = make_qkv(kind, num_tokens=length, sample_seed=sample, **common)
-    v_needle = make_qkv(kind, num_tokens=1, sample_seed=sample + 1, **common).v  # [1, H, D]
+    shape = QKVShape(length, 1, cfg.needle_heads, cfg.needle_heads, cfg.head_dim)
+    data = make_qkv(kind, shape, seed=cfg.seed, sample_seed=sample, device=device)
+    one = replace(shape, num_tokens=1)
+    v_needle = make_qkv(kind, one, seed=cfg.seed, sample_seed=sample + 1, device=device).v
     q = data.q[0]  # [heads, head_dim]
     hay = torch.einsum("hd,lhd->hl", q, data.k) * sm
     grid = [(p, t) for p in (round(d * (length - 1)) for d in cfg.needle_depths) for t in targets]

@@ -92,18 +92,7 @@ def measure(
     """Time `fn` as the module docstring describes and summarise the samples; `poison`: the
     output buffers `fn` writes, filled with NaN once the timer has prepared `fn`."""
     notes: list[str] = []
-    timer = choose_timer(cfg, device, graph_safe)
-    if cfg.timer == "cuda-graph" and not graph_safe:
-        notes.append("backend not graph-capturable: timed with CUDA events")
-    try:
-        timed = timer.prepare(fn)
-    except Exception as exc:  # graph capture failed: time eagerly, record why
-        if not isinstance(timer, CudaGraphTimer):
-            raise
-        notes.append(f"graph capture failed ({type(exc).__name__}: {_short(exc)}); CUDA events")
-        torch.cuda.synchronize()
-        timer = CudaEventTimer()
-        timed = fn
+    timer, timed = _prepare(fn, cfg, device, graph_safe, notes)
     flush: Callable[[], None] | None = (
         flusher.flush if (cfg.cold_l2 and flusher is not None) else None
     )
@@ -114,7 +103,7 @@ def measure(
         return Measurement(summarize(fake), fake, timer.name, l2_policy, 0, True, notes)
     _poison([*poison, getattr(timer, "captured", None)])
 
-    warmup_runs, per_call_ms = _warm_up(timer, timed, cfg.warmup_ms, device)
+    warmup_runs, _ = _warm_up(timer, timed, cfg.warmup_ms, device)
     monitor = clock_monitor(_gpu_index(device))
     clocks = monitor.new_log()
     samples: list[float] = []
@@ -126,16 +115,10 @@ def measure(
         record_batch(clocks, before, monitor.read(), len(got))
         samples += got
         stats = summarize(samples)
-        spent_ms = sum(samples) / 1e3
-        if len(samples) >= cfg.min_runs and stats.rel_ci <= cfg.target_rel_ci:
-            converged = True
+        converged = len(samples) >= cfg.min_runs and stats.rel_ci <= cfg.target_rel_ci
+        batch = 0 if converged else _next_batch(samples, stats.median_us, cfg)
+        if batch == 0:
             break
-        if len(samples) >= cfg.max_runs or spent_ms >= cfg.max_time_ms:
-            break
-        left_ms = cfg.max_time_ms - spent_ms
-        per_call_ms = max(stats.median_us / 1e3, 1e-3)
-        batch = int(min(cfg.max_runs - len(samples), max(1, len(samples)), left_ms / per_call_ms))
-        batch = max(1, batch)
     if not converged:
         notes.append(
             f"noise target not met: median 95% CI ±{stats.rel_ci:.1%} after {stats.n} runs"
@@ -152,6 +135,36 @@ def measure(
         clocks.summary(),
         timer.output,
     )
+
+
+def _prepare(
+    fn: Fn, cfg: MeasureConfig, device: torch.device, graph_safe: bool, notes: list[str]
+) -> tuple[Timer, Fn]:
+    """The timer for `fn` and the callable it times (a captured graph's replay, or `fn`); a
+    failed graph capture falls back to CUDA events, with a note saying why."""
+    timer = choose_timer(cfg, device, graph_safe)
+    if cfg.timer == "cuda-graph" and not graph_safe:
+        notes.append("backend not graph-capturable: timed with CUDA events")
+    try:
+        return timer, timer.prepare(fn)
+    except Exception as exc:  # graph capture failed: time eagerly, record why
+        if not isinstance(timer, CudaGraphTimer):
+            raise
+        notes.append(f"graph capture failed ({type(exc).__name__}: {_short(exc)}); CUDA events")
+        torch.cuda.synchronize()
+        return CudaEventTimer(), fn
+
+
+def _next_batch(samples: Sequence[float], median_us: float, cfg: MeasureConfig) -> int:
+    """How many calls to time next: 0 once the run limit or the time budget is reached, else
+    up to as many as taken so far, within both."""
+    spent_ms = sum(samples) / 1e3
+    if len(samples) >= cfg.max_runs or spent_ms >= cfg.max_time_ms:
+        return 0
+    left_ms = cfg.max_time_ms - spent_ms
+    per_call_ms = max(median_us / 1e3, 1e-3)
+    batch = int(min(cfg.max_runs - len(samples), max(1, len(samples)), left_ms / per_call_ms))
+    return max(1, batch)
 
 
 def _poison(buffers: Sequence[object]) -> None:

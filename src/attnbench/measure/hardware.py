@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from attnbench.measure import metrics
+from attnbench.measure.config import MeasureConfig
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 
@@ -143,43 +144,33 @@ class Ceilings:
         return asdict(self)
 
 
-def measure_ceilings(info: DeviceInfo, *, quick: bool = False) -> Ceilings:
-    """Copy and read bandwidth and matmul TFLOP/s on `info`'s device, each the median of timed
-    repeats."""
-    from attnbench.measure.config import MeasureConfig
+def _copy_ceiling(copy_bytes: int, cfg: MeasureConfig, dev: torch.device) -> tuple[float, str]:
+    """The copy bandwidth (read + write bytes over the median `copy_`) and how it was taken;
+    the buffers are freed before it returns."""
     from attnbench.measure.engine import measure
-    from attnbench.measure.stream_read import measure_read_ceiling
 
-    dev = info.torch_device
-    cuda = dev.type == "cuda"
-    cfg = MeasureConfig(
-        timer="cuda-event" if cuda else "cpu",
-        cold_l2=False,
-        min_runs=10,
-        max_runs=50 if quick else 200,
-        max_time_ms=300 if quick else 1500,
-    )
-
-    copy_bytes = (1 << 30) if cuda else (256 << 20)
-    if quick:
-        copy_bytes //= 4
     src = torch.empty(copy_bytes, dtype=torch.uint8, device=dev).random_(0, 255)
     dst = torch.empty_like(src)
     m = measure(lambda: dst.copy_(src), cfg, device=dev, graph_safe=False)
     copy_gbps = metrics.bandwidth_gbps(2 * copy_bytes, m.stats.median_us)
     src = dst = torch.empty(0, device=dev)  # free the copy buffers before the matmuls
-    read_bytes = copy_bytes
-    if cuda and not quick and torch.cuda.mem_get_info(dev)[0] > 3 * (4 << 30):
-        read_bytes = 4 << 30  # decode reads GBs of KV: 4 GiB read 1-3% faster than 1 GiB
-    read_gbps, read_method = measure_read_ceiling(read_bytes, cfg, dev)
+    how = (
+        f"torch copy_ of {copy_bytes >> 20} MiB, read+write bytes / median of "
+        f"{m.stats.n} ({m.timer})"
+    )
+    return copy_gbps, how
 
-    n = (8192 if not quick else 4096) if cuda else 1024
+
+def _matmul_ceilings(
+    info: DeviceInfo, n: int, cfg: MeasureConfig, method: dict[str, str]
+) -> dict[str, float]:
+    """TFLOP/s of an n x n x n matmul in bf16 (float32 on the CPU) and, from SM 8.9, fp8 e4m3;
+    `method` gains how each was taken (or why fp8 was not)."""
+    from attnbench.measure.engine import measure
+
+    dev = info.torch_device
+    cuda = dev.type == "cuda"
     tflops: dict[str, float] = {}
-    method = {
-        "copy": f"torch copy_ of {copy_bytes >> 20} MiB, read+write bytes / median of "
-        f"{m.stats.n} ({m.timer})",
-        "read": read_method,
-    }
     gen = torch.Generator(device=dev).manual_seed(0)
     mm_dtype = torch.bfloat16 if cuda else torch.float32
     a = torch.randn(n, n, device=dev, dtype=mm_dtype, generator=gen)
@@ -203,6 +194,35 @@ def measure_ceilings(info: DeviceInfo, *, quick: bool = False) -> Ceilings:
             tflops["fp8_e4m3"] = 2 * n**3 / (m.stats.median_us * 1e6)
         except Exception as exc:  # fp8 GEMM unsupported by this torch build
             method["fp8"] = f"not measured: {type(exc).__name__}: {exc}"[:200]
+    return tflops
+
+
+def measure_ceilings(info: DeviceInfo, *, quick: bool = False) -> Ceilings:
+    """Copy and read bandwidth and matmul TFLOP/s on `info`'s device, each the median of timed
+    repeats."""
+    from attnbench.measure.stream_read import measure_read_ceiling
+
+    dev = info.torch_device
+    cuda = dev.type == "cuda"
+    cfg = MeasureConfig(
+        timer="cuda-event" if cuda else "cpu",
+        cold_l2=False,
+        min_runs=10,
+        max_runs=50 if quick else 200,
+        max_time_ms=300 if quick else 1500,
+    )
+
+    copy_bytes = (1 << 30) if cuda else (256 << 20)
+    if quick:
+        copy_bytes //= 4
+    copy_gbps, copy_method = _copy_ceiling(copy_bytes, cfg, dev)
+    read_bytes = copy_bytes
+    if cuda and not quick and torch.cuda.mem_get_info(dev)[0] > 3 * (4 << 30):
+        read_bytes = 4 << 30  # decode reads GBs of KV: 4 GiB read 1-3% faster than 1 GiB
+    read_gbps, read_method = measure_read_ceiling(read_bytes, cfg, dev)
+    n = (8192 if not quick else 4096) if cuda else 1024
+    method = {"copy": copy_method, "read": read_method}
+    tflops = _matmul_ceilings(info, n, cfg, method)
     return Ceilings(
         copy_bandwidth_gbps=copy_gbps,
         read_bandwidth_gbps=read_gbps,

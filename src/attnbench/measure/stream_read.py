@@ -1,11 +1,11 @@
 """Plain streaming readers of a large buffer: the read ceiling decode kernels are a fraction of.
 
-A torch fp32 sum is not the fastest reader on an H200: session 10's best decode rows streamed
-4.47 TB/s, above the sum's 4.28-4.40 TB/s. The read probe (`scripts/h200/read_probe.py`,
-`results/h200-read-probe.json`, 30dc4b4) timed torch and Triton readers at 1 and 4 GiB: a Triton
-kernel with one program per 4-16k-element block, loading with `.cg` (bypass L1), read 4.53-4.61
-TB/s at every block size, the persistent grids 3.0-4.54, torch's sum and amax 4.28-4.40. The
-ceiling is the fastest of the readers here, each checked to have read every element.
+A torch fp32 sum is not the fastest reader on an H200: decode kernels stream faster than it
+reads. A Triton kernel with one program per 4-16k-element block, loading with `.cg` (bypass
+L1), reads faster than any decode row; the read probe (`scripts/h200/read_probe.py`,
+`results/h200-read-probe.json`) has the figures per reader and block size, and `docs/h200.md`
+quotes them. The ceiling is the fastest of the readers here, each checked to have read every
+element.
 """
 
 from __future__ import annotations

@@ -81,6 +81,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnbench.backends.variant import Variant
 from attnbench.replay.fa3plan import FA3Call, FA3Decision, fa3_split, fa3_static_splits
 from attnbench.replay.fa3plan import num_splits_heuristic as num_splits_heuristic
 from attnbench.replay.steps import FloatArray, IntArray
@@ -130,15 +131,19 @@ FA3 is persistent, one CTA per SM; XQA sizes its grid by SMs and fits 2 CTAs per
 
 def family_of(backend: str) -> str:
     """The split plan a backend variant follows (`ideal` for variants not modelled here)."""
-    if backend.startswith("flash-attn:"):
+    variant = Variant.maybe(backend)
+    if variant is None:
+        return "ideal"
+    library, kernel = variant.library, variant.kernel
+    if library == "flash-attn":
         return "fa3"
-    if backend in ("flashinfer:fa2", "flashinfer:auto", "flashinfer:decode"):
+    if library == "flashinfer" and kernel in ("fa2", "auto", "decode"):
         return "flashinfer-decode"
-    if backend.startswith("flashinfer:tc") or backend == "flashinfer:prefill":
+    if library == "flashinfer" and kernel in ("tc", "prefill"):
         return "flashinfer-prefill"
-    if backend == "flashinfer:xqa":
+    if library == "flashinfer" and kernel == "xqa":
         return "xqa"
-    if backend.startswith("sdpa:") or backend.startswith("flex"):
+    if library in ("sdpa", "flex"):
         return "padded"
     return "ideal"
 

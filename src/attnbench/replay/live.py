@@ -214,15 +214,23 @@ def measure_samples(
     return results
 
 
+@dataclass(frozen=True)
+class LiveOptions:
+    """What `--live` measures: `count` sampled steps per part (decode; prefill too with
+    `prefill`) on `device`."""
+
+    count: int
+    prefill: bool = False
+    device: str = "auto"
+
+
 def run_live(
     sim: SimResult,
     models: dict[str, AttentionCostModel],
     dep: Deployment,
-    count: int,
+    opts: LiveOptions,
     out_path: Path,
     *,
-    prefill: bool = False,
-    device: str = "auto",
     sampled_from: str = "",
     progress: Callable[[str], None] = lambda msg: None,
 ) -> LiveValidation:
@@ -237,7 +245,9 @@ def run_live(
     from attnbench.run.plan import RunPlan, RunSink, placement
     from attnbench.run.session import RunSession
 
-    info = cuda_device(device, "--live needs a CUDA GPU (it measures the replayed steps on it)")
+    count, prefill = opts.count, opts.prefill
+    why = "--live needs a CUDA GPU (it measures the replayed steps on it)"
+    info = cuda_device(opts.device, why)
     known = {b.name for b in select_backends(sorted(models))}
     plan = RunPlan(
         run_id=out_path.stem,

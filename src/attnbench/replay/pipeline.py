@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnbench.backends.variant import Variant
 from attnbench.replay.costmodel import (
     AttentionCostModel,
     ShapeKey,
@@ -34,6 +35,7 @@ from attnbench.replay.document import (
 )
 from attnbench.replay.gemm import GemmRoofline
 from attnbench.replay.kernelplan import DEFAULT_NUM_SMS
+from attnbench.replay.records import ReplayTrust
 from attnbench.replay.simresult import SchedulerConfig
 from attnbench.replay.study import StudyOptions, StudyOutcome, run_study
 from attnbench.replay.traffic import (
@@ -43,7 +45,7 @@ from attnbench.replay.traffic import (
     scale_rate,
     spread_ties,
 )
-from attnbench.replay.trust import assess, choose_validation
+from attnbench.replay.trust import ReplayAtScale, Validation, assess, choose_validation
 from attnbench.replay.validation_doc import ValidationDocumentError, find_validation
 from attnbench.results import Header, ResultRow, is_results_path, read_for_analysis
 
@@ -148,10 +150,16 @@ def requests_for(cfg: ReplayConfig) -> tuple[list[ReplayRequest], TraceInfo]:
     return reqs, info
 
 
+def _library(name: str) -> str | None:
+    """The library of the variant `name` (None for a name that is no variant)."""
+    variant = Variant.maybe(name)
+    return variant.library if variant is not None else None
+
+
 def _select(models: dict[str, AttentionCostModel], wanted: tuple[str, ...]) -> set[str]:
     if not wanted:
         return set(models)
-    keep = {n for n in models for w in wanted if n == w or n.split(":")[0] == w}
+    keep = {n for n in models for w in wanted if w in (n, _library(n))}
     if not keep:
         raise ReplayError(
             f"backend={', '.join(wanted)}: no cost model; have: {', '.join(sorted(models))}"
@@ -177,6 +185,19 @@ def recommended_hybrid(paths: Sequence[Path], gpu: str) -> tuple[str, str] | Non
     return None
 
 
+@dataclass
+class _Candidates:
+    """The cost models a replay runs (fitted and padded), the singles it ranks, its hybrid
+    and where that came from, and the notes so far."""
+
+    models: dict[str, AttentionCostModel]
+    padded: dict[str, AttentionCostModel]
+    singles: tuple[str, ...]
+    hybrid: tuple[str, str] | None
+    hybrid_source: str
+    notes: list[str]
+
+
 def run_replay(
     cfg: ReplayConfig, paths: Sequence[Path], validation: Path | None = None
 ) -> ReplayOutcome:
@@ -187,6 +208,52 @@ def run_replay(
 
     loaded = load_rows(paths, cfg.gpu)
     dep = cfg.deployment
+    key = _checked_shape(dep)
+    chosen = _candidates(cfg, loaded, key, paths)
+    copy, mm, src = ceilings(loaded.headers, dep.dtype, cfg)
+    try:
+        gemm = GemmRoofline(dep, copy, mm, cfg.allreduce_us, cfg.allreduce_gbps)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
+    reqs, trace = requests_for(cfg)
+    sched, opts = _scheduler(cfg, reqs, trace, chosen)
+    try:
+        study = run_study(reqs, sched, chosen.models, chosen.padded, gemm, opts)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
+    trust = _trust(paths, validation, loaded, (reqs, sched, study), chosen)
+    notes = chosen.notes
+    if not any(h.device.get("kind") == "cuda" for h in loaded.headers):
+        notes.append("the rows and ceilings come from a non-GPU run: figures are not H200 figures")
+    doc = ReplayDocument(
+        doc_schema=SCHEMA,
+        gpu=loaded.gpu,
+        trace=trace,
+        deployment=DeploymentInfo.of(dep),
+        scheduler=sched,
+        gemm=GemmInfo.of(gemm, src),
+        models=CostModelInfo.table(chosen.models),
+        padded_models=CostModelInfo.table(chosen.padded),
+        sources=[str(p) for p in paths],
+        config=cfg,
+        base_rate_req_s=study.base_rate_req_s,
+        rate_scales=list(opts.rate_scales),
+        itl_target_ms=opts.itl_target_ms,
+        candidates=study.candidates,
+        runs=study.runs,
+        crossing=study.crossing,
+        main_candidate=study.main,
+        main_scale=study.main_scale,
+        padded_vs_ragged=study.padded_vs_ragged,
+        notes=notes + study.notes,
+        trust=trust,
+        provenance=provenance(),
+    )
+    return ReplayOutcome(doc, study)
+
+
+def _checked_shape(dep: Deployment) -> ShapeKey:
+    """The attention shape of `dep`; ReplayError when it has none or no room for a KV cache."""
     try:
         key = shape_key(dep)
     except ValueError as exc:
@@ -198,6 +265,15 @@ def run_replay(
             f"weights at tp {dep.tp} and {dep.reserve_gib:g} GiB reserved; raise --gpu-mem-gib "
             "or --tp"
         )
+    return key
+
+
+def _candidates(
+    cfg: ReplayConfig, loaded: LoadedRows, key: ShapeKey, paths: Sequence[Path]
+) -> _Candidates:
+    """The cost models fitted at `key` for the variants asked for, with the hybrid (given, or
+    the one `attnbench recommend` chose from `paths`); ReplayError when a part has no rows."""
+    dep = cfg.deployment
     models, padded = fit_for(loaded, key)
     at = f"{key.describe()} ({dep.model} at tp {dep.tp})"
     suite = calibration_command(dep)
@@ -226,15 +302,22 @@ def run_replay(
             notes.append(f"recommended hybrid {rec} has no cost model at this shape; chose by cost")
     else:
         keep |= set(hybrid)
-    models = {n: m for n, m in models.items() if n in keep}
-    padded = {n: m for n, m in padded.items() if n in keep}
+    return _Candidates(
+        models={n: m for n, m in models.items() if n in keep},
+        padded={n: m for n, m in padded.items() if n in keep},
+        singles=singles,
+        hybrid=hybrid,
+        hybrid_source=hybrid_source,
+        notes=notes,
+    )
 
-    copy, mm, src = ceilings(loaded.headers, dep.dtype, cfg)
-    try:
-        gemm = GemmRoofline(dep, copy, mm, cfg.allreduce_us, cfg.allreduce_gbps)
-    except ValueError as exc:
-        raise ReplayError(str(exc)) from None
-    reqs, trace = requests_for(cfg)
+
+def _scheduler(
+    cfg: ReplayConfig, reqs: list[ReplayRequest], trace: TraceInfo, chosen: _Candidates
+) -> tuple[SchedulerConfig, StudyOptions]:
+    """The scheduler the replay runs (an `agents` trace batches all its agents at once) and
+    the study's options."""
+    dep = cfg.deployment
     prefix = trace.has_prefix_hashes if cfg.prefix_cache is None else cfg.prefix_cache
     agents = cfg.trace.lower().startswith("agents")  # all N agents run at once
     max_batch = cfg.max_batch or (
@@ -252,56 +335,44 @@ def run_replay(
         rate_scales=cfg.rate_scales,
         itl_target_ms=cfg.itl_target_ms,
         bisect_steps=cfg.bisect_steps,
-        hybrid=hybrid,
-        hybrid_source=hybrid_source,
+        hybrid=chosen.hybrid,
+        hybrid_source=chosen.hybrid_source,
         padded=agents if cfg.padded is None else cfg.padded,
-        singles=singles,
+        singles=chosen.singles,
     )
-    try:
-        study = run_study(reqs, sched, models, padded, gemm, opts)
-    except ValueError as exc:
-        raise ReplayError(str(exc)) from None
+    return sched, opts
+
+
+def _trust(
+    paths: Sequence[Path],
+    validation: Path | None,
+    loaded: LoadedRows,
+    replayed: tuple[list[ReplayRequest], SchedulerConfig, StudyOutcome],
+    chosen: _Candidates,
+) -> ReplayTrust:
+    """How far to trust each candidate at the main rate: its live-step validation (given, or
+    found beside `paths`) and the rankings with their error bands."""
+    reqs, sched, study = replayed
     try:
         source, validated, vnotes = choose_validation(
             validation,
             find_validation(paths) if validation is None else [],
-            {n: m.key.describe() for n, m in models.items()},
+            {n: m.key.describe() for n, m in chosen.models.items()},
             loaded.gpu,
         )
     except ValidationDocumentError as exc:
         raise ReplayError(f"--validation: {exc}") from None
     main_runs = {r.candidate: r for r in study.runs if r.rate_scale == study.main_scale}
-    trust = assess(
-        scale_rate(reqs, study.main_scale), sched, study.candidates, study.costs, study.sims,
-        main_runs, study.main_scale, validated, source, vnotes,
-    )  # fmt: skip
-    if not any(h.device.get("kind") == "cuda" for h in loaded.headers):
-        notes.append("the rows and ceilings come from a non-GPU run: figures are not H200 figures")
-    doc = ReplayDocument(
-        doc_schema=SCHEMA,
-        gpu=loaded.gpu,
-        trace=trace,
-        deployment=DeploymentInfo.of(dep),
-        scheduler=sched,
-        gemm=GemmInfo.of(gemm, src),
-        models=CostModelInfo.table(models),
-        padded_models=CostModelInfo.table(padded),
-        sources=[str(p) for p in paths],
-        config=cfg,
-        base_rate_req_s=study.base_rate_req_s,
-        rate_scales=list(opts.rate_scales),
-        itl_target_ms=opts.itl_target_ms,
-        candidates=study.candidates,
-        runs=study.runs,
-        crossing=study.crossing,
-        main_candidate=study.main,
-        main_scale=study.main_scale,
-        padded_vs_ragged=study.padded_vs_ragged,
-        notes=notes + study.notes,
-        trust=trust,
-        provenance=provenance(),
+    at = ReplayAtScale(
+        requests=scale_rate(reqs, study.main_scale),
+        sched=sched,
+        rate_scale=study.main_scale,
+        infos=study.candidates,
+        costs=study.costs,
+        sims=study.sims,
+        main=main_runs,
     )
-    return ReplayOutcome(doc, study)
+    return assess(at, Validation(source, validated, vnotes))
 
 
 CALIBRATED = Deployment()

@@ -195,25 +195,56 @@ def group(entries: Sequence[RankEntry]) -> list[RankEntry]:
     return out
 
 
+@dataclass(frozen=True)
+class ReplayAtScale:
+    """A replay at one rate scale, per candidate: the requests replayed, the scheduler, the
+    candidates, their step costs, simulations and serving metrics."""
+
+    requests: list[ReplayRequest]
+    sched: SchedulerConfig
+    rate_scale: float
+    infos: Sequence[CandidateInfo]
+    costs: Mapping[str, ReplayCost]
+    sims: Mapping[str, SimResult]
+    main: Mapping[str, ServingMetrics]
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The live-step validation a replay uses: the documents (`; `-joined, or None), the
+    validated error per variant, and notes on what was found."""
+
+    source: str | None
+    errors: Mapping[str, ValidatedError]
+    notes: Sequence[str] = ()
+
+
+Band = tuple[ServingMetrics | None, ServingMetrics | None]
+
+
 def assess(
-    requests: list[ReplayRequest],
-    sched: SchedulerConfig,
-    infos: Sequence[CandidateInfo],
-    costs: Mapping[str, ReplayCost],
-    sims: Mapping[str, SimResult],
-    main: Mapping[str, ServingMetrics],
-    rate_scale: float,
-    validated: Mapping[str, ValidatedError],
-    validation: str | None,
-    notes: Sequence[str] = (),
-    metrics: Sequence[str] = RANKED_METRICS,
+    at: ReplayAtScale, validation: Validation, metrics: Sequence[str] = RANKED_METRICS
 ) -> ReplayTrust:
     """Trust per candidate, and the rankings of the deployable candidates (singles and the
-    hybrid; padded twins are a what-if). `requests` are those replayed at `rate_scale`;
-    `costs`, `sims` and `main` (the metrics) are per candidate at that scale."""
-    trust = [candidate_trust(i, costs[i.name], sims[i.name], validated) for i in infos]
-    bands: dict[str, tuple[ServingMetrics | None, ServingMetrics | None]] = {}
-    for i, t in zip(infos, trust, strict=True):
+    hybrid; padded twins are a what-if) at `at.rate_scale`."""
+    trust = [
+        candidate_trust(i, at.costs[i.name], at.sims[i.name], validation.errors) for i in at.infos
+    ]
+    bands = _bands(at, trust)
+    rankings = [_ranking(metric, bands, at) for metric in metrics]
+    return ReplayTrust(
+        validation=validation.source,
+        candidates=trust,
+        rankings=rankings,
+        notes=list(validation.notes),
+    )
+
+
+def _bands(at: ReplayAtScale, trust: Sequence[CandidateTrust]) -> dict[str, Band]:
+    """Per deployable candidate, its metrics replayed with the step costs moved by minus and
+    plus its validated error ((None, None) when the error is unknown)."""
+    bands: dict[str, Band] = {}
+    for i, t in zip(at.infos, trust, strict=True):
         if i.kind == "padded":
             continue
         errs = (t.decode_err, t.prefill_err if math.isfinite(t.prefill_err) else 0.0)
@@ -222,29 +253,29 @@ def assess(
             continue
         ends = []
         for sign in (-1.0, 1.0):
-            cost = scaled(costs[i.name], 1 + sign * errs[0], 1 + sign * errs[1])
-            ends.append(summarize(simulate(requests, sched, cost), cost))
+            cost = scaled(at.costs[i.name], 1 + sign * errs[0], 1 + sign * errs[1])
+            ends.append(summarize(simulate(at.requests, at.sched, cost), cost))
         bands[i.name] = (ends[0], ends[1])
-    rankings = []
-    for metric in metrics:
-        entries = []
-        for name, (lo, hi) in bands.items():
-            v = metric_ms(main[name], metric)
-            ends_ms = [metric_ms(m, metric) for m in (lo, hi) if m is not None]
-            span = np.array([v, *ends_ms]) if len(ends_ms) == 2 else None
-            entries.append(
-                RankEntry(
-                    candidate=name,
-                    value_ms=v,
-                    low_ms=float(np.nanmin(span)) if span is not None else math.nan,
-                    high_ms=float(np.nanmax(span)) if span is not None else math.nan,
-                    group=0,
-                )
+    return bands
+
+
+def _ranking(metric: str, bands: Mapping[str, Band], at: ReplayAtScale) -> Ranking:
+    """The candidates ranked on `metric`, each with its band, in groups that overlap."""
+    entries = []
+    for name, (lo, hi) in bands.items():
+        v = metric_ms(at.main[name], metric)
+        ends_ms = [metric_ms(m, metric) for m in (lo, hi) if m is not None]
+        span = np.array([v, *ends_ms]) if len(ends_ms) == 2 else None
+        entries.append(
+            RankEntry(
+                candidate=name,
+                value_ms=v,
+                low_ms=float(np.nanmin(span)) if span is not None else math.nan,
+                high_ms=float(np.nanmax(span)) if span is not None else math.nan,
+                group=0,
             )
-        rankings.append(Ranking(metric=metric, rate_scale=rate_scale, entries=group(entries)))
-    return ReplayTrust(
-        validation=validation, candidates=trust, rankings=rankings, notes=list(notes)
-    )
+        )
+    return Ranking(metric=metric, rate_scale=at.rate_scale, entries=group(entries))
 
 
 def choose_validation(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from attnbench.run.tune_search import TUNED_SUFFIX
+from attnbench.backends.variant import tuned_name
 
 
 @dataclass(frozen=True)
@@ -60,4 +60,4 @@ class Job:
 
     def row_name(self, backend: str) -> str:
         """The name this job's rows carry for `backend` (`<variant>+tuned` when tuning)."""
-        return backend + TUNED_SUFFIX if self.tune is not None else backend
+        return tuned_name(backend) if self.tune is not None else backend

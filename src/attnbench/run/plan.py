@@ -127,16 +127,16 @@ class RunPlan:
     tune: TunePlan | None = None
     """Set for `tune`: every job searches its variants' knobs (rows `<variant>+tuned`)."""
 
-    @property
-    def row_suffix(self) -> str:
-        from attnbench.run.tune_search import TUNED_SUFFIX
+    def row_name(self, backend: str) -> str:
+        """The name this plan's rows carry for `backend` (`<variant>+tuned` when tuning)."""
+        from attnbench.backends.variant import tuned_name
 
-        return TUNED_SUFFIX if self.tune is not None else ""
+        return tuned_name(backend) if self.tune is not None else backend
 
     @property
     def todo(self) -> int:
         """(case, variant) pairs of `cases` x `backends` this plan sets out to run."""
-        keys = ((s.case_id, b.name + self.row_suffix) for s in self.cases for b in self.backends)
+        keys = ((s.case_id, self.row_name(b.name)) for s in self.cases for b in self.backends)
         return sum(key not in self.skip for key in keys)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from attnbench.backends.base import Backend
+from attnbench.backends.variant import Variant
 
 # Slow CPU-style paths that `all` leaves out on a GPU (ask for them by name): the fp64 oracle
 # runs on every case anyway, and SDPA's math kernel materialises the whole score matrix (it ran
@@ -20,14 +21,14 @@ def runnable_here(backends: Sequence[Backend], device_kind: str) -> tuple[list[B
     left out (GPU-only backends on a CPU; `GPU_OPT_IN` on a GPU)."""
     kept = [b for b in backends if device_kind in b.devices]
     notes = []
-    dropped = sorted({b.name.split(":")[0] for b in backends if b not in kept})
+    dropped = sorted({Variant.parse(b.name).library for b in backends if b not in kept})
     if dropped:
         notes.append(f"skipping GPU-only backends on {device_kind}: {', '.join(dropped)}")
     if device_kind == "cuda":
         kept = [
             b
             for b in kept
-            if b.name not in GPU_OPT_IN and b.name.split(":")[0] not in ENGINE_OPT_IN
+            if b.name not in GPU_OPT_IN and Variant.parse(b.name).engine not in ENGINE_OPT_IN
         ]
         left_out = sorted(GPU_OPT_IN) + sorted(ENGINE_OPT_IN)
         notes.append(f"on a GPU, `all` leaves out {', '.join(left_out)}: name them to run them")

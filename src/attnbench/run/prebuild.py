@@ -194,8 +194,7 @@ def plan_needs(plan: RunPlan) -> Needs:
         (spec, b.name)
         for spec in plan.cases
         for b in plan.backends
-        if (spec.case_id, b.name + plan.row_suffix) not in plan.skip
-        and _accepts(b, spec, plan.device)
+        if (spec.case_id, plan.row_name(b.name)) not in plan.skip and _accepts(b, spec, plan.device)
     ]
     return collect_needs(pairs, plan.device)
 

@@ -4,6 +4,7 @@ and spec-sheet ceilings) and a row without timings (unsupported, mismatch, error
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from attnbench.backends.base import PlannedRun
@@ -13,22 +14,33 @@ from attnbench.results import ResultRow, now_iso, thin_samples
 from attnbench.workload.spec import WorkloadSpec
 
 
+@dataclass(frozen=True)
+class TimedRun:
+    """What a gated, timed (case, variant) produced: its planned run, the per-step replan time,
+    the measurement (`measure.engine.Measurement`), the gate's accuracy, the peak memory and
+    the row's details."""
+
+    planned: PlannedRun
+    plan_us: float
+    measurement: Any
+    accuracy: dict[str, Any]
+    peak_memory_bytes: int | None
+    details: dict[str, Any]
+
+
 def ok_row(
     run_id: str,
     info: DeviceInfo,
     ceil: Ceilings | None,
     spec: WorkloadSpec,
     backend: str,
-    planned: PlannedRun,
-    plan_us: float,
-    m: Any,
-    accuracy: dict[str, Any],
-    peak: int | None,
-    details: dict[str, Any],
+    timed: TimedRun,
 ) -> ResultRow:
     """A measured row: latency, plan time, bytes, FLOPs and their fractions of the ceilings; the
     FLOP/s fractions against the matmul ceiling of the precision the kernel multiplies in
     (`metrics.mma_dtype`), which the row names (`tflops_ceiling`)."""
+    planned, plan_us, m = timed.planned, timed.plan_us, timed.measurement
+    details = timed.details
     latency_us = m.stats.median_us
     nbytes = metrics.bytes_moved(spec)
     nflops = metrics.flops(spec)
@@ -65,9 +77,9 @@ def ok_row(
         ),
         tflops_frac_spec=metrics.fraction(tflops, sheet.tflops.get(ceiling) if sheet else None),
         tflops_ceiling=ceiling,
-        peak_memory_bytes=peak,
+        peak_memory_bytes=timed.peak_memory_bytes,
         kv_cache_bytes=metrics.kv_cache_bytes(spec),
-        accuracy=accuracy,
+        accuracy=timed.accuracy,
         measurement=m.as_dict(),
         details=details,
         timestamp=now_iso(),

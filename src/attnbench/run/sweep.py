@@ -34,7 +34,7 @@ from attnbench.measure.hardware import Ceilings, DeviceInfo
 from attnbench.measure.l2 import L2Flusher
 from attnbench.results import ResultRow
 from attnbench.run.gate import check_timed_output, gate
-from attnbench.run.rows import failure_row, ok_row
+from attnbench.run.rows import TimedRun, failure_row, ok_row
 from attnbench.workload import memory
 from attnbench.workload.inputs import AttentionInputs, make_inputs
 from attnbench.workload.spec import WorkloadSpec
@@ -240,6 +240,17 @@ def fit_memory(
     return kept
 
 
+@dataclass
+class _Attempt:
+    """What one (case, variant) has built so far: a failure row names it."""
+
+    planned: PlannedRun | None = None
+    timing: dict[str, Any] = field(default_factory=dict)
+    base_mem: int = 0
+    plan_us: float = 0.0
+    first_use: bool = False
+
+
 def run_backend(
     spec: WorkloadSpec,
     backend: Backend,
@@ -249,82 +260,11 @@ def run_backend(
     knobs: dict[str, Any] | None = None,
 ) -> ResultRow:
     """One (case, variant): never raises; any failure is the returned row."""
-    dev = ctx.device
-    cuda = dev.type == "cuda"
-    planned: PlannedRun | None = None
-    first_use = ctx.first_use(backend.name, spec)
-    timing: dict[str, Any] = {}
-    ctx.on_start(backend.name, first_use)
+    attempt = _Attempt(first_use=ctx.first_use(backend.name, spec))
+    ctx.on_start(backend.name, attempt.first_use)
     try:
-        if cuda:
-            torch.cuda.synchronize(dev)
-            torch.cuda.reset_peak_memory_stats(dev)
-        base_mem = torch.cuda.memory_allocated(dev) if cuda else 0
-        t0 = time.perf_counter()
-        planned = backend.plan(spec, inputs, knobs)
-        _sync(dev)
-        first_plan_s = time.perf_counter() - t0
-        # the one-off plan() that built this runner: on a family's first use it includes the
-        # library's JIT compile (or loading compiled kernels); plan_us is the per-step replan
-        timing = {"first_plan_s": round(first_plan_s, 6)}
-        if first_use:
-            timing["first_use"] = True
-        ctx.on_planned(backend.name, first_plan_s)
-        plan_us = _time_replan(planned, dev)
-
-        acc, ref = gate(planned, inputs, oracle, spec)
-        details: dict[str, Any] = dict(planned.details) | timing | {"plan_mode": planned.plan_mode}
-        if not acc.passed:
-            return _row(
-                ctx,
-                spec,
-                backend,
-                "mismatch",
-                acc.reason,
-                resolved=planned.resolved,
-                accuracy=acc.as_dict(),
-                details=details,
-            )
-
-        m = measure(
-            planned.run,
-            ctx.measure_cfg,
-            device=dev,
-            flusher=ctx.flusher(),
-            graph_safe=planned.graph_safe,
-            poison=[planned.out] if planned.out is not None else [],
-        )
-        timed = check_timed_output(planned, m, ref, acc.precision)
-        del ref
-        if timed is not None and not timed.passed:
-            reason = f"the timed output ({m.timer}, after {m.stats.n} timed calls): {timed.reason}"
-            accuracy = timed.as_dict() | {"timed_output": True}
-            return _row(
-                ctx,
-                spec,
-                backend,
-                "mismatch",
-                reason,
-                resolved=planned.resolved,
-                accuracy=accuracy,
-                details=details,
-            )
-        peak = (torch.cuda.max_memory_allocated(dev) - base_mem) if cuda else None
-        if timed is not None:
-            acc = replace(acc, timed_rel_l2_err=timed.rel_l2_err)
-        return ok_row(
-            ctx.run_id,
-            ctx.info,
-            ctx.ceilings,
-            spec,
-            backend.name,
-            planned,
-            plan_us,
-            m,
-            acc.as_dict(),
-            peak,
-            details,
-        )
+        _build(spec, backend, inputs, ctx, knobs, attempt)
+        return _gate_and_time(spec, backend, inputs, oracle, ctx, attempt)
     except UnsupportedCase as exc:
         return _row(ctx, spec, backend, "unsupported", str(exc))
     except Exception as exc:
@@ -333,7 +273,7 @@ def run_backend(
         if (refusal := library_refusal(str(exc))) is not None:  # "Unsupported group_size: 7"
             return _row(ctx, spec, backend, "unsupported", refusal)
         status = "oom" if _is_oom(exc) else "error"
-        resolved = planned.resolved if planned is not None else ""
+        resolved = attempt.planned.resolved if attempt.planned is not None else ""
         return _row(
             ctx,
             spec,
@@ -341,10 +281,78 @@ def run_backend(
             status,
             _describe(exc),
             resolved=resolved,
-            details=timing | ({"traceback": _tb_tail(exc)} if status == "error" else {}),
+            details=attempt.timing | ({"traceback": _tb_tail(exc)} if status == "error" else {}),
         )
     finally:
-        planned = None
+        attempt.planned = None
+
+
+def _build(
+    spec: WorkloadSpec,
+    backend: Backend,
+    inputs: AttentionInputs,
+    ctx: SweepContext,
+    knobs: dict[str, Any] | None,
+    attempt: _Attempt,
+) -> None:
+    """Plan `backend` for `spec` into `attempt`: the one-off plan's time, then the replan's."""
+    dev = ctx.device
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        attempt.base_mem = torch.cuda.memory_allocated(dev)
+    t0 = time.perf_counter()
+    attempt.planned = backend.plan(spec, inputs, knobs)
+    _sync(dev)
+    first_plan_s = time.perf_counter() - t0
+    # the one-off plan() that built this runner: on a family's first use it includes the
+    # library's JIT compile (or loading compiled kernels); plan_us is the per-step replan
+    attempt.timing = {"first_plan_s": round(first_plan_s, 6)}
+    if attempt.first_use:
+        attempt.timing["first_use"] = True
+    ctx.on_planned(backend.name, first_plan_s)
+    attempt.plan_us = _time_replan(attempt.planned, dev)
+
+
+def _gate_and_time(
+    spec: WorkloadSpec,
+    backend: Backend,
+    inputs: AttentionInputs,
+    oracle: torch.Tensor,
+    ctx: SweepContext,
+    attempt: _Attempt,
+) -> ResultRow:
+    """Gate the planned run against the oracle, time it, re-check the timed output: the row."""
+    planned = attempt.planned
+    assert planned is not None
+    dev = ctx.device
+    acc, ref = gate(planned, inputs, oracle, spec)
+    details: dict[str, Any] = (
+        dict(planned.details) | attempt.timing | {"plan_mode": planned.plan_mode}
+    )
+    mismatch = {"resolved": planned.resolved, "details": details}
+    if not acc.passed:
+        return _row(ctx, spec, backend, "mismatch", acc.reason, accuracy=acc.as_dict(), **mismatch)
+    m = measure(
+        planned.run,
+        ctx.measure_cfg,
+        device=dev,
+        flusher=ctx.flusher(),
+        graph_safe=planned.graph_safe,
+        poison=[planned.out] if planned.out is not None else [],
+    )
+    timed = check_timed_output(planned, m, ref, acc.precision)
+    del ref
+    if timed is not None and not timed.passed:
+        reason = f"the timed output ({m.timer}, after {m.stats.n} timed calls): {timed.reason}"
+        accuracy = timed.as_dict() | {"timed_output": True}
+        return _row(ctx, spec, backend, "mismatch", reason, accuracy=accuracy, **mismatch)
+    cuda = dev.type == "cuda"
+    peak = (torch.cuda.max_memory_allocated(dev) - attempt.base_mem) if cuda else None
+    if timed is not None:
+        acc = replace(acc, timed_rel_l2_err=timed.rel_l2_err)
+    timed_run = TimedRun(planned, attempt.plan_us, m, acc.as_dict(), peak, details)
+    return ok_row(ctx.run_id, ctx.info, ctx.ceilings, spec, backend.name, timed_run)
 
 
 def _row(

@@ -28,6 +28,7 @@ import torch
 
 from attnbench.backends.base import Backend
 from attnbench.backends.reference import reference_attention
+from attnbench.backends.variant import TUNED_SUFFIX, tuned_name
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
 from attnbench.run.sweep import (
@@ -44,7 +45,6 @@ from attnbench.run.tune_search import (
     GRID_LIMIT,
     STAGE0_MS,
     TRIAL_WARMUP_MS,
-    TUNED_SUFFIX,
     Deadline,
     Emit,
     Knobs,
@@ -107,7 +107,7 @@ def tune_variant(
     grid = knob_grid(backend.knobs)
     default = grid[0]
     found = search(grid, trial, ctx.measure_cfg, deadline, on_trial, opts, after_failure)
-    name = backend.name + TUNED_SUFFIX
+    name = tuned_name(backend.name)
     if found.winner is None:
         first = found.default_row
         status = first.status if first is not None else "error"
@@ -131,23 +131,7 @@ def tune_variant(
     default_row: ResultRow | None = None
     if found.default_row is not None and found.default_row.status == "ok":
         default_row = final(default, "default")  # written last: the variant's normal row
-    best, best_knobs = winner_row, found.winner
-    notes: list[str] = []
-    if (
-        best is None
-        or best.status != "ok"
-        or (
-            default_row is not None
-            and default_row.status == "ok"
-            and (default_row.latency_us or math.inf) <= (best.latency_us or math.inf)
-        )
-    ):
-        if best is not None:
-            notes.append(
-                f"search winner {knob_label(found.winner, default)} "
-                f"{'failed' if best.status != 'ok' else 'was not faster'} on re-measure"
-            )
-        best, best_knobs = default_row, default
+    best, best_knobs, notes = _pick_best(found, winner_row, default_row, default)
     if best is None or best.status != "ok":
         tuned = failure_row(
             ctx.run_id,
@@ -158,21 +142,62 @@ def tune_variant(
             details={"tune": found.summary()},
         )
         return TuneOutcome(spec.case_id, backend.name, found, tuned)
+    tuned = _tuned_row(name, found, (best, best_knobs), (default_row, default), notes)
+    return TuneOutcome(spec.case_id, backend.name, found, tuned)
+
+
+def _pick_best(
+    found: Search, winner_row: ResultRow | None, default_row: ResultRow | None, default: Knobs
+) -> tuple[ResultRow | None, Knobs, list[str]]:
+    """The re-measured row to publish and its knobs: the search winner unless it failed or was
+    not faster than the default on re-measure (then the default, with a note saying so)."""
+    assert found.winner is not None
+    best, best_knobs = winner_row, found.winner
+    notes: list[str] = []
+    default_ok = default_row is not None and default_row.status == "ok"
+    if (
+        best is None
+        or best.status != "ok"
+        or (
+            default_ok
+            and default_row is not None
+            and (default_row.latency_us or math.inf) <= (best.latency_us or math.inf)
+        )
+    ):
+        if best is not None:
+            notes.append(
+                f"search winner {knob_label(found.winner, default)} "
+                f"{'failed' if best.status != 'ok' else 'was not faster'} on re-measure"
+            )
+        best, best_knobs = default_row, default
+    return best, best_knobs, notes
+
+
+def _tuned_row(
+    name: str,
+    found: Search,
+    best_and_knobs: tuple[ResultRow, Knobs],
+    default_and_knobs: tuple[ResultRow | None, Knobs],
+    notes: list[str],
+) -> ResultRow:
+    """The `<variant>+tuned` row: the best re-measured row, renamed, with its knobs, the
+    search's summary and (when the default was re-measured) the speed-up over it."""
+    best, best_knobs = best_and_knobs
+    default_row, default = default_and_knobs
     details = dict(best.details)
     details.pop("tune", None)
     details["knobs"] = dict(best_knobs)
     details["knobs_label"] = knob_label(best_knobs, default)
     summary = found.summary()
     if found.winner != best_knobs:
-        summary["search_winner"] = dict(found.winner)
+        summary["search_winner"] = dict(found.winner or {})
     details["tune"] = summary
     if default_row is not None and default_row.status == "ok" and default_row.latency_us:
         details["default_latency_us"] = default_row.latency_us
         details["default_frac_measured"] = ceiling_fraction(default_row)
         details["speedup_vs_default"] = default_row.latency_us / float(best.latency_us or math.inf)
     reason = "; ".join([*notes, best.reason] if best.reason else notes)
-    tuned = best.model_copy(update={"backend": name, "details": details, "reason": reason})
-    return TuneOutcome(spec.case_id, backend.name, found, tuned)
+    return best.model_copy(update={"backend": name, "details": details, "reason": reason})
 
 
 def tune_case(
@@ -206,7 +231,7 @@ def tune_case(
         status = "oom" if "out of memory" in str(exc).lower() else "error"
         reason = f"building inputs/reference: {type(exc).__name__}: {exc}"[:400]
         for b in runnable:
-            on_tuned(failure_row(ctx.run_id, spec, b.name + TUNED_SUFFIX, status, reason))
+            on_tuned(failure_row(ctx.run_id, spec, tuned_name(b.name), status, reason))
         free_memory()
         return outcomes
     weight_left = sum(len(knob_grid(b.knobs)) for b in runnable)
@@ -225,7 +250,7 @@ def tune_case(
                 )
             except DeviceLost as exc:
                 reason = f"CUDA error: the GPU is unusable after a trial: {exc}"[:400]
-                on_tuned(failure_row(ctx.run_id, spec, b.name + TUNED_SUFFIX, "error", reason))
+                on_tuned(failure_row(ctx.run_id, spec, tuned_name(b.name), "error", reason))
                 raise
             on_tuned(out.tuned)
             outcomes.append(out)
@@ -269,4 +294,4 @@ def free_memory() -> None:
 
 def _tuned_name(row: ResultRow) -> ResultRow:
     """A sweep row under the `<variant>+tuned` name tune writes."""
-    return row.model_copy(update={"backend": row.backend + TUNED_SUFFIX})
+    return row.model_copy(update={"backend": tuned_name(row.backend)})

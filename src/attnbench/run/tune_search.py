@@ -23,7 +23,6 @@ GRID_LIMIT = 8
 STAGE0_MS = 5.0
 """Timed work per configuration in the first halving stage (doubled at each stage)."""
 TRIAL_WARMUP_MS = 2.0
-TUNED_SUFFIX = "+tuned"
 FINAL_OVERHEAD_S = 0.5
 """Host overhead of one final measurement (plan, capture, accuracy), reserved per pair."""
 

@@ -118,28 +118,37 @@ class CapacityRow:
     """1 - bytes_per_token / bytes_per_token of the 16-bit cache."""
 
 
+@dataclass(frozen=True)
+class CapacityScenario:
+    """The deployment a capacity table is for.
+
+    model, tp: model shape and tensor-parallel degree (per-GPU heads and weights).
+    utilization: fraction of device memory the engine may use (vLLM's default 0.9).
+    reserve_gib: activations, CUDA graphs and workspace kept out of the KV budget.
+    """
+
+    model: str = "llama-3.1-70b"
+    tp: int = 8
+    page_size: int = 16
+    kv_dtypes: tuple[str, ...] = ("bfloat16", "fp8_e4m3")
+    fp8_schemes: tuple[str, ...] = ("tensor", "token")
+    utilization: float = 0.9
+    reserve_gib: float = 4.0
+    weight_bytes_per_param: float = 2.0
+
+
 def capacity_table(
-    *,
-    model: str = "llama-3.1-70b",
-    tp: int = 8,
-    gpus: dict[str, float] | None = None,
     lengths: dict[str, list[int]],
-    page_size: int = 16,
-    kv_dtypes: tuple[str, ...] = ("bfloat16", "fp8_e4m3"),
-    fp8_schemes: tuple[str, ...] = ("tensor", "token"),
-    utilization: float = 0.9,
-    reserve_gib: float = 4.0,
-    weight_bytes_per_param: float = 2.0,
+    gpus: dict[str, float] | None = None,
+    scenario: CapacityScenario = CapacityScenario(),
 ) -> list[CapacityRow]:
     """One row per (GPU, kv dtype, scheme): the scenario's KV budget and largest batches.
-
-    Args:
-        model, tp: model shape and tensor-parallel degree (per-GPU heads and weights).
-        gpus: name -> total memory in GiB (default `GPU_MEMORY_GIB`).
-        lengths: label -> request lengths (one length, or a mix).
-        utilization: fraction of device memory the engine may use (vLLM's default 0.9).
-        reserve_gib: activations, CUDA graphs and workspace kept out of the KV budget.
-    """
+    `lengths`: label -> request lengths (one length, or a mix); `gpus`: name -> total memory
+    in GiB (default `GPU_MEMORY_GIB`)."""
+    sc = scenario
+    model, tp, page_size, utilization = sc.model, sc.tp, sc.page_size, sc.utilization
+    reserve_gib, weight_bytes_per_param = sc.reserve_gib, sc.weight_bytes_per_param
+    kv_dtypes, fp8_schemes = sc.kv_dtypes, sc.fp8_schemes
     shape = get_model(model)
     shard = shape.shard(tp)
     weights = weight_bytes_per_gpu(shape, tp, weight_bytes_per_param)

@@ -206,31 +206,36 @@ def settings_specs(
     dists = s.lengths or [",".join(str(n) for n in s.context_lengths), "mixed"]
     specs = []
     for kind in s.kinds:
-        for dist in dists:
-            for case in parse_lengths(dist, s.batch_size, s.seed):
-                kv_lens = case.kv_lens
-                for kv_dtype in s.kv_dtypes():
-                    for qo_lens, kv in _queries(kind, kv_lens, s, trees):
-                        for layer in layers:
-                            common: dict[str, Any] = dict(
-                                num_qo_heads=layer.num_qo_heads,
-                                num_kv_heads=layer.num_kv_heads,
-                                head_dim=layer.head_dim,
-                                page_size=s.page_size,
-                                kv_layout=s.kv_layout,
-                                dtype=s.dtype,
-                                kv_dtype=kv_dtype,
-                                seed=s.seed,
-                                model=s.model,
-                                tp=s.tp,
-                                num_layers=layer.num_layers,
-                                lengths=case.label,
-                                label=label,
-                                **layer.spec_fields,
-                            )
-                            prefix = shared_prefix_len or case.shared_prefix_len
-                            specs.append(_make(kind, kv, qo_lens, common, trees, prefix))
+        cases = [case for dist in dists for case in parse_lengths(dist, s.batch_size, s.seed)]
+        for case, kv_dtype in itertools.product(cases, s.kv_dtypes()):
+            prefix = shared_prefix_len or case.shared_prefix_len
+            queries = _queries(kind, case.kv_lens, s, trees)
+            for (qo_lens, kv), layer in itertools.product(queries, layers):
+                common = _spec_fields(s, layer, kv_dtype, case.label, label)
+                specs.append(_make(kind, kv, qo_lens, common, trees, prefix))
     return [sp for group in specs for sp in group]
+
+
+def _spec_fields(
+    s: GridSettings, layer: LayerShape, kv_dtype: str, lengths: str, label: str
+) -> dict[str, Any]:
+    """The fields every spec of one (layer, kv dtype, length case) shares."""
+    return dict(
+        num_qo_heads=layer.num_qo_heads,
+        num_kv_heads=layer.num_kv_heads,
+        head_dim=layer.head_dim,
+        page_size=s.page_size,
+        kv_layout=s.kv_layout,
+        dtype=s.dtype,
+        kv_dtype=kv_dtype,
+        seed=s.seed,
+        model=s.model,
+        tp=s.tp,
+        num_layers=layer.num_layers,
+        lengths=lengths,
+        label=label,
+        **layer.spec_fields,
+    )
 
 
 def _queries(
