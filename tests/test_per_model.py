@@ -7,7 +7,6 @@ from __future__ import annotations
 import glob
 import json
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
