@@ -89,7 +89,8 @@ def run_measure(
         target = out.with_suffix(".plan.json")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps([c.as_dict() for c in plan], indent=1) + "\n")
-        console.print(f"plan written to {target}", markup=False, highlight=False)
+        console.print("plan written to:", markup=False, highlight=False)
+        console.print(str(target), markup=False, highlight=False, soft_wrap=True)
         return None
     if out.exists() and not resume:
         fail(f"--out={out} exists: pass --resume to continue it, or another file")
