@@ -23,8 +23,9 @@ DONE = ("ok", "mismatch", "unsupported", "error", "oom", "timeout")
 
 
 def build_plan(
-    paths: list[Path], shape: ModelShape, engine: str, trace: str, kv: str
-) -> list[PlannedCase]:
+    paths: list[Path], shape: ModelShape, engine: str, trace: str, kv: str, per_bucket: int
+) -> tuple[list[PlannedCase], dict[int, int], str]:
+    """The plan, and the replay's running-batch histogram and its source (for the answer)."""
     from attnbench.cli.engine_trace import check_trace, replay_trace
     from attnbench.replay.deploy_plan import plan_cases
     from attnbench.replay.pipeline import ReplayError
@@ -37,7 +38,8 @@ def build_plan(
             run, sim, dep = replay_trace(paths, None, eng, trace, model=(shape.model, shape.tp))
     except ReplayError as exc:
         fail(str(exc))
-    return plan_cases(sim, dep, eng, run.trace, kv)
+    plan = plan_cases(sim, dep, eng, run.trace, kv, per_bucket)
+    return plan, run.histogram, run.source()
 
 
 def plan_lines(plan: list[PlannedCase]) -> list[str]:
@@ -74,15 +76,19 @@ def run_measure(
     resume: bool,
     budget_s: float,
     dry_run: bool,
-) -> Path | None:
-    """Plan, then (not `dry_run`) measure; the rows file to add to the answer, or None."""
+    per_bucket: int = 2,
+) -> tuple[Path, dict[int, int], str] | None:
+    """Plan, then (not `dry_run`) measure; the rows file to add to the answer with the
+    trace's histogram and its source, or None (dry run)."""
     if engine == "none":
         fail("--measure times an engine's configurations: --engine vllm or sglang")
     if trace is None:
         fail("--measure draws its batches from a trace's replay: give --trace")
     if out is None:
         fail("--measure appends its rows to --out FILE.jsonl: give one")
-    plan = build_plan(paths, shape, engine, trace, kv)
+    if per_bucket < 1:
+        fail(f"--per-bucket={per_bucket}: must be at least 1")
+    plan, histogram, source = build_plan(paths, shape, engine, trace, kv, per_bucket)
     for line in plan_lines(plan):
         console.print(line, markup=False, highlight=False)
     if dry_run:
@@ -96,7 +102,7 @@ def run_measure(
         fail(f"--out={out} exists: pass --resume to continue it, or another file")
     skip = finished(out) if resume else set()
     _time_plan(plan, out, skip, budget_s)
-    return out
+    return out, histogram, source
 
 
 def _time_plan(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -122,6 +123,9 @@ def recommend(
     budget_s: Annotated[
         float, typer.Option(help="--measure: stop starting cases after this many seconds.")
     ] = 0.0,
+    per_bucket: Annotated[
+        int, typer.Option(help="--measure: replayed steps drawn per bucket of >= 5% weight.")
+    ] = 2,
 ) -> None:
     """The answer for one deployment: the deploy command, its decode and prefill time against
     the engine's default with paired 95% CIs, and its basis. Without --model: the index of the
@@ -149,11 +153,17 @@ def recommend(
     if measure or dry_run:
         from attnbench.cli.deploy_measure import run_measure
 
-        extra = run_measure(paths, shape, name, trace, kv, out, resume, budget_s, dry_run)
-        if extra is None:
+        got = run_measure(paths, shape, name, trace, kv, out, resume, budget_s, dry_run, per_bucket)
+        if got is None:
             return
-        paths, frame = [*paths, extra], _frame([*paths, extra])
-    _answer(paths, frame, shape, name, trace, lengths, kv, verbose, json_out)
+        extra, hist, source = got
+        if extra.resolve() not in {p.resolve() for p in paths}:
+            paths = [*paths, extra]
+        frame = _frame(paths)
+        ask = Ask(shape, name, trace, lengths, kv)
+        _answer(paths, frame, ask, verbose, json_out, (hist, source))
+        return
+    _answer(paths, frame, Ask(shape, name, trace, lengths, kv), verbose, json_out)
 
 
 def _index(frame: pd.DataFrame, json_out: Path | None) -> None:
@@ -184,26 +194,38 @@ def _index(frame: pd.DataFrame, json_out: Path | None) -> None:
         write_output(json_out, json.dumps(rows, indent=2) + "\n", "--json")
 
 
+@dataclass(frozen=True)
+class Ask:
+    shape: ModelShape
+    engine: str
+    trace: str | None
+    lengths: str | None
+    kv: str
+
+
 def _answer(
     paths: list[Path],
     frame: pd.DataFrame,
-    shape: ModelShape,
-    engine: str,
-    trace: str | None,
-    lengths: str | None,
-    kv: str,
+    ask: Ask,
     verbose: bool,
     json_out: Path | None,
+    replayed: tuple[dict[int, int], str] | None = None,
 ) -> None:
     from attnbench.analysis.deploy import answer
     from attnbench.cli.deploy_view import answer_json, answer_lines
 
-    if lengths is not None:
-        frame = _only_lengths(frame, lengths)
-    running, source = (None, "") if trace is None else _histogram(paths, shape, engine, trace)
-    ans = answer(frame, shape, engine, kv, running, source, trace)  # type: ignore[arg-type]
-    if lengths is not None:
-        ans.weighting = f"cases of lengths {lengths}, weighted equally per batch size"
+    if ask.lengths is not None:
+        frame = _only_lengths(frame, ask.lengths)
+    running: dict[int, int] | None = None
+    source = ""
+    if replayed is not None:
+        running, source = replayed
+    elif ask.trace is not None:
+        running, source = _histogram(paths, ask.shape, ask.engine, ask.trace)
+    engine = ask.engine
+    ans = answer(frame, ask.shape, engine, ask.kv, running, source, ask.trace)  # type: ignore[arg-type]
+    if ask.lengths is not None:
+        ans.weighting = f"cases of lengths {ask.lengths}, weighted equally per batch size"
     _echo(answer_lines(ans, verbose))
     if json_out is not None:
         from attnbench.results import dumps

@@ -55,6 +55,26 @@ class PlannedCase:
         }
 
 
+LABEL_PREFIX = "deploy "
+
+
+def deploy_label(trace: str, bucket: int, weight: float) -> str:
+    """The rows' label: the trace, the capture bucket and its share of the decode steps, so the
+    rows alone give the traffic's weighting again (`parse_label`)."""
+    return f"{LABEL_PREFIX}{trace} bucket={bucket} weight={weight:.4f}"
+
+
+def parse_label(label: str) -> tuple[str, int, float] | None:
+    """(trace, bucket, weight) of a `deploy_label`, else None."""
+    if not label.startswith(LABEL_PREFIX):
+        return None
+    try:
+        trace, bucket, weight = label[len(LABEL_PREFIX) :].rsplit(" ", 2)
+        return trace, int(bucket.split("=")[1]), float(weight.split("=")[1])
+    except (ValueError, IndexError):
+        return None
+
+
 def engine_variants(engine: Engine, kv_dtype: str) -> tuple[str, ...]:
     kv = "auto" if not kv_dtype.startswith("fp8") else kv_dtype
     return tuple(s.variant for s in SETTINGS if s.engine == engine and kv in s.kv_dtypes)
@@ -89,7 +109,12 @@ def plan_cases(
     for size, weight in heavy_buckets(hist, sizes).items():
         for step in _steps_in(sim, size, sizes, per_bucket):
             spec = step_spec(sim, step, dep).model_copy(
-                update={"kv_dtype": kv, "page_size": page, "lengths": f"{trace}-step{step}"}
+                update={
+                    "kv_dtype": kv,
+                    "page_size": page,
+                    "lengths": f"{trace}-step{step}",
+                    "label": deploy_label(trace, size, weight),
+                }
             )
             out.append(PlannedCase(trace, size, weight, step, spec, variants))
     return out
