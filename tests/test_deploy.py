@@ -296,3 +296,61 @@ def test_answers_by_model_is_per_model(committed: object) -> None:
     assert ("llama-3.1-8b", 1) in models
     for _, answers in got:
         assert [a.engine for a in answers] == ["vllm", "sglang"]
+
+
+def _fake_gpu(calls: list[tuple[str, list[str]]]) -> object:
+    """A `replay.validate.gpu_timer` stand-in: rows from the fixtures' cost model, written to
+    the rows file as the RunSession would (a header, then one row per backend)."""
+    from attnbench.results import ResultWriter
+    from fixtures_results import header
+
+    def make(device: str, rows_path: str, max_time_ms: float = 100.0) -> object:
+        w = ResultWriter(Path(rows_path)).__enter__()
+        w.write(header())
+
+        def timer(s: object, names: list[str]) -> dict[str, float | None]:
+            calls.append((s.case_id, names))  # type: ignore[attr-defined]
+            out: dict[str, float | None] = {}
+            for i, n in enumerate(names):
+                r = row(s, "flash-attn:fa3", scale=1.0 + 0.2 * i)  # type: ignore[arg-type]
+                r = r.model_copy(update={"backend": n})
+                w.write(r)
+                out[n] = r.latency_us
+            return out
+
+        return timer, lambda: w.__exit__(None, None, None), "NVIDIA H200"
+
+    return make
+
+
+def test_measure_cut_short_resumes_and_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    import attnbench.replay.validate as validate
+
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(validate, "gpu_timer", _fake_gpu(calls))
+    out = tmp_path / "deploy.jsonl"
+    args = ["recommend", *map(str, H200), "--model", "llama-3.1-70b", "--tp", "8"]
+    args += ["--engine", "vllm", "--trace", "azure-conv", "--measure", "--per-bucket", "1"]
+    args += ["--out", str(out)]
+    cut = runner.invoke(app, [*args, "--budget-s", "1e-9"], env={"COLUMNS": "80"})
+    assert "rerun with --resume" in cut.output
+    assert not calls
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2
+    assert "--resume" in again.output
+    done = runner.invoke(app, [*args, "--resume", "-v"], env={"COLUMNS": "80"})
+    assert done.exit_code == 0, done.output
+    _fits(done.output)
+    assert calls
+    assert all(names == ["vllm:flash-attn", "vllm:flashinfer"] for _, names in calls)
+    assert "vllm serve MODEL --tensor-parallel-size 8" in done.output
+    # the heavy buckets are now priced by their own batches
+    assert "not measured here" not in done.output
+    n = len(calls)
+    rerun = runner.invoke(app, [*args, "--resume"], env={"COLUMNS": "80"})
+    assert rerun.exit_code == 0, rerun.output
+    assert len(calls) == n  # nothing measured twice

@@ -57,10 +57,12 @@ class Bucket:
     weight: float
     measured_at: int | None
     """The measured batch size that prices it (None: nothing measured)."""
+    own: bool = False
+    """Priced by a batch that runs in this bucket's graph (a running batch that pads to it)."""
 
     @property
     def extrapolated(self) -> bool:
-        return self.measured_at is None or self.measured_at != self.size
+        return self.measured_at is None or not self.own
 
 
 @dataclass
@@ -135,8 +137,10 @@ def _pairs(
 def batch_weights(
     measured: list[int], sizes: list[int], running: Mapping[int, float] | None
 ) -> tuple[dict[int, float], list[Bucket]]:
-    """Weight per measured batch size (the buckets it prices) and the buckets; without a
-    histogram every measured batch size weighs the same and no bucket is listed."""
+    """Weight per measured batch size and the buckets: a bucket is priced by the measured
+    batches that pad to it (its weight split evenly among them), else by the nearest measured
+    batch size (log scale: extrapolated); without a histogram every measured batch size weighs
+    the same and no bucket is listed."""
     if not measured:
         return {}, []
     if not running:
@@ -147,13 +151,16 @@ def batch_weights(
             size = bucket_of(b, sizes)
             counts[size] = counts.get(size, 0.0) + float(n)
     total = sum(counts.values()) or 1.0
-    by_bucket = {bucket_of(m, sizes): m for m in sorted(measured, reverse=True)}
+    by_bucket: dict[int, list[int]] = {}
+    for m in sorted(measured):
+        by_bucket.setdefault(bucket_of(m, sizes), []).append(m)
     out: dict[int, float] = {}
     buckets = []
     for size in sorted(counts):
-        m = by_bucket.get(size) or _nearest(size, measured)
-        buckets.append(Bucket(size, counts[size] / total, m))
-        out[m] = out.get(m, 0.0) + counts[size] / total
+        own = by_bucket.get(size) or [_nearest(size, measured)]
+        buckets.append(Bucket(size, counts[size] / total, own[0], size in by_bucket))
+        for m in own:
+            out[m] = out.get(m, 0.0) + counts[size] / total / len(own)
     return out, buckets
 
 

@@ -113,7 +113,10 @@ def _time_plan(
     try:
         timer, close, gpu = gpu_timer("cuda", str(out), max_time_ms=100.0)
     except RuntimeError as exc:
-        fail(str(exc))
+        fail(
+            f"--measure needs a CUDA GPU ({exc}); without one, leave out --measure: the "
+            "answer comes from the committed rows, extrapolated buckets marked"
+        )
     start, done = time.monotonic(), 0
     try:
         for c in plan:
@@ -127,4 +130,5 @@ def _time_plan(
             done += 1
     finally:
         close()
-    console.print(f"measured {done} batches on {gpu} into {out}", markup=False, highlight=False)
+    console.print(f"measured {done} batches on {gpu}, rows in:", markup=False, highlight=False)
+    console.print(str(out), markup=False, highlight=False, soft_wrap=True)
