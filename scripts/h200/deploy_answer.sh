@@ -10,16 +10,18 @@
 # Self-limited: no new batch starts after DEPLOY_BUDGET_S (default 540 s) of this script's wall
 # time, so one call stays under the 600 s a command may run. Resumable: when a cut call's rows
 # are committed as results/h200-deploy.jsonl.gz, the next call continues them (--resume).
-# Cost (from `--measure --dry-run` on the committed rows): COUNT_LINE
-# dtype = 158 timed pairs, 316 for both; at 0.5-1.5 s a warm pair and ~100 s of FlashInfer JIT
-# on a fresh machine, plus ~4 s of CPU per invocation (32 invocations: load, replay, answer),
-# bf16 fits one call (~100 + 158 x 1 + 16 x 4 = ~320 s) and fp8 starts in it; a second call
-# finishes fp8 if the first is cut.
+# Cost (from `--measure --dry-run --per-bucket 1` on the committed rows): 76 batches per KV
+# dtype (3-6 buckets of >= 5% weight per model, engine and trace), each timed with the
+# engine's 2 configurations: 152 pairs per KV dtype, 304 in all. At ~0.5-1.5 s a warm pair
+# (100 ms of timed calls each), ~100 s of FlashInfer JIT on a fresh machine and ~3.5 s of CPU
+# per invocation (32: load, replay, answer), about 100 + 304 x 0.8 + 32 x 3.5 = ~455 s; the
+# budget stops it at 540 s (bf16 first), and a second call resumes what is left.
+# DRY=1 plans every invocation (`--dry-run`, no GPU) to check the script on a CPU machine.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 ROWS="$OUT/h200-deploy.jsonl"
 BUDGET=${DEPLOY_BUDGET_S:-540}
-AB="python3 -m attnbench"
+AB="${AB:-python3 -m attnbench}"
 start=$SECONDS
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; deploy_answer; $(date -u +%FT%TZ)"
 [ -f scripts/h200/jit_aot.sh ] && bash scripts/h200/jit_aot.sh
@@ -38,6 +40,7 @@ for kv in auto fp8_e4m3; do
           exit 0
         fi
         resume=(); [ -f "$ROWS" ] && resume=(--resume)
+        [ -n "${DRY:-}" ] && resume+=(--dry-run)
         echo "=== $1 tp$2 $engine $trace kv=$kv (${left}s left)"
         t0=$SECONDS
         timeout -s INT -k 15 "$left" $AB recommend "${INPUTS[@]}" --model "$1" --tp "$2" \

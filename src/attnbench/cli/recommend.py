@@ -158,8 +158,10 @@ def recommend(
             return
         extra, hist, source = got
         if extra.resolve() not in {p.resolve() for p in paths}:
-            paths = [*paths, extra]
-        frame = _frame(paths)
+            import pandas as pd
+
+            paths = [*paths, extra]  # only the new file is read again
+            frame = pd.concat([frame, _frame([extra])], ignore_index=True)
         ask = Ask(shape, name, trace, lengths, kv)
         _answer(paths, frame, ask, verbose, json_out, (hist, source))
         return
