@@ -354,3 +354,19 @@ def test_measure_cut_short_resumes_and_answers(
     rerun = runner.invoke(app, [*args, "--resume"], env={"COLUMNS": "80"})
     assert rerun.exit_code == 0, rerun.output
     assert len(calls) == n  # nothing measured twice
+
+
+def test_measure_without_a_gpu_answers_from_committed_rows(tmp_path: Path) -> None:
+    import torch
+
+    if not H200 or torch.cuda.is_available():
+        pytest.skip("needs the committed rows and no CUDA GPU")
+    out = tmp_path / "deploy.jsonl"
+    args = ["recommend", *map(str, H200), "--model", "llama-3.1-8b", "--engine", "sglang"]
+    args += ["--trace", "azure-conv", "--measure", "--out", str(out)]
+    res = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert "no CUDA GPU here" in res.output
+    assert "EXTRAPOLATED" in res.output
+    assert "decision:" in res.output
+    assert not out.exists()

@@ -157,6 +157,10 @@ def recommend(
         if got is None:
             return
         extra, hist, source = got
+        if extra is None:  # no GPU: the committed rows answer, every bucket shown
+            ask = Ask(shape, name, trace, lengths, kv)
+            _answer(paths, frame, ask, True, json_out, (hist, source))
+            return
         if extra.resolve() not in {p.resolve() for p in paths}:
             import pandas as pd
 
