@@ -51,6 +51,26 @@ MEASURE_SHARE = 0.05
 """A bucket with at least this share of the traffic's decode steps must be measured."""
 
 
+LABEL_PREFIX = "deploy "
+
+
+def deploy_label(trace: str, bucket: int, weight: float) -> str:
+    """The rows' label: the trace, the capture bucket and its share of the decode steps, so the
+    rows alone give the traffic's weighting again (`parse_label`)."""
+    return f"{LABEL_PREFIX}{trace} bucket={bucket} weight={weight:.4f}"
+
+
+def parse_label(label: str) -> tuple[str, int, float] | None:
+    """(trace, bucket, weight) of a `deploy_label`, else None."""
+    if not label.startswith(LABEL_PREFIX):
+        return None
+    try:
+        trace, bucket, weight = label[len(LABEL_PREFIX) :].rsplit(" ", 2)
+        return trace, int(bucket.split("=")[1]), float(weight.split("=")[1])
+    except (ValueError, IndexError):
+        return None
+
+
 @dataclass
 class Bucket:
     size: int
@@ -334,8 +354,10 @@ __all__ = [
     "Timing",
     "answer",
     "answers_by_model",
+    "deploy_label",
     "index",
     "model_shape",
+    "parse_label",
     "preset_of",
     "shape_rows",
 ]

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from attnbench.analysis.deploy import Answer, answer, model_shape, shape_rows
-from attnbench.replay.deploy_plan import parse_label
+from attnbench.analysis.deploy import Answer, answer, model_shape, parse_label, shape_rows
 
 KV_NAMES = {"auto": "bf16", "fp8_e4m3": "fp8_e4m3"}
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnbench.analysis.deploy import MEASURE_SHARE
+from attnbench.analysis.deploy import MEASURE_SHARE, deploy_label
 from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
 from attnbench.backends.engine_paths import SETTINGS, Engine
 from attnbench.replay.deployment import Deployment
@@ -53,26 +53,6 @@ class PlannedCase:
             "page_size": self.spec.page_size,
             "backends": list(self.backends),
         }
-
-
-LABEL_PREFIX = "deploy "
-
-
-def deploy_label(trace: str, bucket: int, weight: float) -> str:
-    """The rows' label: the trace, the capture bucket and its share of the decode steps, so the
-    rows alone give the traffic's weighting again (`parse_label`)."""
-    return f"{LABEL_PREFIX}{trace} bucket={bucket} weight={weight:.4f}"
-
-
-def parse_label(label: str) -> tuple[str, int, float] | None:
-    """(trace, bucket, weight) of a `deploy_label`, else None."""
-    if not label.startswith(LABEL_PREFIX):
-        return None
-    try:
-        trace, bucket, weight = label[len(LABEL_PREFIX) :].rsplit(" ", 2)
-        return trace, int(bucket.split("=")[1]), float(weight.split("=")[1])
-    except (ValueError, IndexError):
-        return None
 
 
 def engine_variants(engine: Engine, kv_dtype: str) -> tuple[str, ...]:
