@@ -354,6 +354,16 @@ def test_measure_cut_short_resumes_and_answers(
     rerun = runner.invoke(app, [*args, "--resume"], env={"COLUMNS": "80"})
     assert rerun.exit_code == 0, rerun.output
     assert len(calls) == n  # nothing measured twice
+    # the findings' answer table re-weights the measured rows by their labels alone
+    from attnbench.analysis.deploy_report import answer_table
+    from attnbench.analysis.frame import ok_rows
+
+    measured = ok_rows(load([out]).frame)
+    ok = ok_rows(load([*H200, out]).frame)
+    table = answer_table(ok, measured, [("llama-3.1-70b", 8)])
+    (mine,) = [r for r in table if r[1] == "vllm" and r[2] == "azure-conv" and r[3] == "bf16"]
+    assert mine[4].startswith("`--attention-backend")
+    assert "0% extrapolated" in mine[6]
 
 
 def test_measure_without_a_gpu_answers_from_committed_rows(tmp_path: Path) -> None:
