@@ -618,7 +618,7 @@ ANALYZE = [
     case(
         ["recommend", "h.jsonl"],
         2,
-        "no row passed the accuracy gate",
+        "passed the accuracy gate: nothing to answer",
         files={"h.jsonl": HEADER},
         id="recommend-header-only",
     ),

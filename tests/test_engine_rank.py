@@ -106,11 +106,13 @@ def test_engine_variant_rows_are_ranked_per_bucket_with_regret(tmp_path: Path) -
 
 def test_cli_recommend_engine(tmp_path: Path) -> None:
     runner = CliRunner()
-    out = runner.invoke(app, ["recommend", *map(str, COMMITTED), "--engine", "vllm"])
+    engines = [RESULTS / "h200-traces-engines.jsonl.gz", RESULTS / "h200-fp8-engines.jsonl.gz"]
+    args = ["recommend", *map(str, COMMITTED + engines), "--model", "llama-3.1-8b"]
+    out = runner.invoke(app, [*args, "--engine", "vllm"], env={"COLUMNS": "80"})
     assert out.exit_code == 0, out.output
-    assert "Deploy on vLLM" in out.output
-    assert "--attention-backend FLASHINFER" in out.output
-    bad = runner.invoke(app, ["recommend", *map(str, COMMITTED), "--engine", "trt"])
+    assert out.output.count("vllm serve MODEL") == 1  # one command for one engine
+    assert "--attention-backend FLASH" in out.output
+    bad = runner.invoke(app, [*args, "--engine", "trt"])
     assert bad.exit_code == 2
-    assert "--engine='trt' is not known; allowed: vllm, sglang" in bad.output
+    assert "--engine='trt' is not known; allowed: vllm, sglang, none" in bad.output
     assert "Traceback" not in bad.output

@@ -95,28 +95,26 @@ def test_check_trace_names_the_allowed_traces(tmp_path: Path) -> None:
 def test_cli_weights_buckets_by_the_trace(committed: list[Path], tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "rec.json"
-    args = ["recommend", *map(str, committed), "--engine", "vllm"]
+    rows = [*committed, committed[0].parent / "h200-traces-engines.jsonl.gz"]
+    args = ["recommend", *map(str, rows), "--model", "llama-3.1-8b", "--engine", "vllm"]
     res = runner.invoke(app, [*args, "--trace", "azure-conv", "--json", str(out)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
-    assert "capture buckets are weighted by the running batch of" in text
     assert "decode steps replayed from trace azure-conv (first 2,000 requests" in text
-    assert "weighted uniformly" not in text
-    (doc,) = json.loads(out.read_text())
+    doc = json.loads(out.read_text())
     assert doc["weighting"].startswith("the running batch of")
-    assert sum(b["weight"] for b in doc["batches"]) == pytest.approx(1.0)
-    uniform = tmp_path / "uniform.json"
-    assert runner.invoke(app, [*args, "--json", str(uniform)]).exit_code == 0
-    (flat,) = json.loads(uniform.read_text())
-    assert flat["weighting"] == "uniform"
-    assert [b["weight"] for b in flat["batches"]] != pytest.approx(
-        [b["weight"] for b in doc["batches"]]
-    )
+    assert sum(b["weight"] for b in doc["buckets"]) == pytest.approx(1.0)
+    assert doc["extrapolated_share"] is not None
+    flat_out = tmp_path / "flat.json"
+    assert runner.invoke(app, [*args, "--json", str(flat_out)]).exit_code == 0
+    flat = json.loads(flat_out.read_text())
+    assert flat["weighting"] == "measured cases, equally"
+    assert flat["buckets"] == []
 
 
 def test_cli_bad_trace_is_one_line(committed: list[Path]) -> None:
     runner = CliRunner()
-    args = ["recommend", *map(str, committed)]
+    args = ["recommend", *map(str, committed), "--model", "llama-3.1-8b"]
     bad = runner.invoke(app, [*args, "--engine", "sglang", "--trace", "azure"])
     assert bad.exit_code == 2
     assert "allowed: azure-code, azure-conv, mooncake-conv, agents:N[@LO-HI]" in bad.output
@@ -125,6 +123,6 @@ def test_cli_bad_trace_is_one_line(committed: list[Path]) -> None:
     agents = runner.invoke(app, [*args, "--engine", "vllm", "--trace", "agents:x"])
     assert agents.exit_code == 2
     assert "expected agents:N or agents:N@LO-HI" in agents.output
-    alone = runner.invoke(app, [*args, "--trace", "azure-conv"])
-    assert alone.exit_code == 2
-    assert "pass --engine too" in alone.output
+    both = runner.invoke(app, [*args, "--trace", "azure-conv", "--lengths", "ctx1024"])
+    assert both.exit_code == 2
+    assert "--trace and --lengths both weight the cases: give one" in both.output

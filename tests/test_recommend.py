@@ -213,11 +213,13 @@ def test_cli_recommend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ATTNBENCH_RESULTS", str(path.parent))
     res = runner.invoke(app, ["recommend", "--json", str(out)])
     assert res.exit_code == 0, res.output
-    assert "decision matrix" in res.output
-    assert "--decode-attention-backend flashinfer" in res.output
+    # without --model: the index of model shapes, never one global winner or command
+    assert "one line per model shape" in res.output
+    assert "vllm serve" not in res.output
+    assert "sglang.launch_server" not in res.output
     doc = json.loads(out.read_text())
-    assert doc[0]["plan"]["kv_dtype"] == "fp8_e4m3"
-    assert {c["class"] for c in doc[0]["classes"]} >= {"decode uniform", "prefill long", "tree"}
+    assert doc
+    assert all({"model", "tp", "heads", "cases"} <= set(d) for d in doc)
 
 
 def test_cli_recommend_without_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

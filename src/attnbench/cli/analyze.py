@@ -1,10 +1,10 @@
-"""`attnbench report`, `compare` and `recommend`: stored results in, decisions out (no GPU)."""
+"""`attnbench report` and `compare`: stored results in, documents out (no GPU); `recommend`
+is `cli.recommend`."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -12,21 +12,14 @@ from rich.markup import escape
 from attnbench.cli.app import app
 from attnbench.cli.common import (
     check_output_dir,
-    check_output_file,
     console,
     fail,
     note,
-    write_output,
 )
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from attnbench.analysis.compare import Comparison
-    from attnbench.analysis.engine_rank import EngineRecommendation
     from attnbench.analysis.frame import Loaded
-    from attnbench.backends.engine_paths import Engine
-    from attnbench.report.blocks import Block
 
 ResultsArg = Annotated[
     list[Path] | None,
@@ -206,166 +199,3 @@ def _print_comparison(comp: Comparison, show_all: bool) -> None:
         )
     else:
         console.print(f"no regression beyond {thr}: exit 0")
-
-
-@app.command()
-def recommend(
-    results: ResultsArg = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write the decision as JSON.")
-    ] = None,
-    engine: Annotated[
-        str | None,
-        typer.Option(
-            help="vllm or sglang: rank only what that engine deploys (its backends' own kernel "
-            "paths), with the command line, per CUDA-graph bucket."
-        ),
-    ] = None,
-    trace: Annotated[
-        str | None,
-        typer.Option(
-            help="With --engine: weight the capture buckets by how often this trace's running "
-            "batch falls in each (azure-code, azure-conv, mooncake-conv, agents:N, a file), "
-            "replaying its first 2000 requests on the rows' model; default: uniform."
-        ),
-    ] = None,
-) -> None:
-    """Decision matrix per workload class, crossovers, hybrid plan and vLLM/SGLang flags,
-    all derived from rows that passed the accuracy gate."""
-    if engine is not None:
-        _recommend_engine(results, json_out, engine, trace)
-        return
-    if trace is not None:
-        fail("--trace weights the CUDA-graph buckets of --engine vllm|sglang: pass --engine too")
-    from attnbench.analysis.hybrid import recommend as decide
-    from attnbench.report.per_model_section import model_blocks
-    from attnbench.report.sections import recommendation_blocks
-
-    if json_out is not None:
-        check_output_file(json_out, "--json")
-    loaded = _load(results)
-    with console.status("ranking backends (bootstrap confidence intervals)"):
-        recs = decide(loaded.frame)
-    if not recs:
-        fail("no row passed the accuracy gate: nothing to recommend from")
-    for rec in recs:
-        console.rule(f"[bold]{escape(rec.gpu)}")
-        for block in model_blocks(rec) + recommendation_blocks(rec):
-            _print_block(block)
-    if json_out:
-        from attnbench.results import dumps
-
-        write_output(json_out, dumps([_as_json(r) for r in recs], indent=2) + "\n", "--json")
-        console.print(f"decision written to {escape(str(json_out))}", highlight=False)
-
-
-def _recommend_engine(
-    results: list[Path] | None, json_out: Path | None, engine: str, trace: str | None
-) -> None:
-    from attnbench.analysis.engine_rank import rank_engine
-    from attnbench.backends.engine_paths import ENGINES
-    from attnbench.replay.engine_trace import check_trace
-    from attnbench.report.engine_section import engine_blocks, engine_json
-
-    name = engine.strip().lower()
-    if name not in ENGINES:
-        fail(f"--engine={engine!r} is not known; allowed: {', '.join(ENGINES)}")
-    if trace is not None and (why := check_trace(trace)) is not None:
-        fail(why)
-    if json_out is not None:
-        check_output_file(json_out, "--json")
-    loaded = _load(results)
-    eng: Engine = "vllm" if name == "vllm" else "sglang"
-    if trace is None:
-        recs = rank_engine(loaded.frame, eng)
-    else:
-        recs = _traced(results, loaded.frame, eng, trace)
-    if not recs:
-        fail("no row passed the accuracy gate: nothing to recommend from")
-    for rec in recs:
-        console.rule(f"[bold]{escape(rec.gpu)}")
-        for block in engine_blocks(rec):
-            _print_block(block)
-    if json_out:
-        from attnbench.results import dumps
-
-        write_output(json_out, dumps([engine_json(r) for r in recs], indent=2) + "\n", "--json")
-        console.print(f"decision written to {escape(str(json_out))}", highlight=False)
-
-
-def _traced(
-    results: list[Path] | None, frame: pd.DataFrame, engine: Engine, trace: str
-) -> list[EngineRecommendation]:
-    """Per GPU, the buckets weighted by `trace`'s running batch on that GPU's rows."""
-    from attnbench.analysis.engine_rank import rank_engine
-    from attnbench.analysis.frame import ok_rows, resolve_paths
-    from attnbench.replay.engine_trace import running_batches
-    from attnbench.replay.pipeline import ReplayError
-
-    ok = ok_rows(frame)
-    recs = []
-    for gpu in sorted(set(ok["gpu"])):
-        try:
-            with console.status(f"replaying {trace} for the running batch on {gpu}"):
-                run = running_batches(resolve_paths(results), gpu, engine, trace)
-        except ReplayError as exc:
-            fail(str(exc))
-        recs += rank_engine(frame[frame["gpu"] == gpu], engine, run.histogram, run.source())
-    return recs
-
-
-def _rich(text: str) -> str:
-    from rich.markup import escape
-
-    return re.sub(r"\*\*(.+?)\*\*", r"[bold]\1[/]", escape(str(text)))
-
-
-def _print_block(block: Block) -> None:
-    from rich.table import Table as RichTable
-
-    from attnbench.report.blocks import Code, Table, Text
-
-    if isinstance(block, Text):
-        console.print(_rich(block.markdown), soft_wrap=True)
-    elif isinstance(block, Code):
-        console.print(block.text, style="cyan", soft_wrap=True, highlight=False, markup=False)
-    elif isinstance(block, Table):
-        caption = escape(block.caption) if block.caption else None
-        t = RichTable(title=caption, header_style="bold", show_lines=True)
-        for h in block.headers:
-            t.add_column(escape(str(h)), overflow="fold")
-        for row in block.rows:
-            t.add_row(*(_rich(c) for c in row))
-        console.print(t)
-
-
-def _as_json(rec: Any) -> dict[str, Any]:
-    from attnbench.analysis.engines import export
-
-    plan = rec.plan
-    return {
-        "gpu": rec.gpu,
-        "models": [m.as_dict(rec.gpu) for m in rec.models],
-        "classes": [
-            {
-                "class": r.cls.name,
-                "rule": r.cls.rule,
-                "cases": r.n_cases,
-                "winner": r.winner,
-                "runner_up": r.runner_up,
-                "margin": None if r.margin is None else r.margin.__dict__,
-                "tie": r.is_tie,
-                "standings": [s.__dict__ for s in r.standings],
-                "crossovers": [c.__dict__ for c in r.crossovers],
-            }
-            for r in rec.classes
-        ],
-        "plan": {
-            "prefill_backend": plan.prefill_backend,
-            "decode_backend": plan.decode_backend,
-            "kv_dtype": plan.kv_dtype,
-            "page_size": plan.page_size,
-            "choices": [c.__dict__ for c in plan.choices],
-        },
-        "engines": [{"engine": e.engine, "args": e.args, "notes": e.notes} for e in export(plan)],
-    }

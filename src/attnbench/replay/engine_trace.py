@@ -44,7 +44,7 @@ from attnbench.replay.pipeline import (
     load_rows,
     requests_for,
 )
-from attnbench.replay.simresult import SchedulerConfig
+from attnbench.replay.simresult import SchedulerConfig, SimResult
 from attnbench.replay.simulator import simulate
 from attnbench.replay.stepcost import ReplayCost
 from attnbench.results import ResultRow
@@ -117,23 +117,30 @@ def _fitted(loaded: LoadedRows, key: ShapeKey) -> dict[str, AttentionCostModel]:
 
 
 def deployment_of(
-    loaded: LoadedRows,
+    loaded: LoadedRows, model: tuple[str, int] | None = None
 ) -> tuple[Deployment, str, dict[str, AttentionCostModel]]:
     """The deployment the rows describe (see the module docstring), how it was chosen, and its
-    variants' fitted cost models with both decode and prefill; ReplayError when none has one."""
+    variants' fitted cost models with both decode and prefill; ReplayError when none has one.
+    `model` (preset, tp): only rows of that shard's heads, replayed at that preset."""
     usable = usable_rows(loaded.rows)
+    heads = None
+    if model is not None:
+        s = MODELS[model[0]].shard(model[1])
+        heads = (s.num_qo_heads, s.num_kv_heads, s.head_dim)
     counts = Counter(
         ShapeKey.of(r.spec)
         for r in usable
-        if r.spec.kind == "decode" and r.spec.kv_dtype == r.spec.dtype
+        if r.spec.kind == "decode"
+        and r.spec.kv_dtype == r.spec.dtype
+        and (heads is None or (r.spec.num_qo_heads, r.spec.num_kv_heads, r.spec.head_dim) == heads)
     )
     for key, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].describe())):
-        found = _model_of(usable, key)
+        found = (*model, "the asked model") if model is not None else _model_of(usable, key)
         if found is None:
             continue
-        model, tp, why = found
+        name, tp, why = found
         try:
-            dep = Deployment(model, tp, key.dtype, key.kv_dtype, key.page_size)
+            dep = Deployment(name, tp, key.dtype, key.kv_dtype, key.page_size)
             shard = dep.shard
         except ValueError:
             continue
@@ -145,7 +152,7 @@ def deployment_of(
             continue
         models = _fitted(loaded, key)
         if models:
-            return dep, f"{model} at tp {tp}, {key.describe()} ({why})", models
+            return dep, f"{name} at tp {tp}, {key.describe()} ({why})", models
     raise ReplayError(
         f"--trace: no 16-bit decode and prefill rows on {loaded.gpu} at a model preset's head "
         f"shape to replay the trace with; shapes present: {', '.join(shapes_in(loaded.rows))}; "
@@ -180,8 +187,21 @@ def running_batches(
 ) -> RunningBatches:
     """Replay `trace`'s first `limit` requests on `gpu`'s rows and count the decode steps per
     running batch size. Raises ReplayError for input it cannot use."""
+    return replay_trace(paths, gpu, engine, trace, limit)[0]
+
+
+def replay_trace(
+    paths: Sequence[Path],
+    gpu: str | None,
+    engine: Engine,
+    trace: str,
+    limit: int = TRACE_LIMIT,
+    model: tuple[str, int] | None = None,
+) -> tuple[RunningBatches, SimResult, Deployment]:
+    """`running_batches`, with the simulation and its deployment (whose steps `recommend
+    --measure` draws its batches from); `model` replays that preset on its shard's rows."""
     loaded = load_rows(paths, gpu)
-    dep, described, models = deployment_of(loaded)
+    dep, described, models = deployment_of(loaded, model)
     name = _cost_variant(engine, models, loaded.rows)
     cfg = ReplayConfig(trace=trace, limit=limit, deployment=dep)
     reqs, info = requests_for(cfg)
@@ -196,9 +216,10 @@ def running_batches(
         chunked_prefill=chunked,
         prefix_cache=info.has_prefix_hashes,
     )
-    n = simulate(reqs, sched, cost).features.n_decode
+    sim = simulate(reqs, sched, cost)
+    n = sim.features.n_decode
     sizes, steps = np.unique(n[n > 0], return_counts=True)
-    return RunningBatches(
+    run = RunningBatches(
         trace=info.name,
         requests=info.requests,
         deployment=described,
@@ -209,3 +230,4 @@ def running_batches(
         ),
         histogram={int(s): int(c) for s, c in zip(sizes.tolist(), steps.tolist(), strict=True)},
     )
+    return run, sim, dep

@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from attnbench.analysis.candidates import BASELINE_VARIANTS
 from attnbench.replay.costmodel import AttentionCostModel, padded_from_ragged
 from attnbench.replay.document import SCHEMA
 from attnbench.replay.gemm import GemmRoofline
@@ -106,8 +107,14 @@ cheap model (SDPA flash decode fitted on 2 rows) won the automatic hybrid."""
 
 def best_on(models: dict[str, AttentionCostModel], f: StepFeatures, part: str) -> str | None:
     """The variant with the least total `part` attention time over the steps `f`, among those
-    whose `part` model rests on MIN_ROWS_TO_CHOOSE rows or more (all of them when none does)."""
-    have = {name: m for name, m in models.items() if getattr(m, part) is not None and not m.padded}
+    whose `part` model rests on MIN_ROWS_TO_CHOOSE rows or more (all of them when none does);
+    never a baseline no engine deploys (`candidates.BASELINE_VARIANTS`: FA3 on a contiguous
+    copy), so the automatic hybrid names only what can be served."""
+    have = {
+        name: m
+        for name, m in models.items()
+        if getattr(m, part) is not None and not m.padded and name not in BASELINE_VARIANTS
+    }
     supported = {n: m for n, m in have.items() if getattr(m, part).n_rows >= MIN_ROWS_TO_CHOOSE}
     pool = supported or have
     if not pool:

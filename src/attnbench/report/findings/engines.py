@@ -185,3 +185,46 @@ def fp8_study(inputs: Inputs) -> Section | None:
     ]
     tables = [Table(cols, rows), Table(["file", "complete", "kernel records", "commit"], complete)]
     return Section("FP8 numerics on the GPU", text, tables)
+
+
+DEPLOY_FILE = "h200-deploy"
+"""`scripts/h200/deploy_answer.sh`'s rows (`recommend --measure` on each trace)."""
+ANSWER_MODELS = (("llama-3.1-8b", 1), ("llama-3.1-70b", 8))
+ANSWER_COMMAND = (
+    "source .device/setup.sh; trap - EXIT; ATTNBENCH_GIT_SHA=<sha> "
+    "bash scripts/h200/deploy_answer.sh"
+)
+
+
+@section("answer")
+def answer(inputs: Inputs) -> Section | None:
+    """`recommend --model M --engine E --trace T` per Llama model, engine and trace, from the
+    rows `--measure` took on that trace's own batches (`analysis.deploy_report`)."""
+    from attnbench.analysis.deploy_report import answer_table
+
+    rows = inputs.rows
+    if rows.empty:
+        return None
+    ok = rows[(rows["status"] == "ok") & rows["latency_us"].notna()]
+    measured = inputs.ok(DEPLOY_FILE)
+    table = answer_table(ok, measured, ANSWER_MODELS)
+    cols = ["model", "engine", "traffic", "KV", "deploy", "decode vs default", "basis"]
+    cols += ["file", "commit"]
+    text = (
+        "The answer `attnbench recommend --model M --tp N --engine E --trace T` gives: the "
+        "deploy flags, decode attention time against the engine default on the same cases "
+        "(paired bootstrap, 95% CI; `=` marks a tie, which keeps the default), and its basis "
+        "(decode cases, the share of the trace's decode steps priced at another batch size)."
+    )
+    if measured.empty:
+        text += (
+            " The rows measured on each trace's own batches are pending: "
+            f"`{ANSWER_COMMAND}` writes them (results/h200-deploy.jsonl.gz); until then the "
+            "table answers from the committed rows, every measured batch size weighted alike."
+        )
+    heads = [
+        Headline.of(f"answer {r[0]} {r[1]} {r[2]}", f"{r[4]}: decode {r[5]}", r[-2:])
+        for r in table
+        if r[2] in ("azure-conv", "committed rows") and r[3] == "bf16"
+    ][:4]
+    return Section("The answer per deployment", text, [Table(cols, table)], heads)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The H200 evidence of `attnbench recommend --model ... --measure` (issue 31): for
+# llama-3.1-8b (tp1) and llama-3.1-70b (tp8), vLLM and SGLang, on each shipped trace and the
+# brief's 450-agent mix, the replay's running batch drawn per CUDA-graph bucket holding >= 5%
+# of the decode steps (one step per bucket) and timed with every deployable configuration of
+# the engine, bf16 KV first, then fp8_e4m3 KV, into ONE rows file. Through the device tool,
+# with `.device` carried:
+#   source .device/setup.sh; trap - EXIT; ATTNBENCH_GIT_SHA=<sha> bash scripts/h200/deploy_answer.sh
+# Rows land in $OUT/h200-deploy.jsonl; commit them as results/h200-deploy.jsonl.gz (gzip -9).
+# Self-limited: no new batch starts after DEPLOY_BUDGET_S (default 540 s) of this script's wall
+# time, so one call stays under the 600 s a command may run. Resumable: when a cut call's rows
+# are committed as results/h200-deploy.jsonl.gz, the next call continues them (--resume).
+# Cost (from `--measure --dry-run --per-bucket 1` on the committed rows): 76 batches per KV
+# dtype (3-6 buckets of >= 5% weight per model, engine and trace), each timed with the
+# engine's 2 configurations: 152 pairs per KV dtype, 304 in all. At ~0.5-1.5 s a warm pair
+# (100 ms of timed calls each), ~100 s of FlashInfer JIT on a fresh machine and ~3.5 s of CPU
+# per invocation (32: load, replay, answer), about 100 + 304 x 0.8 + 32 x 3.5 = ~455 s; the
+# budget stops it at 540 s (bf16 first), and a second call resumes what is left.
+# DRY=1 plans every invocation (`--dry-run`, no GPU) to check the script on a CPU machine.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+ROWS="$OUT/h200-deploy.jsonl"
+BUDGET=${DEPLOY_BUDGET_S:-540}
+AB="${AB:-python3 -m attnbench}"
+start=$SECONDS
+echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; deploy_answer; $(date -u +%FT%TZ)"
+[ -f scripts/h200/jit_aot.sh ] && bash scripts/h200/jit_aot.sh
+if [ -f results/h200-deploy.jsonl.gz ] && [ ! -f "$ROWS" ]; then
+  zcat results/h200-deploy.jsonl.gz > "$ROWS"  # a cut call's rows: continue them
+fi
+mapfile -t INPUTS < <(ls results/h200-*.jsonl* | grep -v h200-deploy)
+for kv in auto fp8_e4m3; do
+  for model in "llama-3.1-8b 1" "llama-3.1-70b 8"; do
+    set -- $model
+    for engine in vllm sglang; do
+      for trace in azure-code azure-conv mooncake-conv agents:450; do
+        left=$((BUDGET - (SECONDS - start)))
+        if [ "$left" -lt 25 ]; then
+          echo "=== budget of ${BUDGET}s spent: commit $ROWS and call again to resume"
+          exit 0
+        fi
+        resume=(); [ -f "$ROWS" ] && resume=(--resume)
+        [ -n "${DRY:-}" ] && resume+=(--dry-run)
+        echo "=== $1 tp$2 $engine $trace kv=$kv (${left}s left)"
+        t0=$SECONDS
+        timeout -s INT -k 15 "$left" $AB recommend "${INPUTS[@]}" --model "$1" --tp "$2" \
+          --engine "$engine" --trace "$trace" --kv-dtype "$kv" --measure --per-bucket 1 \
+          --out "$ROWS" "${resume[@]}" --budget-s $((left - 20)) 2>&1 | tail -"${TAIL:-12}"
+        echo "=== exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
+      done
+    done
+  done
+done
+echo "=== done in $((SECONDS - start)) s: $ROWS"

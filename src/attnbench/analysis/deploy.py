@@ -1,0 +1,363 @@
+"""`attnbench recommend --model M`: one answer per deployment (model shape, engine, traffic).
+
+A deployment is a model preset at a tp (`ModelShape`): its rows are those whose attention
+heads per GPU are the preset's shard (`num_qo_heads`, `num_kv_heads`, `head_dim`), whatever
+model name a row carries (an anonymous `h32/8 d128` row is llama-3.1-8b's tp1 shard). The
+options are only what the engine deploys (`deploy_options`): for vLLM/SGLang their attention
+backends at a KV dtype and page size (engine-variant rows, else raw rows that are exactly the
+engine's kernel path, `engine_rank.engine_rows`); for `--engine none` the raw library
+variants that read a paged cache in place, untuned. Every option is compared with the
+engine's default on the cases both ran (`deploy_stats.paired_ratio`): decode cases weighted by
+the traffic's CUDA-graph buckets (each bucket priced at the nearest measured batch size, log
+scale; the share of weight priced at another size is reported as extrapolated), prefill cases
+equally. Options whose intervals overlap the fastest one's are tied; a tie with the default
+keeps the default. fp8 KV is a decision of its own (`Fp8Decision`). Pure: the rows and the
+running-batch histogram come in, an `Answer` goes out; `answers_by_model` is the stable entry
+point of the report's first screen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pandas as pd
+
+from attnbench.analysis.compare import Timing
+from attnbench.analysis.deploy_options import (
+    Option,
+    OptionKey,
+    deploy_options,
+    not_deployable,
+)
+from attnbench.analysis.deploy_shapes import (
+    IndexLine,
+    ModelShape,
+    index,
+    model_shape,
+    preset_of,
+    shape_rows,
+)
+from attnbench.analysis.deploy_stats import Pair, PairedEstimate, paired_ratio
+from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
+from attnbench.analysis.frame import ok_rows
+
+Target = Literal["vllm", "sglang", "none"]
+TARGETS: tuple[Target, ...] = ("vllm", "sglang", "none")
+MEASURE_SHARE = 0.05
+"""A bucket with at least this share of the traffic's decode steps must be measured."""
+
+
+LABEL_PREFIX = "deploy "
+
+
+def deploy_label(trace: str, bucket: int, weight: float) -> str:
+    """The rows' label: the trace, the capture bucket and its share of the decode steps, so the
+    rows alone give the traffic's weighting again (`parse_label`)."""
+    return f"{LABEL_PREFIX}{trace} bucket={bucket} weight={weight:.4f}"
+
+
+def parse_label(label: str) -> tuple[str, int, float] | None:
+    """(trace, bucket, weight) of a `deploy_label`, else None."""
+    if not label.startswith(LABEL_PREFIX):
+        return None
+    try:
+        trace, bucket, weight = label[len(LABEL_PREFIX) :].rsplit(" ", 2)
+        return trace, int(bucket.split("=")[1]), float(weight.split("=")[1])
+    except (ValueError, IndexError):
+        return None
+
+
+@dataclass
+class Bucket:
+    size: int
+    weight: float
+    measured_at: int | None
+    """The measured batch size that prices it (None: nothing measured)."""
+    own: bool = False
+    """Priced by a batch that runs in this bucket's graph (a running batch that pads to it)."""
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.measured_at is None or not self.own
+
+
+@dataclass
+class Fp8Decision:
+    option: Option
+    versus: Option
+    decode: PairedEstimate | None
+    kv_bytes_ratio: float
+    error: Mapping[str, Any] = field(default_factory=dict)
+    """From the fp8 study: `kernel`, `format`, `total_rel_l2_max`, `needle_recall_min`..."""
+
+
+@dataclass(frozen=True)
+class Gap:
+    text: str
+    command: str
+
+
+@dataclass
+class Answer:
+    shape: ModelShape
+    engine: Target
+    gpu: str
+    kv_dtype: str
+    weighting: str
+    default: Option | None = None
+    choice: Option | None = None
+    options: list[Option] = field(default_factory=list)
+    tied: list[Option] = field(default_factory=list)
+    buckets: list[Bucket] = field(default_factory=list)
+    measured_batches: list[int] = field(default_factory=list)
+    fp8: Fp8Decision | None = None
+    prefill_choice: Option | None = None
+    """`--engine none`: the fastest prefill call (a library user may pick one per phase)."""
+    default_decode_us: float | None = None
+    """The default's expected decode time per step and layer, traffic-weighted."""
+    not_deployable: list[str] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+    """What the rows do not cover, each with the command that would measure it."""
+
+    @property
+    def extrapolated_share(self) -> float | None:
+        if not self.buckets:
+            return None
+        return sum(b.weight for b in self.buckets if b.extrapolated)
+
+    @property
+    def keeps_default(self) -> bool:
+        return self.choice is not None and self.choice.key == (
+            self.default.key if self.default else None
+        )
+
+
+def _pairs(
+    option: Option, base: Option, kind: str, weights: Mapping[int, float] | None
+) -> list[Pair]:
+    mine, theirs = option.cases(kind), base.cases(kind)
+    shared = sorted(set(mine) & set(theirs))
+    if kind != "decode" or weights is None:
+        return [Pair(mine[c].timing, theirs[c].timing) for c in shared]
+    per_batch = Counter(theirs[c].batch for c in shared)
+    return [
+        Pair(
+            mine[c].timing,
+            theirs[c].timing,
+            weights.get(theirs[c].batch, 0.0) / per_batch[theirs[c].batch],
+        )
+        for c in shared
+    ]
+
+
+def batch_weights(
+    measured: list[int], sizes: list[int], running: Mapping[int, float] | None
+) -> tuple[dict[int, float], list[Bucket]]:
+    """Weight per measured batch size and the buckets: a bucket is priced by the measured
+    batches that pad to it (its weight split evenly among them), else by the nearest measured
+    batch size (log scale: extrapolated); without a histogram every measured batch size weighs
+    the same and no bucket is listed."""
+    if not measured:
+        return {}, []
+    if not running:
+        return {m: 1.0 / len(measured) for m in measured}, []
+    counts: dict[int, float] = {}
+    for b, n in running.items():
+        if b >= 1 and n > 0:
+            size = bucket_of(b, sizes)
+            counts[size] = counts.get(size, 0.0) + float(n)
+    total = sum(counts.values()) or 1.0
+    by_bucket: dict[int, list[int]] = {}
+    for m in sorted(measured):
+        by_bucket.setdefault(bucket_of(m, sizes), []).append(m)
+    out: dict[int, float] = {}
+    buckets = []
+    for size in sorted(counts):
+        own = by_bucket.get(size) or [_nearest(size, measured)]
+        buckets.append(Bucket(size, counts[size] / total, own[0], size in by_bucket))
+        for m in own:
+            out[m] = out.get(m, 0.0) + counts[size] / total / len(own)
+    return out, buckets
+
+
+def _nearest(batch: int, measured: list[int]) -> int:
+    return min(measured, key=lambda m: (abs(math.log(batch / m)), m))
+
+
+def answer(
+    frame: pd.DataFrame,
+    shape: ModelShape,
+    engine: Target,
+    kv_dtype: str = "auto",
+    running: Mapping[int, float] | None = None,
+    weighting: str = "",
+    trace: str | None = None,
+) -> Answer:
+    """The decision for `shape` on `engine` (module docstring); `trace` names the traffic in
+    the command that would measure what the rows lack."""
+    ok = shape_rows(ok_rows(frame), shape)
+    gpu = ok["gpu"].value_counts().index[0] if not ok.empty else "no GPU"
+    ok = ok[ok["gpu"] == gpu] if not ok.empty else ok
+    ans = Answer(shape, engine, str(gpu), kv_dtype, weighting or "measured cases, equally")
+    ans.not_deployable = not_deployable(ok, engine)
+    options, default = deploy_options(ok, engine, shape.tp)
+    ans.default = default
+    if default is None:
+        ans.gaps.append(
+            Gap(
+                f"no {engine} rows at {shape.label} ({shape.heads})",
+                measure_command(shape, engine, trace, kv_dtype),
+            )
+        )
+        return ans
+    ans.measured_batches = sorted({c.batch for c in default.cases("decode").values()})
+    sizes = capture_sizes("vllm" if engine == "none" else engine)
+    weights, ans.buckets = batch_weights(ans.measured_batches, sizes, running)
+    ans.default_decode_us = expected_us(default, weights)
+    for opt in options:
+        opt.decode = paired_ratio(_pairs(opt, default, "decode", weights))
+        opt.prefill = paired_ratio(_pairs(opt, default, "prefill", None))
+    ans.options = sorted(
+        (o for o in options if o.key.kv == kv_dtype), key=lambda o: _order(o, default)
+    )
+    _choose(ans, default)
+    if engine == "none":
+        pre = [o for o in ans.options if o.prefill is not None]
+        ans.prefill_choice = min(pre, key=lambda o: (o.prefill.ratio, o.key.text)) if pre else None  # type: ignore[union-attr]
+    ans.fp8 = fp8_decision(ans, options, weights)
+    ans.gaps += coverage_gaps(ans, trace)
+    return ans
+
+
+def measure_command(shape: ModelShape, engine: str, trace: str | None, kv_dtype: str) -> str:
+    """The `attnbench` command that measures this deployment on its traffic (GPU); for
+    `--engine none`, the raw variants' sweep at the model's shard."""
+    kv = "" if kv_dtype == "auto" else f" --kv-dtype {kv_dtype}"
+    if engine == "none":
+        return (
+            f"attnbench run --model {shape.model} --tp {shape.tp} -k decode -k prefill "
+            f"-l {trace or 'mixed(256..65536)'}{kv} --out runs/deploy-raw.jsonl"
+        )
+    return (
+        f"attnbench recommend --model {shape.model} --tp {shape.tp} --engine {engine} "
+        f"--trace {trace or 'azure-conv'}{kv} --measure --out runs/deploy.jsonl"
+    )
+
+
+def coverage_gaps(ans: Answer, trace: str | None) -> list[Gap]:
+    """One line per thing the rows do not cover (buckets of >= 5% weight priced at another
+    batch size, no decode or prefill rows), with the command that measures it."""
+    cmd = measure_command(ans.shape, ans.engine, trace, ans.kv_dtype)
+    out = []
+    if not ans.measured_batches:
+        out.append(Gap(f"no decode rows of the default at {ans.shape.label}", cmd))
+    far = [b for b in ans.buckets if b.extrapolated and b.weight >= MEASURE_SHARE]
+    if far:
+        share = sum(b.weight for b in far)
+        sizes = ", ".join(str(b.size) for b in far[:8]) + (", ..." if len(far) > 8 else "")
+        out.append(
+            Gap(f"buckets {sizes} ({100 * share:.0f}% of decode steps) not measured here", cmd)
+        )
+    if ans.default is not None and not ans.default.cases("prefill"):
+        out.append(Gap("no prefill rows of the default", cmd))
+    return out
+
+
+def expected_us(opt: Option, weights: Mapping[int, float]) -> float | None:
+    """Sum over measured batch sizes of weight x geometric-mean latency there."""
+    by: dict[int, list[float]] = {}
+    for c in opt.cases("decode").values():
+        by.setdefault(c.batch, []).append(math.log(c.timing.median_us))
+    total = sum(w for b, w in weights.items() if b in by)
+    if not total:
+        return None
+    return sum(w * math.exp(sum(by[b]) / len(by[b])) for b, w in weights.items() if b in by) / total
+
+
+def _order(o: Option, default: Option) -> tuple[float, str]:
+    return (o.decode.ratio if o.decode else math.inf, o.key.text)
+
+
+def _choose(ans: Answer, default: Option) -> None:
+    ranked = [o for o in ans.options if o.decode is not None]
+    if not ranked:
+        return
+    best = ranked[0]
+    assert best.decode is not None
+    ans.tied = [o for o in ranked[1:] if o.decode is not None and o.decode.overlaps(best.decode)]
+    if default in ans.tied and ans.kv_dtype == default.key.kv:
+        ans.tied = [best] + [o for o in ans.tied if o is not default]
+        best = default
+    ans.choice = best
+
+
+def fp8_decision(
+    ans: Answer, options: list[Option], weights: Mapping[int, float]
+) -> Fp8Decision | None:
+    """The choice at the other KV precision (fp8 e4m3 against 16-bit, or 16-bit against the
+    requested fp8), same engine setting where measured, on the shared decode cases."""
+    from attnbench.analysis.deploy_fp8 import kv_bytes_ratio, study_error
+
+    if ans.choice is None:
+        return None
+    c = ans.choice
+    if c.key.kv == "auto":
+        fp8 = [o for o in options if o.key.kv == "fp8_e4m3"]
+        same = [o for o in fp8 if o.key.variant == c.key.variant] or fp8
+        if not same:
+            return None
+        other, base = _best(same, c, weights), c
+    else:
+        sixteen = [o for o in options if o.key.kv == "auto" and o.key.variant == c.key.variant]
+        if not sixteen:
+            return None
+        other, base = c, sixteen[0]
+    est = paired_ratio(_pairs(other, base, "decode", weights))
+    return Fp8Decision(
+        other, base, est, kv_bytes_ratio(other.key.kv), study_error(other, ans.engine)
+    )
+
+
+def _best(cands: list[Option], base: Option, weights: Mapping[int, float]) -> Option:
+    def score(o: Option) -> float:
+        est = paired_ratio(_pairs(o, base, "decode", weights), n=200)
+        return est.ratio if est else math.inf
+
+    return min(cands, key=lambda o: (score(o), o.key.text))
+
+
+def answers_by_model(frame: pd.DataFrame) -> list[tuple[ModelShape, list[Answer]]]:
+    """Per model shape of the rows (`index`), the vLLM and SGLang answers on the committed
+    rows without a trace (measured cases weighted equally per batch size). The report's first
+    screen calls this; the signature is stable."""
+    lines, _ = index(frame)
+    out = []
+    for line in (x for x in lines if not x.shape.mla):
+        out.append((line.shape, [answer(frame, line.shape, e) for e in ("vllm", "sglang")]))
+    return out
+
+
+__all__ = [
+    "TARGETS",
+    "Answer",
+    "Bucket",
+    "Fp8Decision",
+    "Gap",
+    "IndexLine",
+    "ModelShape",
+    "Option",
+    "OptionKey",
+    "Timing",
+    "answer",
+    "answers_by_model",
+    "deploy_label",
+    "index",
+    "model_shape",
+    "parse_label",
+    "preset_of",
+    "shape_rows",
+]

@@ -1,0 +1,105 @@
+"""The answer table of the findings (`report.findings.engines.answer`): per model, engine,
+traffic and KV dtype, what `recommend --model` answers. Rows measured by `recommend --measure`
+carry their trace, capture bucket and bucket weight in their label (`replay.deploy_plan`): a
+trace's answer prices decode on that trace's own batches only, weighted as the replay weighted
+the buckets. Without such rows the answer is from the committed rows (measured batch sizes
+weighted alike). Pure: frames in, table cells out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from attnbench.analysis.deploy import (
+    Answer,
+    ModelShape,
+    Target,
+    answer,
+    model_shape,
+    parse_label,
+    shape_rows,
+)
+
+KV_NAMES = {"auto": "bf16", "fp8_e4m3": "fp8_e4m3"}
+
+
+def _sources(rows: pd.DataFrame) -> list[str]:
+    if rows.empty or "file" not in rows:
+        return ["-", "-"]
+    files = sorted(set(map(str, rows["file"])))
+    commits = sorted(set(map(str, rows["commit"])))
+    short = files if len(files) <= 2 else [files[0], f"{len(files) - 1} more"]
+    return [", ".join(f"`{f}`" for f in short), ", ".join(commits[:2])]
+
+
+def _cells(ans: Answer) -> list[str]:
+    c = ans.choice
+    if c is None:
+        return ["-", "not measured at this shape (pending)", "-"]
+    skip = ("--tensor-parallel-size", "--tp ", "--model-path")
+    flags = [u for u in c.command[1:] if u.startswith("--") and not u.startswith(skip)]
+    deploy = f"`{' '.join(flags)}`" if flags else f"`{c.key.variant}` calls"
+    e = c.decode
+    dec = "-" if e is None else f"{e.ratio:.2f}x [{e.ci_low:.2f}-{e.ci_high:.2f}]"
+    if ans.tied and ans.keeps_default:
+        dec += " (=)"
+    share = ans.extrapolated_share
+    basis = f"{e.cases if e else 0} cases at batch {', '.join(map(str, ans.measured_batches))}"
+    if share is not None:
+        basis += f"; {100 * share:.0f}% extrapolated"
+    return [deploy, dec, basis]
+
+
+def answer_table(
+    ok: pd.DataFrame, measured: pd.DataFrame, models: Sequence[tuple[str, int]]
+) -> list[list[str]]:
+    rows: list[list[str]] = []
+    traces = _traces(measured)
+    for model, tp in models:
+        shape = model_shape(model, tp)
+        mine = shape_rows(ok, shape)
+        for engine in ("vllm", "sglang"):
+            if not traces:
+                ans = answer(mine, shape, engine)
+                rows.append(
+                    [model, engine, "committed rows", "bf16", *_cells(ans), *_sources(mine)]
+                )
+                continue
+            for trace in traces:
+                rows += _trace_rows(mine, shape, (model, engine, trace))
+    return rows
+
+
+def _trace_rows(
+    mine: pd.DataFrame, shape: ModelShape, where: tuple[str, Target, str]
+) -> list[list[str]]:
+    """The answer's rows for (model, engine, trace), one per KV dtype measured there."""
+    model, engine, trace = where
+    frame, weights = _on_trace(mine, trace, engine)
+    if not weights:
+        return []
+    rows = []
+    for kv in ("auto", "fp8_e4m3"):
+        ans = answer(frame, shape, engine, kv, weights, trace, trace)
+        cells = [model, engine, trace, KV_NAMES[kv], *_cells(ans)]
+        rows.append(cells + _sources(frame[frame["kind"] == "decode"]))
+    return rows
+
+
+def _traces(measured: pd.DataFrame) -> list[str]:
+    if measured.empty:
+        return []
+    found = {p[0] for p in map(parse_label, measured["label"].astype(str)) if p}
+    return sorted(found)
+
+
+def _on_trace(rows: pd.DataFrame, trace: str, engine: str) -> tuple[pd.DataFrame, dict[int, float]]:
+    """The rows with decode limited to `trace`'s measured batches of `engine`, and the bucket
+    weights their labels carry."""
+    parsed = rows["label"].astype(str).map(parse_label)
+    on = parsed.map(lambda p: p is not None and p[0] == trace)
+    lib = rows["library"].astype(str) == engine
+    keep = (rows["kind"] != "decode") | (on & lib)
+    weights = {int(p[1]): float(p[2]) for p, sel in zip(parsed, on & lib, strict=True) if sel and p}
+    return rows[keep], weights

@@ -1,0 +1,145 @@
+"""`recommend --measure` and `--dry-run`: time the deployment's configurations on the trace's
+own batches (`replay.deploy_plan`), through the normal run path (`run.session.RunSession`:
+the same workers, accuracy gate and measurement as `attnbench run`), rows appended to `--out`.
+`--resume` skips the (case, backend) pairs `--out` already holds with a final status; a
+`--budget-s` stops starting new cases once spent, so a cut run keeps its rows and resumes.
+`--dry-run` prints the plan (and writes it next to `--out` as `.plan.json`) without a GPU;
+without a GPU `--measure` says so and answers from the given rows, buckets marked."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attnbench.cli.common import console, fail, note
+
+if TYPE_CHECKING:
+    from attnbench.analysis.deploy import ModelShape
+    from attnbench.backends.engine_paths import Engine
+    from attnbench.replay.deploy_plan import PlannedCase
+
+DONE = ("ok", "mismatch", "unsupported", "error", "oom", "timeout")
+
+
+def build_plan(
+    paths: list[Path], shape: ModelShape, engine: str, trace: str, kv: str, per_bucket: int
+) -> tuple[list[PlannedCase], dict[int, int], str]:
+    """The plan, and the replay's running-batch histogram and its source (for the answer)."""
+    from attnbench.replay.deploy_plan import plan_cases
+    from attnbench.replay.engine_trace import check_trace, replay_trace
+    from attnbench.replay.pipeline import ReplayError
+
+    if (why := check_trace(trace)) is not None:
+        fail(why)
+    eng: Engine = "sglang" if engine == "sglang" else "vllm"
+    try:
+        with console.status(f"replaying {trace} on {shape.label}"):
+            run, sim, dep = replay_trace(paths, None, eng, trace, model=(shape.model, shape.tp))
+    except ReplayError as exc:
+        fail(str(exc))
+    plan = plan_cases(sim, dep, eng, run.trace, kv, per_bucket)
+    return plan, run.histogram, run.source()
+
+
+def plan_lines(plan: list[PlannedCase]) -> list[str]:
+    out = [
+        f"plan: {len(plan)} batches x their backends = {sum(len(c.backends) for c in plan)} "
+        "timed pairs"
+    ]
+    for c in plan:
+        out.append(
+            f"  bucket {c.bucket:>4} ({100 * c.weight:4.1f}%) step {c.step:>6}: batch "
+            f"{c.spec.batch_size:>4}, kv max {max(c.spec.kv_lens):>6}, {c.spec.kv_dtype}"
+        )
+    if plan:
+        out.append(f"  backends: {', '.join(plan[0].backends)}")
+    return out
+
+
+def finished(path: Path) -> set[tuple[str, str]]:
+    from attnbench.results import read_for_analysis
+
+    if not path.is_file():
+        return set()
+    rf = read_for_analysis(path)
+    return {(r.case_id, r.backend) for r in rf.rows if r.status in DONE}
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """What `recommend --measure` / `--dry-run` was asked for, beside the deployment."""
+
+    trace: str | None
+    kv: str
+    out: Path | None
+    resume: bool
+    budget_s: float
+    dry_run: bool
+    per_bucket: int = 2
+
+
+def run_measure(
+    paths: list[Path], shape: ModelShape, engine: str, req: MeasureRequest
+) -> tuple[Path | None, dict[int, int], str] | None:
+    """Plan, then (not `dry_run`) measure; the rows file to add to the answer with the
+    trace's histogram and its source, or None (dry run)."""
+    trace, kv, out, resume = req.trace, req.kv, req.out, req.resume
+    budget_s, dry_run, per_bucket = req.budget_s, req.dry_run, req.per_bucket
+    if engine == "none":
+        fail("--measure times an engine's configurations: --engine vllm or sglang")
+    if trace is None:
+        fail("--measure draws its batches from a trace's replay: give --trace")
+    if out is None:
+        fail("--measure appends its rows to --out FILE.jsonl: give one")
+    if per_bucket < 1:
+        fail(f"--per-bucket={per_bucket}: must be at least 1")
+    plan, histogram, source = build_plan(paths, shape, engine, trace, kv, per_bucket)
+    for line in plan_lines(plan):
+        console.print(line, markup=False, highlight=False)
+    if dry_run:
+        target = out.with_suffix(".plan.json")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps([c.as_dict() for c in plan], indent=1) + "\n")
+        console.print("plan written to:", markup=False, highlight=False)
+        console.print(str(target), markup=False, highlight=False, soft_wrap=True)
+        return None
+    if out.exists() and not resume:
+        fail(f"--out={out} exists: pass --resume to continue it, or another file")
+    skip = finished(out) if resume else set()
+    measured = _time_plan(plan, out, skip, budget_s)
+    return (out if measured else None), histogram, source
+
+
+def _time_plan(
+    plan: list[PlannedCase], out: Path, skip: set[tuple[str, str]], budget_s: float
+) -> bool:
+    """Time the plan; False (nothing timed, a note said why) without a CUDA GPU."""
+    from attnbench.replay.validate import gpu_timer
+
+    try:
+        timer, close, gpu = gpu_timer("cuda", str(out), max_time_ms=100.0)
+    except (RuntimeError, ValueError) as exc:
+        note(
+            f"--measure: no CUDA GPU here ({exc}): the answer below is from the given rows, "
+            "every bucket priced at another batch size marked EXTRAPOLATED"
+        )
+        return False
+    start, done = time.monotonic(), 0
+    try:
+        for c in plan:
+            todo = [b for b in c.backends if (c.spec.case_id, b) not in skip]
+            if not todo:
+                continue
+            if budget_s and time.monotonic() - start > budget_s:
+                note(f"--budget-s={budget_s:g} spent after {done} batches: rerun with --resume")
+                break
+            timer(c.spec, todo)
+            done += 1
+    finally:
+        close()
+    console.print(f"measured {done} batches on {gpu}, rows in:", markup=False, highlight=False)
+    console.print(str(out), markup=False, highlight=False, soft_wrap=True)
+    return True

@@ -1,0 +1,274 @@
+"""Text of `recommend`: the index of model shapes and one deployment's answer, as plain lines
+of at most 80 columns. Prose wraps between words; a command wraps only between flags (a line
+ends in ` \\`, the next is indented), never inside one. Pure: an answer in, lines out."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from attnbench.analysis.deploy import Answer, IndexLine
+from attnbench.analysis.deploy_options import Option
+from attnbench.analysis.deploy_stats import PairedEstimate
+from attnbench.analysis.frame import fmt_us
+
+WIDTH = 80
+ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang", "none": "no engine (library calls)"}
+
+
+def wrap(text: str, first: str = "", rest: str | None = None) -> list[str]:
+    """`text` in lines of <= 80 columns, after `first` (the next lines: `rest`, default
+    spaces as wide as `first`)."""
+    rest = " " * len(first) if rest is None else rest
+    return textwrap.wrap(
+        text,
+        WIDTH,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [first.rstrip()]
+
+
+def command_lines(units: Sequence[str], indent: str = "  ") -> list[str]:
+    """Shell command units (`vllm serve MODEL`, `--block-size 16`...) packed into lines, each
+    continued with ` \\`; library calls (no flag units) one per line."""
+    if not units or not any(u.startswith("--") for u in units[1:]):
+        return [indent + u for u in units]
+    lines, cur = [], indent + units[0]
+    for u in units[1:]:
+        if len(cur) + 1 + len(u) + 2 > WIDTH:
+            lines.append(cur + " \\")
+            cur = indent + "    " + u
+        else:
+            cur += " " + u
+    return [*lines, cur]
+
+
+def index_lines(lines: Sequence[IndexLine], unknown: int, gpu: str = "") -> list[str]:
+    out = [f"Deployments measured{' on ' + gpu if gpu else ''}: one line per model shape."]
+    out.append("Ask about one: attnbench recommend --model M --tp N --engine vllm|sglang")
+    out.append("")
+    for x in lines:
+        kinds = "/".join(x.kinds)
+        kv = ", ".join(x.kv_dtypes)
+        eng = f", {x.engine_rows} engine rows" if x.engine_rows else ""
+        out += wrap(
+            f"{x.shape.label:<20} {x.shape.heads:<12} {x.cases} cases ({kinds}; KV {kv}{eng})",
+            "",
+            " " * 21,
+        )
+        if x.shape.mla:
+            out.append(f"{'':<21}MLA: no engine answer yet; its kernels: attnbench show")
+        else:
+            out.append(f"{'':<21}attnbench recommend --model {x.shape.model} --tp {x.shape.tp}")
+    if unknown:
+        out += wrap(
+            f"({unknown} further head shapes match no model preset: the GQA sweep, "
+            "in `attnbench show`)"
+        )
+    return out
+
+
+def _est(e: PairedEstimate | None, what: str = "the default") -> str:
+    if e is None:
+        return f"no case shared with {what}"
+    return f"{e.ratio:.2f}x {what} (95% CI {e.ci_low:.2f}-{e.ci_high:.2f}, {e.cases} cases)"
+
+
+def answer_lines(ans: Answer, verbose: bool = False) -> list[str]:
+    out = _head(ans)
+    if ans.choice is None or ans.default is None:
+        out += ["", "No answer from these rows."]
+        return out + gap_lines(ans)
+    out += _decision(ans)
+    out += _fp8_lines(ans)
+    out += _basis(ans)
+    out += gap_lines(ans)
+    if ans.not_deployable:
+        out.append("not deployable (measured, never chosen):")
+        for n in ans.not_deployable:
+            out += wrap(n.replace(": not deployable:", ":"), "  ", "    ")
+    if verbose:
+        out += evidence_lines(ans)
+    else:
+        out.append("(--verbose: every option and bucket)")
+    return out
+
+
+def gap_lines(ans: Answer) -> list[str]:
+    """`not covered: ...; measure it with:` and the command, wrapped between flags."""
+    out = []
+    for g in ans.gaps:
+        out += wrap(f"{g.text}; measure with:", "not covered: ", "  ")
+        out += command_lines(split_flags(g.command))
+    return out
+
+
+def split_flags(command: str) -> list[str]:
+    """`a b --x 1 --y` -> [`a b`, `--x 1`, `--y`]."""
+    parts = command.split(" --")
+    return [parts[0], *(f"--{p}" for p in parts[1:])]
+
+
+def _head(ans: Answer) -> list[str]:
+    kv = "16-bit KV" if ans.kv_dtype == "auto" else f"{ans.kv_dtype} KV"
+    out = wrap(
+        f"{ans.shape.label} ({ans.shape.heads}) on {ans.gpu}, {ENGINE_NAME[ans.engine]}, {kv}"
+    )
+    if ans.shape.also:
+        out += wrap(f"same attention heads: {', '.join(ans.shape.also)}", "  ")
+    out += wrap(f"traffic: {ans.weighting}", "  ")
+    return out
+
+
+def _decision(ans: Answer) -> list[str]:
+    c, d = ans.choice, ans.default
+    assert c is not None
+    assert d is not None
+    if ans.keeps_default:
+        why = "no option is faster beyond its 95% CI" if ans.tied else "the fastest measured"
+        head = f"decision: keep the default, {c.name} ({why})"
+    else:
+        head = f"decision: {_at(c)} instead of the default {_at(d)}"
+    out = ["", *wrap(head)]
+    out += command_lines(c.command)
+    us = ans.default_decode_us
+    t = f"; {fmt_us(us * c.decode.ratio)} per layer and step" if us and c.decode else ""
+    out += wrap(_est(c.decode) + t, "decode   ")
+    if ans.prefill_choice is not None and ans.prefill_choice is not c:
+        p = ans.prefill_choice
+        out += wrap(f"{p.name}: {_est(p.prefill)}{_pre_us(p, d)} (a call of its own)", "prefill  ")
+    else:
+        out += wrap(_est(c.prefill) + _pre_us(c, d), "prefill  ")
+    if ans.tied:
+        names = "; ".join(f"{o.key.text} {_short(o.decode)}" for o in ans.tied[:3])
+        out += wrap(f"{names} (CIs overlap)", "tied     ")
+    return out
+
+
+def _at(o: Option) -> str:
+    return f"{o.name} (page {o.key.page_size})"
+
+
+def _pre_us(o: Option, default: Option) -> str:
+    """`; 1.2 ms per layer (geometric mean of its cases)`: the option's prefill time."""
+    mine, base = o.cases("prefill"), default.cases("prefill")
+    shared = sorted(set(mine) & set(base))
+    if not shared:
+        return ""
+    logs = [math.log(mine[k].timing.median_us) for k in shared]
+    us = math.exp(sum(logs) / len(logs))
+    return f"; {fmt_us(us)} per layer, geometric mean of those cases"
+
+
+def _short(e: PairedEstimate | None) -> str:
+    return "-" if e is None else f"{e.ratio:.2f}x [{e.ci_low:.2f}-{e.ci_high:.2f}]"
+
+
+def _fp8_lines(ans: Answer) -> list[str]:
+    f = ans.fp8
+    if f is None:
+        return wrap("no fp8 KV rows at this shape for this engine", "fp8 KV   ")
+    e = f.error
+    head = (
+        f"{f.option.key.kv} ({f.option.name}) vs {f.versus.key.text}: decode "
+        f"{_est(f.decode, 'the 16-bit KV')}; KV memory {f.kv_bytes_ratio:.2f}x"
+    )
+    if e.get("total_rel_l2_max") is not None:
+        head += (
+            f"; error ({e['kernel']} + {e['format']} quantisation, per-tensor scale, fp8 "
+            f"study): rel. L2 <= {100 * e['total_rel_l2_max']:.1f}% over {e['shapes']} shapes"
+        )
+    if e.get("needle_recall_min") is not None:
+        head += (
+            f"; needle recall >= {100 * e['needle_recall_min']:.1f}% (mean "
+            f"{100 * e['needle_recall']:.1f}%) at the tightest margin {e['needle_target']}"
+        )
+    elif not e:
+        head += "; no fp8 study figures for this kernel and format"
+    return wrap(head, "fp8 KV   ")
+
+
+def _basis(ans: Answer) -> list[str]:
+    c, d = ans.choice, ans.default
+    assert c is not None
+    assert d is not None
+    n_dec = c.decode.cases if c.decode else 0
+    n_pre = c.prefill.cases if c.prefill else 0
+    text = (
+        f"{n_dec} decode cases at batch {', '.join(map(str, ans.measured_batches))}; "
+        f"{n_pre} prefill cases"
+    )
+    share = ans.extrapolated_share
+    if share is not None:
+        text += (
+            f"; {100 * share:.0f}% of the traffic's decode steps fall in capture buckets "
+            "priced at another batch size (extrapolated)"
+        )
+    if c.inferred_from:
+        text += f"; engine path inferred from raw rows of {', '.join(c.inferred_from)}"
+    return wrap(text, "basis    ")
+
+
+def evidence_lines(ans: Answer) -> list[str]:
+    out = ["", "evidence: every option vs the default, paired on shared cases"]
+    out.append(f"  {'option':<38} {'decode':>18} {'prefill':>18}")
+    for o in ans.options:
+        out.append(f"  {o.key.text[:38]:<38} {_short(o.decode):>18} {_short(o.prefill):>18}")
+    if ans.buckets:
+        out += ["", "capture buckets (weight = share of decode steps):"]
+        for b in ans.buckets:
+            at = "no rows" if b.measured_at is None else f"batch {b.measured_at}"
+            mark = "  EXTRAPOLATED" if b.extrapolated else ""
+            out.append(f"  bucket {b.size:>4} {100 * b.weight:5.1f}%  priced at {at}{mark}")
+    return out
+
+
+def answer_json(ans: Answer) -> dict[str, Any]:
+    def opt(o: Option | None) -> dict[str, Any] | None:
+        if o is None:
+            return None
+        return {
+            "option": o.key.text,
+            "variant": o.key.variant,
+            "kv_dtype": o.key.kv,
+            "page_size": o.key.page_size,
+            "command": o.command,
+            "decode_vs_default": None if o.decode is None else o.decode.__dict__,
+            "prefill_vs_default": None if o.prefill is None else o.prefill.__dict__,
+            "inferred_from": list(o.inferred_from),
+        }
+
+    f = ans.fp8
+    return {
+        "model": ans.shape.model,
+        "tp": ans.shape.tp,
+        "heads": ans.shape.heads,
+        "gpu": ans.gpu,
+        "engine": ans.engine,
+        "kv_dtype": ans.kv_dtype,
+        "weighting": ans.weighting,
+        "choice": opt(ans.choice),
+        "default": opt(ans.default),
+        "keeps_default": ans.keeps_default,
+        "tied": [o.key.text for o in ans.tied],
+        "options": [opt(o) for o in ans.options],
+        "measured_batches": ans.measured_batches,
+        "extrapolated_share": ans.extrapolated_share,
+        "buckets": [b.__dict__ for b in ans.buckets],
+        "default_decode_us": ans.default_decode_us,
+        "fp8": None
+        if f is None
+        else {
+            "option": opt(f.option),
+            "versus": f.versus.key.text,
+            "decode": None if f.decode is None else f.decode.__dict__,
+            "kv_bytes_ratio": f.kv_bytes_ratio,
+            "error": dict(f.error),
+        },
+        "not_deployable": ans.not_deployable,
+        "gaps": [g.__dict__ for g in ans.gaps],
+    }

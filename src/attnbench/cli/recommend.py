@@ -1,0 +1,291 @@
+"""`attnbench recommend`: the answer for one deployment (model, tp, engine, traffic), or the
+index of deployments the results hold. The decision is `analysis.deploy`; the text is
+`cli.deploy_view`; `--measure` (GPU) and `--dry-run` are `cli.deploy_measure`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from attnbench.cli.analyze import ResultsArg
+from attnbench.cli.app import app
+from attnbench.cli.common import check_output_file, console, fail, note, write_output
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from attnbench.analysis.deploy import ModelShape
+
+KV_HELP = "auto (the model's 16-bit dtype), fp8_e4m3 or fp8_e5m2"
+
+
+def _echo(lines: list[str]) -> None:
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _row_paths(results: list[Path] | None) -> list[Path]:
+    from attnbench.analysis.frame import NoResultsError, resolve_paths
+    from attnbench.results import is_results_path
+
+    try:
+        paths = resolve_paths(results)
+    except (NoResultsError, FileNotFoundError) as exc:
+        fail(str(exc))
+    return [p for p in paths if is_results_path(p)]
+
+
+def _frame(paths: list[Path]) -> pd.DataFrame:
+    from attnbench.analysis.frame import NoResultsError, load
+    from attnbench.results import ResultsFileError
+
+    try:
+        loaded = load(paths)
+    except (NoResultsError, FileNotFoundError, ResultsFileError) as exc:
+        fail(str(exc))
+    for w in loaded.warnings:
+        note(w)
+    return loaded.frame
+
+
+def _check_kv(kv_dtype: str) -> str:
+    kv = kv_dtype.strip().lower()
+    aliases = {"bf16": "auto", "fp16": "auto", "bfloat16": "auto", "float16": "auto"}
+    kv = aliases.get(kv, kv)
+    if kv not in ("auto", "fp8_e4m3", "fp8_e5m2"):
+        fail(f"--kv-dtype={kv_dtype!r} is not known; allowed: {KV_HELP}")
+    return kv
+
+
+def _shape(model: str, tp: int | None, frame: pd.DataFrame) -> ModelShape:
+    from attnbench.analysis.deploy import model_shape
+    from attnbench.workload.models import get_model, valid_tps
+
+    try:
+        m = get_model(model)
+        if tp is None:
+            tp = _tp_with_rows(model, valid_tps(m), frame)
+        return model_shape(model, tp)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _tp_with_rows(model: str, tps: list[int], frame: pd.DataFrame) -> int:
+    """Without --tp: the tp whose shard has the most rows (1 when none has any)."""
+    from attnbench.analysis.deploy import model_shape, shape_rows
+    from attnbench.analysis.frame import ok_rows
+
+    ok = ok_rows(frame)
+    counts = {tp: len(shape_rows(ok, model_shape(model, tp))) for tp in tps}
+    best = max(tps, key=lambda t: (counts[t], -t))
+    return best if counts[best] else 1
+
+
+@app.command()
+def recommend(
+    results: ResultsArg = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model preset (`attnbench models`); without it: an index.")
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option(help="Tensor-parallel degree (default: the tp with rows).")
+    ] = None,
+    engine: Annotated[str, typer.Option(help="vllm, sglang or none (library calls).")] = "vllm",
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            help="Weight decode by this trace's running batch over the engine's "
+            "CUDA-graph buckets: azure-code, azure-conv, mooncake-conv, agents:N or a file."
+        ),
+    ] = None,
+    lengths: Annotated[
+        str | None, typer.Option(help="Only cases of this length distribution label.")
+    ] = None,
+    kv_dtype: Annotated[str, typer.Option(help=KV_HELP)] = "auto",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Every option, bucket.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write JSON here.")] = None,
+    measure: Annotated[
+        bool, typer.Option("--measure", help="GPU: time the trace's own batches, then answer.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --measure: print the plan, time nothing.")
+    ] = False,
+    out: Annotated[Path | None, typer.Option(help="--measure: rows file (appended).")] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="--measure: skip pairs already in --out.")
+    ] = False,
+    budget_s: Annotated[
+        float, typer.Option(help="--measure: stop starting cases after this many seconds.")
+    ] = 0.0,
+    per_bucket: Annotated[
+        int, typer.Option(help="--measure: replayed steps drawn per bucket of >= 5% weight.")
+    ] = 2,
+) -> None:
+    """The answer for one deployment: the deploy command, its decode and prefill time against
+    the engine's default with paired 95% CIs, and its basis. Without --model: the index of the
+    model shapes the results hold, one line each."""
+    from attnbench.analysis.deploy import TARGETS
+
+    name = engine.strip().lower()
+    if name not in TARGETS:
+        fail(f"--engine={engine!r} is not known; allowed: {', '.join(TARGETS)}")
+    kv = _check_kv(kv_dtype)
+    if trace is not None and lengths is not None:
+        fail("--trace and --lengths both weight the cases: give one")
+    if json_out is not None:
+        check_output_file(json_out, "--json")
+    if (measure or dry_run) and model is None:
+        fail("--measure plans the batches of one deployment: give --model (and --trace)")
+    paths = _row_paths(results)
+    if not paths:
+        fail("no results files (.jsonl or .jsonl.gz) among the given paths: nothing to answer")
+    frame = _frame(paths)
+    if model is None:
+        _index(frame, json_out)
+        return
+    shape = _shape(model, tp, frame)
+    if measure or dry_run:
+        from attnbench.cli.deploy_measure import MeasureRequest, run_measure
+
+        req = MeasureRequest(trace, kv, out, resume, budget_s, dry_run, per_bucket)
+        got = run_measure(paths, shape, name, req)
+        if got is None:
+            return
+        extra, hist, source = got
+        if extra is None:  # no GPU: the committed rows answer, every bucket shown
+            ask = Ask(shape, name, trace, lengths, kv)
+            _answer(paths, frame, ask, True, json_out, (hist, source))
+            return
+        if extra.resolve() not in {p.resolve() for p in paths}:
+            import pandas as pd
+
+            paths = [*paths, extra]  # only the new file is read again
+            frame = pd.concat([frame, _frame([extra])], ignore_index=True)
+        ask = Ask(shape, name, trace, lengths, kv)
+        _answer(paths, frame, ask, verbose, json_out, (hist, source))
+        return
+    _answer(paths, frame, Ask(shape, name, trace, lengths, kv), verbose, json_out)
+
+
+def _index(frame: pd.DataFrame, json_out: Path | None) -> None:
+    from attnbench.analysis.deploy import index
+    from attnbench.cli.deploy_view import index_lines
+
+    lines, unknown = index(frame)
+    decode = frame[frame["kind"] == "decode"] if "kind" in frame else frame
+    if not lines or decode.empty:
+        fail(
+            "no decode row of a model preset's shape passed the accuracy gate: nothing to "
+            "answer; measure one with `attnbench run --model M --tp N`"
+        )
+    gpus = sorted(set(frame["gpu"])) if "gpu" in frame else []
+    _echo(index_lines(lines, unknown, ", ".join(gpus)))
+    if json_out is not None:
+        rows = [
+            {
+                "model": x.shape.model,
+                "tp": x.shape.tp,
+                "heads": x.shape.heads,
+                "kinds": list(x.kinds),
+                "kv_dtypes": list(x.kv_dtypes),
+                "cases": x.cases,
+            }
+            for x in lines
+        ]
+        write_output(json_out, json.dumps(rows, indent=2) + "\n", "--json")
+
+
+@dataclass(frozen=True)
+class Ask:
+    shape: ModelShape
+    engine: str
+    trace: str | None
+    lengths: str | None
+    kv: str
+
+
+def _answer(
+    paths: list[Path],
+    frame: pd.DataFrame,
+    ask: Ask,
+    verbose: bool,
+    json_out: Path | None,
+    replayed: tuple[dict[int, int], str] | None = None,
+) -> None:
+    from attnbench.analysis.deploy import answer
+    from attnbench.cli.deploy_view import answer_json, answer_lines
+
+    if ask.lengths is not None:
+        frame = _only_lengths(frame, ask.lengths)
+    running: dict[int, int] | None = None
+    source = ""
+    if replayed is not None:
+        running, source = replayed
+    elif ask.trace is not None:
+        running, source = _histogram(paths, ask.shape, ask.engine, ask.trace)
+    engine = ask.engine
+    ans = answer(frame, ask.shape, engine, ask.kv, running, source, ask.trace)  # type: ignore[arg-type]
+    if ask.lengths is not None:
+        ans.weighting = f"cases of lengths {ask.lengths}, weighted equally per batch size"
+    _echo(answer_lines(ans, verbose))
+    if json_out is not None:
+        from attnbench.results import dumps
+
+        write_output(json_out, dumps(answer_json(ans), indent=2) + "\n", "--json")
+    if ans.choice is None:
+        raise typer.Exit(1)
+
+
+def _only_lengths(frame: pd.DataFrame, lengths: str) -> pd.DataFrame:
+    sub = frame[frame["lengths"] == lengths]
+    if sub.empty:
+        labels = sorted(set(frame["lengths"]) - {""})[:8]
+        fail(f"--lengths={lengths!r}: no rows; labels present include {', '.join(labels)}")
+    return sub
+
+
+def _histogram(
+    paths: list[Path], shape: ModelShape, engine: str, trace: str
+) -> tuple[dict[int, int], str]:
+    """The running-batch histogram of `trace` on this deployment, cached on disk by the rows
+    files' names, sizes and times (a replay takes seconds)."""
+    from attnbench.replay.engine_trace import check_trace, replay_trace
+    from attnbench.replay.pipeline import ReplayError
+
+    if (why := check_trace(trace)) is not None:
+        fail(why)
+    eng = "vllm" if engine == "none" else engine
+    cache = _cache_file(paths, shape, eng, trace)
+    if cache is not None and cache.is_file():
+        data = json.loads(cache.read_text())
+        return {int(k): int(v) for k, v in data["histogram"].items()}, str(data["source"])
+    try:
+        with console.status(f"replaying {trace} for the running batch"):
+            run, _, _ = replay_trace(paths, None, eng, trace, model=(shape.model, shape.tp))  # type: ignore[arg-type]
+    except ReplayError as exc:
+        fail(str(exc))
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps({"histogram": run.histogram, "source": run.source()}))
+        except OSError:
+            pass
+    return run.histogram, run.source()
+
+
+def _cache_file(paths: list[Path], shape: ModelShape, engine: str, trace: str) -> Path | None:
+    if Path(trace).is_file():
+        return None
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        st = p.stat()
+        h.update(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    h.update(f"{shape.model}|{shape.tp}|{engine}|{trace}|1".encode())
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "attnbench" / "recommend" / f"{h.hexdigest()[:24]}.json"

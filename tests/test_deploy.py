@@ -1,0 +1,382 @@
+"""`attnbench recommend --model`: the answer per deployment (analysis.deploy, cli.recommend)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.analysis import deploy
+from attnbench.analysis.compare import Timing
+from attnbench.analysis.deploy_stats import Pair, PairedEstimate, paired_ratio
+from attnbench.analysis.frame import load
+from attnbench.cli import app
+from attnbench.cli.deploy_view import WIDTH, answer_lines, command_lines
+from fixtures_results import row, spec, write_results
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+H200 = sorted(RESULTS.glob("h200-*.jsonl.gz"))
+runner = CliRunner()
+
+
+def _fits(text: str) -> None:
+    # a line that is one unbreakable token (a file path) is the only exception
+    long = [line for line in text.splitlines() if len(line) > WIDTH and " " in line.strip()]
+    assert not long, long
+
+
+def _timing(us: float, n: int = 32, noise: float = 0.01, seed: int = 0) -> Timing:
+    rng = np.random.default_rng(seed)
+    samples = us * np.exp(rng.normal(0.0, noise, n))
+    return Timing(float(np.median(samples)), samples_us=samples)
+
+
+@pytest.fixture(scope="module")
+def committed() -> object:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    return load(H200).frame
+
+
+# --- paired CI math ---------------------------------------------------------------------
+
+
+def test_paired_ratio_is_the_weighted_geomean_with_a_tight_seeded_ci() -> None:
+    pairs = [Pair(_timing(50.0, seed=i), _timing(100.0, seed=i), 3.0) for i in range(6)]
+    pairs += [Pair(_timing(100.0, seed=9), _timing(100.0, seed=9), 1.0)]
+    est = paired_ratio(pairs)
+    assert est is not None
+    # the same samples on both sides of a pair cancel: the ratio is exact
+    want = math.exp((18 * math.log(0.5)) / 19)
+    assert est.ratio == pytest.approx(want, rel=1e-9)
+    assert est.ci_low <= est.ratio <= est.ci_high
+    assert est.cases == 7
+    assert paired_ratio(pairs) == est  # seeded: the same rows give the same interval
+    assert paired_ratio([]) is None
+    assert paired_ratio([Pair(_timing(1.0), _timing(2.0), 0.0)]) is None
+
+
+def test_paired_ci_widens_with_case_spread() -> None:
+    steady = [Pair(_timing(80.0, seed=i), _timing(100.0, seed=i + 50)) for i in range(8)]
+    spread = [
+        Pair(_timing(80.0 * f, seed=i), _timing(100.0, seed=i + 50))
+        for i, f in enumerate([0.6, 1.4, 0.7, 1.3, 0.8, 1.2, 0.9, 1.1])
+    ]
+    a, b = paired_ratio(steady), paired_ratio(spread)
+    assert a is not None
+    assert b is not None
+    assert a.differs
+    assert (b.ci_high - b.ci_low) > 3 * (a.ci_high - a.ci_low)
+
+
+def test_overlapping_intervals_are_a_tie() -> None:
+    a = PairedEstimate(0.90, 0.85, 0.95, 10)
+    assert a.overlaps(PairedEstimate(0.94, 0.92, 0.99, 10))
+    assert not a.overlaps(PairedEstimate(1.00, 0.97, 1.03, 10))
+
+
+# --- synthetic deployment: ties and the default -----------------------------------------
+
+
+def _engine_rows(scale_fi: float) -> list[object]:
+    rows = []
+    for batch in (8, 32):
+        for ctx in (1024, 4096, 16384):
+            s = spec("decode", [ctx] * batch, lengths=f"ctx{ctx}")
+            for backend, scale in (("vllm:flash-attn", 1.0), ("vllm:flashinfer", scale_fi)):
+                r = row(s, "flash-attn:fa3", scale=scale, seed=hash(backend) % 97)
+                rows.append(r.model_copy(update={"backend": backend}))
+    return rows
+
+
+def _answer(tmp_path: Path, scale_fi: float) -> deploy.Answer:
+    path = write_results(tmp_path / f"e{scale_fi}.jsonl", _engine_rows(scale_fi))  # type: ignore[arg-type]
+    frame = load([path]).frame
+    return deploy.answer(frame, deploy.model_shape("llama-3.1-8b", 1), "vllm")
+
+
+def test_a_clear_winner_replaces_the_default(tmp_path: Path) -> None:
+    ans = _answer(tmp_path, 0.7)
+    assert ans.choice is not None
+    assert ans.default is not None
+    assert ans.choice.key.variant == "vllm:flashinfer"
+    assert ans.choice.decode is not None
+    assert ans.choice.decode.ci_high < 1.0
+    assert not ans.keeps_default
+    assert ans.measured_batches == [8, 32]
+    text = "\n".join(answer_lines(ans))
+    assert "--attention-backend FLASHINFER" in text
+    assert text.count("vllm serve MODEL") == 1
+
+
+def test_a_tie_with_the_default_keeps_the_default(tmp_path: Path) -> None:
+    ans = _answer(tmp_path, 0.998)
+    assert ans.choice is not None
+    assert ans.keeps_default
+    assert ans.choice.key.variant == "vllm:flash-attn"
+    assert [o.key.variant for o in ans.tied] == ["vllm:flashinfer"]
+    text = "\n".join(answer_lines(ans))
+    assert "keep the default" in text
+    assert "tied" in text
+
+
+def test_trace_buckets_mark_extrapolation(tmp_path: Path) -> None:
+    path = write_results(tmp_path / "e.jsonl", _engine_rows(0.7))  # type: ignore[arg-type]
+    frame = load([path]).frame
+    shape = deploy.model_shape("llama-3.1-8b", 1)
+    ans = deploy.answer(frame, shape, "vllm", running={3: 10, 8: 70, 30: 20}, trace="azure-conv")
+    sizes = {b.size: b for b in ans.buckets}
+    assert set(sizes) == {4, 8, 32}
+    assert not sizes[8].extrapolated
+    assert not sizes[32].extrapolated
+    assert sizes[4].extrapolated
+    assert sizes[4].measured_at == 8
+    assert ans.extrapolated_share == pytest.approx(0.1)
+    assert any("buckets 4 (10% of decode steps)" in g.text for g in ans.gaps)
+    assert "--measure" in ans.gaps[0].command
+
+
+# --- committed results ------------------------------------------------------------------
+
+
+def test_index_has_one_line_per_model_shape_and_no_winner() -> None:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    res = runner.invoke(app, ["recommend", *map(str, H200)], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    _fits(res.output)
+    assert "llama-3.1-70b tp8" in res.output
+    assert "attnbench recommend --model llama-3.1-70b --tp 8" in res.output
+    assert "vllm serve" not in res.output
+    assert "decision" not in res.output
+
+
+def test_nothing_to_answer_is_one_line_and_nonzero(tmp_path: Path) -> None:
+    s = spec("prefill", [1024])
+    path = write_results(tmp_path / "p.jsonl", [row(s, "flash-attn:fa3")])
+    res = runner.invoke(app, ["recommend", str(path)])
+    assert res.exit_code == 2
+    assert "nothing to answer" in res.output
+
+
+def test_scoped_answer_70b_tp8_library_calls(committed: object) -> None:
+    shape = deploy.model_shape("llama-3.1-70b", 8)
+    ans = deploy.answer(committed, shape, "none")  # type: ignore[arg-type]
+    assert ans.choice is not None
+    assert ans.choice.decode is not None
+    assert ans.default is not None
+    assert ans.default.key.variant == "flash-attn:fa3"
+    assert ans.choice.decode.cases >= 20
+    assert 1 in ans.measured_batches
+    assert 256 in ans.measured_batches
+    assert ans.fp8 is not None
+    assert shape.also
+    assert "qwen2.5-72b" in shape.also
+
+
+def test_no_contiguous_or_knobless_tuned_winner(committed: object) -> None:
+    lines, _ = deploy.index(committed)  # type: ignore[arg-type]
+    for line in lines:
+        if line.shape.mla:
+            continue
+        for engine in deploy.TARGETS:
+            ans = deploy.answer(committed, line.shape, engine)  # type: ignore[arg-type]
+            for o in [ans.choice, *ans.options, *(x for x in [ans.fp8] if x)]:
+                if o is None:
+                    continue
+                name = o.option.key.variant if isinstance(o, deploy.Fp8Decision) else o.key.variant
+                assert "+tuned" not in name, (line.shape, name)
+                assert "contiguous" not in name, (line.shape, name)
+    ans = deploy.answer(committed, deploy.model_shape("llama-3.1-8b", 1), "vllm")  # type: ignore[arg-type]
+    assert any(
+        n.startswith("flashinfer:xqa+tuned: not deployable: needs") for n in ans.not_deployable
+    )
+
+
+def test_vllm_70b_without_engine_rows_names_the_measuring_command(committed: object) -> None:
+    ans = deploy.answer(
+        committed, deploy.model_shape("llama-3.1-70b", 8), "vllm", trace="azure-conv"
+    )  # type: ignore[arg-type]
+    text = "\n".join(answer_lines(ans))
+    _fits(text)
+    assert ans.gaps
+    assert "attnbench recommend --model llama-3.1-70b --tp 8 --engine vllm \\" in text
+    assert "--trace azure-conv --measure --out runs/deploy.jsonl" in text
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--model", "llama-3.1-8b", "--engine", "vllm"],
+        ["--model", "llama-3.1-8b", "--engine", "sglang", "--verbose"],
+        ["--model", "llama-3.1-8b", "--engine", "sglang", "--kv-dtype", "fp8_e4m3"],
+        ["--model", "llama-3.1-70b", "--tp", "8", "--engine", "none", "-v"],
+        ["--model", "llama-3.1-70b", "--tp", "8", "--engine", "vllm"],
+        ["--model", "llama-3.1-8b", "--engine", "vllm", "--trace", "azure-conv", "-v"],
+    ],
+)
+def test_every_mode_fits_80_columns(extra: list[str]) -> None:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    res = runner.invoke(app, ["recommend", *map(str, H200), *extra], env={"COLUMNS": "80"})
+    assert res.exit_code in (0, 1), res.output
+    _fits(res.output)
+    for line in res.output.splitlines():
+        if line.rstrip().endswith("\\"):
+            assert not line.rstrip()[:-1].rstrip().endswith(("--kv-cache-dtype", "--tp"))
+
+
+def test_fp8_line_has_time_memory_and_study_error() -> None:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    args = ["recommend", *map(str, H200), "--model", "llama-3.1-8b", "--engine", "vllm"]
+    res = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    fp8 = text[text.index("fp8 KV") : text.index("basis")]
+    assert "fp8_e4m3" in fp8
+    assert "95% CI" in fp8
+    assert "KV memory 0.50x" in fp8
+    assert "rel. L2 <=" in fp8
+    assert "needle recall >=" in fp8
+    assert "max+0.1" in fp8
+
+
+def test_command_lines_break_between_flags_only() -> None:
+    units = ["vllm serve MODEL", "--tensor-parallel-size 8", "--attention-backend FLASH_ATTN"]
+    units += ["--kv-cache-dtype fp8_e4m3", "--block-size 16"]
+    lines = command_lines(units)
+    assert all(len(x) <= WIDTH for x in lines)
+    assert all(x.endswith(" \\") for x in lines[:-1])
+    joined = " ".join(x.rstrip(" \\").strip() for x in lines)
+    assert joined == " ".join(units)
+
+
+def test_dry_run_plans_real_batches_per_heavy_bucket(tmp_path: Path) -> None:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    out = tmp_path / "deploy.jsonl"
+    args = ["recommend", *map(str, H200), "--model", "llama-3.1-8b", "--engine", "vllm"]
+    args += ["--trace", "azure-conv", "--measure", "--dry-run", "--out", str(out)]
+    res = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    _fits(res.output)
+    plan = json.loads(out.with_suffix(".plan.json").read_text())
+    assert plan
+    assert not out.exists()  # nothing timed
+    from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
+
+    sizes = capture_sizes("vllm")
+    for c in plan:
+        assert c["weight"] >= deploy.MEASURE_SHARE
+        assert bucket_of(c["batch_size"], sizes) == c["bucket"]
+        assert c["backends"] == ["vllm:flash-attn", "vllm:flashinfer"]
+        assert c["page_size"] == 16
+    assert sum({c["bucket"]: c["weight"] for c in plan}.values()) > 0.8
+
+
+def test_recommend_is_fast_on_committed_results() -> None:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    t = time.monotonic()
+    args = ["recommend", *map(str, H200), "--model", "llama-3.1-70b", "--tp", "8"]
+    res = runner.invoke(app, [*args, "--engine", "none"])
+    assert res.exit_code == 0, res.output
+    assert time.monotonic() - t < 10.0  # ~2 s alone; the CI machine is shared
+
+
+def test_answers_by_model_is_per_model(committed: object) -> None:
+    got = deploy.answers_by_model(committed)  # type: ignore[arg-type]
+    models = {(s.model, s.tp) for s, _ in got}
+    assert ("llama-3.1-8b", 1) in models
+    for _, answers in got:
+        assert [a.engine for a in answers] == ["vllm", "sglang"]
+
+
+def _fake_gpu(calls: list[tuple[str, list[str]]]) -> object:
+    """A `replay.validate.gpu_timer` stand-in: rows from the fixtures' cost model, written to
+    the rows file as the RunSession would (a header, then one row per backend)."""
+    from attnbench.results import ResultWriter
+    from fixtures_results import header
+
+    def make(device: str, rows_path: str, max_time_ms: float = 100.0) -> object:
+        w = ResultWriter(Path(rows_path)).__enter__()
+        w.write(header())
+
+        def timer(s: object, names: list[str]) -> dict[str, float | None]:
+            calls.append((s.case_id, names))  # type: ignore[attr-defined]
+            out: dict[str, float | None] = {}
+            for i, n in enumerate(names):
+                r = row(s, "flash-attn:fa3", scale=1.0 + 0.2 * i)  # type: ignore[arg-type]
+                r = r.model_copy(update={"backend": n})
+                w.write(r)
+                out[n] = r.latency_us
+            return out
+
+        return timer, lambda: w.__exit__(None, None, None), "NVIDIA H200"
+
+    return make
+
+
+def test_measure_cut_short_resumes_and_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    import attnbench.replay.validate as validate
+
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(validate, "gpu_timer", _fake_gpu(calls))
+    out = tmp_path / "deploy.jsonl"
+    args = ["recommend", *map(str, H200), "--model", "llama-3.1-70b", "--tp", "8"]
+    args += ["--engine", "vllm", "--trace", "azure-conv", "--measure", "--per-bucket", "1"]
+    args += ["--out", str(out)]
+    cut = runner.invoke(app, [*args, "--budget-s", "1e-9"], env={"COLUMNS": "80"})
+    assert "rerun with --resume" in cut.output
+    assert not calls
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2
+    assert "--resume" in again.output
+    done = runner.invoke(app, [*args, "--resume", "-v"], env={"COLUMNS": "80"})
+    assert done.exit_code == 0, done.output
+    _fits(done.output)
+    assert calls
+    assert all(names == ["vllm:flash-attn", "vllm:flashinfer"] for _, names in calls)
+    assert "vllm serve MODEL --tensor-parallel-size 8" in done.output
+    # the heavy buckets are now priced by their own batches
+    assert "not measured here" not in done.output
+    n = len(calls)
+    rerun = runner.invoke(app, [*args, "--resume"], env={"COLUMNS": "80"})
+    assert rerun.exit_code == 0, rerun.output
+    assert len(calls) == n  # nothing measured twice
+    # the findings' answer table re-weights the measured rows by their labels alone
+    from attnbench.analysis.deploy_report import answer_table
+    from attnbench.analysis.frame import ok_rows
+
+    measured = ok_rows(load([out]).frame)
+    ok = ok_rows(load([*H200, out]).frame)
+    table = answer_table(ok, measured, [("llama-3.1-70b", 8)])
+    (mine,) = [r for r in table if r[1] == "vllm" and r[2] == "azure-conv" and r[3] == "bf16"]
+    assert mine[4].startswith("`--attention-backend")
+    assert "0% extrapolated" in mine[6]
+
+
+def test_measure_without_a_gpu_answers_from_committed_rows(tmp_path: Path) -> None:
+    import torch
+
+    if not H200 or torch.cuda.is_available():
+        pytest.skip("needs the committed rows and no CUDA GPU")
+    out = tmp_path / "deploy.jsonl"
+    args = ["recommend", *map(str, H200), "--model", "llama-3.1-8b", "--engine", "sglang"]
+    args += ["--trace", "azure-conv", "--measure", "--out", str(out)]
+    res = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert "no CUDA GPU here" in res.output
+    assert "EXTRAPOLATED" in res.output
+    assert "decision:" in res.output
+    assert not out.exists()
