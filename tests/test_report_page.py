@@ -13,7 +13,7 @@ from attnbench.analysis.frame import load
 from attnbench.report.blocks import Code, Figure, Section, Table, Text
 from attnbench.report.build import lead_blocks, section_html, write_report
 from attnbench.report.first_screen import (
-    decisions_from_engine_rank,
+    decisions_from_answers,
     first_screen_blocks,
 )
 from fixtures_results import MODELS, make_rows, row, spec, write_results
@@ -110,7 +110,7 @@ def test_lead_is_a_short_paragraph_and_the_first_figure() -> None:
 
 def test_first_screen_names_no_contiguous_cache_on_committed_rows() -> None:
     frame = load(sorted((ROOT / "results").glob("h200-*engines*.jsonl.gz"))).frame
-    decisions = decisions_from_engine_rank(frame)
+    decisions = decisions_from_answers(frame)
     assert any(d.choice for d in decisions)
     for d in decisions:
         names = [d.choice or "", *d.per_batch_us]

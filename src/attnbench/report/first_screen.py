@@ -1,22 +1,21 @@
 """The report's first screen: the per-model deploy decision and one figure, the decode time
 per batch-size bucket of every deployable configuration, before anything else on the page.
 
-The decisions come from `decisions_from_engine_rank` below, the one adapter over the current
-ranking (`analysis.engine_rank.rank_engine`, run on each model's rows only). The rebuilt
-`recommend` will provide `analysis.deploy.answers_by_model(frame)`; the integrator swaps this
-one function for it, and `first_screen_blocks` and the figure stay as they are.
-
-Only deployable configurations appear: engine settings (`vllm:*`, `sglang:*` rows, or raw rows
-that are exactly an engine's kernel path), so never a contiguous-cache variant.
+The decisions are `recommend --model`'s (`analysis.deploy.answers_by_model`, per model shape
+of the rows, without a trace): the same deployable options (an engine's settings, never a
+contiguous-cache or knob-less tuned variant), the same pairing on shared cases and 95% CIs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
-from attnbench.analysis.frame import fmt_us, ok_rows, shape_label
+from attnbench.analysis.deploy import Answer, ModelShape
+from attnbench.analysis.deploy_options import Option
+from attnbench.analysis.frame import fmt_us
 from attnbench.report.blocks import (
     Block,
     Figure,
@@ -44,6 +43,13 @@ class ModelDecision:
     decode_us: float | None = None
     """Expected decode attention time per step and layer, over the capture buckets."""
     decode_vs_default: float | None = None
+    decode_ci: tuple[float, float] | None = None
+    """The paired bootstrap's 95% CI of `decode_vs_default`."""
+    tied: bool = False
+    """Other options tie the choice (CIs overlap)."""
+    keeps_default: bool = False
+    fp8: str = ""
+    """fp8 KV as its own decision: time against 16-bit KV (paired CI), memory, error."""
     basis: str = ""
     per_batch_us: dict[str, dict[int, float]] = field(default_factory=dict)
     """Decode time per measured batch size, per deployable configuration label."""
@@ -51,75 +57,91 @@ class ModelDecision:
     """How many of this model's rows are the engine's own (not inferred from raw rows)."""
 
 
-def model_key(row: pd.Series) -> str:
-    """`llama-3.1-70b/tp8`, or for rows run without a preset their head shape and the presets
-    that have it: `h32/8 d128 (llama-3.1-8b shape)`."""
-    from attnbench.workload.models import MODELS
-
-    key = shape_label(row)
-    if row["model"]:
-        return key
-    same = [
-        m.name
-        for m in MODELS.values()
-        if m.mla is None
-        and (m.num_qo_heads, m.num_kv_heads, m.head_dim)
-        == (row["num_qo_heads"], row["num_kv_heads"], row["head_dim"])
-    ]
-    return f"{key} ({', '.join(same[:2])} shape)" if same else key
+def _per_batch_us(option: Option) -> dict[int, float]:
+    """Decode µs per measured batch size: the geometric mean of the option's cases there."""
+    by: dict[int, list[float]] = {}
+    for case in option.cases("decode").values():
+        by.setdefault(case.batch, []).append(case.timing.median_us)
+    return {b: float(np.exp(np.mean(np.log(v)))) for b, v in sorted(by.items())}
 
 
-def decisions_from_engine_rank(frame: pd.DataFrame) -> list[ModelDecision]:
-    """ADAPTER (to be replaced by `analysis.deploy.answers_by_model`): per named model (and
-    per anonymous head shape that has engine-variant rows), `rank_engine` on its rows only."""
-    from attnbench.analysis.engine_rank import rank_engine
-    from attnbench.backends.engine_paths import ENGINES
+def _basis(ans: Answer) -> str:
+    c = ans.choice
+    n = len(c.cases("decode")) if c is not None else 0
+    sizes = ", ".join(str(b) for b in ans.measured_batches) or "none"
+    text = f"{n} decode cases at batch {sizes}"
+    share = ans.extrapolated_share
+    if share:
+        text += f"; {share:.0%} of the weight priced by extrapolation"
+    if c is not None and c.inferred_from:
+        text += "; inferred from raw rows"
+    return text
 
-    ok = ok_rows(frame)
-    if ok.empty:
-        return []
-    keys = ok.apply(model_key, axis=1)
-    own = ok["library"].isin(ENGINES)
-    out = []
-    for model in sorted(set(keys)):
-        sub = ok[keys == model]
-        if not str(sub.iloc[0]["model"]) and not own[keys == model].any():
-            continue  # anonymous head shapes without engine rows are the GQA sweep's
-        for engine in ENGINES:
-            for rec in rank_engine(sub, engine):
-                c = rec.choice
-                measured = ", ".join(str(b.batch) for b in rec.batches) or "none"
-                basis = f"decode at batch {measured}"
-                basis += "; inferred from raw rows" if rec.inferred else ""
-                out.append(
-                    ModelDecision(
-                        model,
-                        engine,
-                        rec.gpu,
-                        c.config.label if c else None,
-                        c.config.command if c else "",
-                        c.decode_us if c else None,
-                        c.decode_vs_default if c else None,
-                        basis,
-                        {
-                            s.config.label: {b.batch: b.times_us[s.config] for b in rec.batches}
-                            for s in rec.scores
-                            if all(s.config in b.times_us for b in rec.batches)
-                        },
-                        int((sub["library"] == engine).sum()),
-                    )
-                )
-    return out
+
+def _fp8_text(ans: Answer) -> str:
+    f = ans.fp8
+    if f is None or f.decode is None:
+        return ""
+    d = f.decode
+    text = (
+        f"fp8 KV ({f.option.key.kv}): decode {d.ratio:.2f}x the 16-bit KV [95% CI "
+        f"{d.ci_low:.2f}-{d.ci_high:.2f}], KV memory {f.kv_bytes_ratio:.2f}x"
+    )
+    err = f.error.get("total_rel_l2_max")
+    if err is not None:
+        text += f", rel. L2 error <= {100 * err:.1f}% (fp8 study)"
+    recall = f.error.get("needle_recall_min")
+    if recall is not None:
+        text += f", needle recall >= {100 * recall:.0f}%"
+    return text
+
+
+def _decision(shape: ModelShape, ans: Answer) -> ModelDecision:
+    c = ans.choice
+    est = c.decode if c is not None else None
+    us = ans.default_decode_us * est.ratio if est is not None and ans.default_decode_us else None
+    return ModelDecision(
+        model=shape.label,
+        engine=ans.engine,
+        gpu=ans.gpu,
+        choice=c.key.text if c is not None else None,
+        command=" ".join(c.command) if c is not None else "",
+        decode_us=us,
+        decode_vs_default=est.ratio if est is not None else None,
+        decode_ci=(est.ci_low, est.ci_high) if est is not None else None,
+        tied=bool(ans.tied),
+        keeps_default=ans.keeps_default,
+        fp8=_fp8_text(ans),
+        basis=_basis(ans),
+        per_batch_us={o.key.text: _per_batch_us(o) for o in ans.options if o.cases("decode")},
+        engine_rows=sum(len(o.cases("decode")) for o in ans.options),
+    )
+
+
+def decisions_from_answers(frame: pd.DataFrame) -> list[ModelDecision]:
+    """Per model shape of the rows, the vLLM and SGLang answers `recommend --model` gives
+    (`analysis.deploy.answers_by_model`: the same options, pairing and CIs)."""
+    from attnbench.analysis.deploy import answers_by_model
+
+    return [_decision(shape, a) for shape, answers in answers_by_model(frame) for a in answers]
 
 
 def _engine_cell(d: ModelDecision | None) -> str:
     if d is None:
         return "-"
     if d.choice is None:
-        preset = "" if " " in d.model else f" --model {d.model.split('/')[0]}"
-        how = f"attnbench run{preset} -b {d.engine}"
+        model, _, tp = d.model.partition(" tp")
+        how = f"attnbench recommend --model {model} --tp {tp} --engine {d.engine} --measure"
         return f"no deployable rows: measure with `{how}`"
-    vs = f", {d.decode_vs_default:.2f}x the default" if d.decode_vs_default is not None else ""
+    vs = ""
+    if d.keeps_default:
+        vs = ", the engine's default: no option is faster beyond its 95% CI"
+    elif d.decode_vs_default is not None and d.decode_ci is not None:
+        lo, hi = d.decode_ci
+        vs = f", {d.decode_vs_default:.2f}x the default [95% CI {lo:.2f}-{hi:.2f}]"
+        vs += " (tied)" if d.tied else ""
+    if d.fp8:
+        vs += f"; {d.fp8}"
     return f"`{d.command}` · decode {fmt_us(d.decode_us)} per step and layer{vs}"
 
 
@@ -157,7 +179,7 @@ def first_screen_blocks(frame: pd.DataFrame, label: str = "") -> list[Block]:
     of the lead model's deployable configurations ([]: no row ranks for any engine)."""
     from attnbench.report.plots_deploy import BucketPanel, bucket_decode
 
-    decisions = decisions_from_engine_rank(frame)
+    decisions = decisions_from_answers(frame)
     if not decisions:
         return []
     blocks: list[Block] = [
@@ -173,7 +195,8 @@ def first_screen_blocks(frame: pd.DataFrame, label: str = "") -> list[Block]:
         blocks.append(
             Text(
                 f"No deployable rows for {', '.join(f'`{m}`' for m in missing)}: measure them "
-                "with `attnbench run --model MODEL -b vllm` (and `-b sglang`) on the GPU."
+                "on the GPU with `attnbench recommend --model MODEL --engine vllm --trace T "
+                "--measure` (and `--engine sglang`)."
             )
         )
     lead = lead_decisions(decisions)
