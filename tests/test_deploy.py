@@ -179,6 +179,17 @@ def test_scoped_answer_70b_tp8_library_calls(committed: object) -> None:
     assert "qwen2.5-72b" in shape.also
 
 
+def test_gemma2_library_answer_stands_in_for_the_refusing_fa3(committed: object) -> None:
+    """FA3 (the library default) refuses Gemma-2's soft-cap: the answer compares with the
+    variant that ran (FlashInfer fa2 on the committed H200 rows) and says so."""
+    shape = deploy.model_shape("gemma-2-9b", 1)
+    ans = deploy.answer(committed, shape, "none")  # type: ignore[arg-type]
+    assert ans.default is not None
+    assert ans.default.key.variant == "flashinfer:fa2"
+    assert ans.choice is not None
+    assert any("flash-attn:fa3 has no timed row at gemma-2-9b tp1" in g.text for g in ans.gaps)
+
+
 def test_no_contiguous_or_knobless_tuned_winner(committed: object) -> None:
     lines, _ = deploy.index(committed)  # type: ignore[arg-type]
     for line in lines:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from attnbench.analysis.compare import Timing
 from attnbench.analysis.deploy_options import (
+    RAW_DEFAULT,
     Option,
     OptionKey,
     deploy_options,
@@ -214,6 +215,14 @@ def answer(
             )
         )
         return ans
+    if engine == "none" and default.key.variant != RAW_DEFAULT:
+        ans.gaps.append(
+            Gap(
+                f"{RAW_DEFAULT} has no timed row at {shape.label} (refused or not run): "
+                f"{default.key.variant} stands in as the default",
+                measure_command(shape, engine, trace, kv_dtype),
+            )
+        )
     ans.measured_batches = sorted({c.batch for c in default.cases("decode").values()})
     sizes = capture_sizes("vllm" if engine == "none" else engine)
     weights, ans.buckets = batch_weights(ans.measured_batches, sizes, running)

@@ -184,6 +184,8 @@ def deploy_options(ok: pd.DataFrame, engine: str, tp: int) -> tuple[list[Option]
     default = opts.get(want) or _most_cases(
         [o for o in options if o.key.variant == base and o.key.kv == "auto"]
     )
+    if default is None and engine == "none":  # FA3 refused the shape (Gemma-2's soft-cap)
+        default = _most_cases([o for o in options if o.key.kv == "auto"])
     return options, default
 
 
