@@ -166,8 +166,9 @@ def decision_rows(decisions: list[ModelDecision]) -> list[list[str]]:
 
 
 def lead_decisions(decisions: list[ModelDecision]) -> list[ModelDecision]:
-    """The decisions of the model the figure shows: the one with the most engine rows."""
-    with_rows = [d for d in decisions if d.per_batch_us]
+    """The decisions of the model the figure shows: of the models an engine answers for (a
+    choice), the one with the most decode rows."""
+    with_rows = [d for d in decisions if d.per_batch_us and d.choice is not None]
     if not with_rows:
         return []
     lead = max(with_rows, key=lambda d: (d.engine_rows, d.model)).model

@@ -65,12 +65,12 @@ def engines(inputs: Inputs) -> Section | None:
     for f in files:
         table += _engine_rows(rows[rows["file"] == f], f"`{f}` alone")
     text = (
-        "What `attnbench recommend --engine vllm|sglang` deploys from the engine-variant rows "
-        "(every capture bucket weighted alike): over every file that has them (what "
-        "`recommend --engine` on the inputs chooses), then per file. The engine command, its "
-        "expected decode and prefill attention time as multiples of the engine default's on the "
-        "same cases, and the regret of one server-wide choice against choosing per capture "
-        "bucket."
+        "The engine-variant rows ranked with every capture bucket weighted alike and every "
+        "KV dtype in one ranking, over every file that has them, then per file: evidence, "
+        "not the deployment answer (that is the next section, `recommend --model`, which "
+        "keeps fp8 KV a decision of its own). The engine command, its expected decode and "
+        "prefill attention time as multiples of the engine default's on the same cases, and "
+        "the regret of one server-wide choice against choosing per capture bucket."
     )
     cols = [
         "rows",
@@ -83,12 +83,7 @@ def engines(inputs: Inputs) -> Section | None:
         "file",
         "commit",
     ]
-    heads = [
-        Headline.of(f"recommend --engine {r[1]}", f"{r[2]}: decode {r[3]} the default", r[-2:])
-        for r in table
-        if r[0] == "every engine file"
-    ]
-    return Section("Engine deployments", text, [Table(cols, table)], heads)
+    return Section("Engine rows ranked", text, [Table(cols, table)])
 
 
 def _rel(records: list[dict[str, Any]], metric: str) -> list[float]:
