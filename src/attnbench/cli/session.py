@@ -124,6 +124,7 @@ def _plan(
     info = detect(dev)
     check_timer(settings.timer, info.kind, flag_for("timer", sources["timer"]))
     specs, suite_name = cases(settings, sources, info.kind)
+    settings = suite_measurement(settings, sources, info.kind)
     if device_note and tune is None and settings.suite is None and suite_name == "cpu":
         note(device_note)  # "...on a small suite": only when that suite was chosen for the user
     backends, where = _where(settings, info, tune)
@@ -387,6 +388,34 @@ def cases(
         return settings_specs(settings), "custom"
     except (SuiteError, ValueError) as exc:
         fail(str(exc))
+
+
+MEASURE_FIELDS = ("warmup_ms", "min_runs", "max_runs", "max_time_ms", "target_rel_ci", "cold_l2")
+"""Settings of the measurement itself (one per run, not per case): a suite's [defaults] value
+applies where no flag, environment variable or settings file gave one."""
+
+
+def suite_measurement(settings: Settings, sources: dict[str, str], device_kind: str) -> Settings:
+    """`settings` with the run's suite's [defaults] measurement settings (`MEASURE_FIELDS`)
+    where they are still the defaults; validated as settings (a bad value exits naming it)."""
+    from attnbench.workload.suite import SuiteError, load_suite
+
+    custom = any(sources.get(f, "default") != "default" for f in WORKLOAD_FIELDS)
+    name = settings.suite or (None if custom else "default" if device_kind == "cuda" else "cpu")
+    if name is None:
+        return settings
+    try:
+        defaults = load_suite(name).defaults
+    except (SuiteError, ValueError) as exc:
+        fail(str(exc))
+    given = {k: defaults[k] for k in MEASURE_FIELDS if k in defaults}
+    picked = {k: v for k, v in given.items() if sources.get(k, "default") == "default"}
+    if not picked:
+        return settings
+    try:
+        return type(settings).model_validate(settings.model_dump() | picked)
+    except ValueError as exc:
+        fail(f"suite {name} [defaults]: {' '.join(str(exc).split())[:200]}")
 
 
 def flags_win(suite: Suite, flags: set[str]) -> Suite:
