@@ -76,3 +76,16 @@ def test_a_bad_measurement_value_in_a_suite_is_refused(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["run", "--device", "cpu", "--suite", str(suite)])
     assert res.exit_code != 0
     assert "min_runs" in res.output
+
+
+def test_workers_above_the_cores_are_capped_and_said() -> None:
+    """`--workers 64` on 2 cores started 64 processes (8.5 GB, nothing finished in 120 s)."""
+    from attnbench.measure.hardware import DeviceInfo
+    from attnbench.run.plan import cap_workers, placement
+
+    assert cap_workers(2, 2) == (2, None)
+    assert cap_workers(64, 2) == (2, "workers=64: capped at 2, the CPU cores this process may use")
+    from attnbench.config import usable_cpus
+
+    cpu = DeviceInfo("cpu", 0, "cpu", None, 0, 0, 0)
+    assert len(placement(cpu, workers=10**6).gpus) == usable_cpus()

@@ -287,13 +287,9 @@ class Settings(BaseSettings):
     @field_validator("workers")
     @classmethod
     def _workers(cls, v: int) -> int:
-        cores = usable_cpus()
-        if not 0 <= v <= cores:
-            raise ValueError(
-                f"allowed: 0 (run in this process) to {cores}, the CPU cores this process "
-                "may use (each worker is a process with its own torch and its own threads)"
-            )
-        return v
+        if v < 0:
+            raise ValueError("allowed: 0 (run in this process) or more worker processes")
+        return v  # more than the cores: capped where cases are placed (`run.plan.cap_workers`)
 
     @field_validator("case_timeout_s", "plan_timeout_s")
     @classmethod

@@ -162,7 +162,11 @@ def _where(
         )
     except ValueError as exc:
         fail(str(exc))
-    for line in notes:
+    from attnbench.config import usable_cpus
+    from attnbench.run.plan import cap_workers
+
+    capped = cap_workers(settings.workers, usable_cpus())[1] if where.mode == "pool" else None
+    for line in [*notes, *([capped] if capped and info.kind == "cpu" else [])]:
         note(line)
     if tune is not None and not backends:
         fail("none of the selected variants has knobs to tune")

@@ -94,8 +94,19 @@ def placement(
     if gpus:
         raise ValueError("gpus: no CUDA GPU in use (device is cpu); use --workers for CPU")
     if workers:
-        return Placement("pool", gpus=(None,) * workers)
+        from attnbench.config import usable_cpus
+
+        return Placement("pool", gpus=(None,) * cap_workers(workers, usable_cpus())[0])
     return Placement("inline")
+
+
+def cap_workers(workers: int, cores: int) -> tuple[int, str | None]:
+    """CPU workers to start for `--workers` on `cores` cores: at most one per core (each is a
+    process with its own torch and threads: 64 on 2 cores took 8.5 GB and finished nothing),
+    and the note saying so when the request was capped."""
+    if workers <= cores:
+        return workers, None
+    return cores, f"workers={workers}: capped at {cores}, the CPU cores this process may use"
 
 
 def visible_gpus() -> int:
