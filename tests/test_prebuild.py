@@ -168,7 +168,10 @@ def test_a_prebuild_without_flashinfer_never_fails_the_run() -> None:
     needs = prebuild.plan_needs(_plan())
     needs.flex = needs.flex[:1]
     statuses: list[str] = []
-    report = prebuild.Prebuild(needs).wait(statuses.append, limit_s=120)
+    pre = prebuild.Prebuild(needs)
+    report = pre.wait(statuses.append, limit_s=120)
+    pre.stop()
+    assert not pre.workdir.exists()
     fi = report["flashinfer"]
     assert fi["modules"] == []
     assert len(fi["failed"]) == len(needs.modules)
