@@ -54,6 +54,7 @@ kv_dtype = "bfloat16"
 
 @pytest.mark.usefixtures("fake_timer")
 @pytest.mark.parametrize(("flags", "max_time_ms"), [([], 7.0), (["--max-time-ms", "9"], 9.0)])
+@pytest.mark.slow
 def test_a_suites_measurement_settings_apply(
     tmp_path: Path, flags: list[str], max_time_ms: float
 ) -> None:

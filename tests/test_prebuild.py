@@ -211,6 +211,7 @@ def test_footer_is_read_and_old_files_still_load(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("isolated", "fake_timer")
+@pytest.mark.slow
 def test_a_run_ends_with_its_footer(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

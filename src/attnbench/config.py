@@ -87,11 +87,10 @@ def _unique(values: Any) -> Any:
 
 
 def usable_cpus() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
-    import os
+    """CPU cores this process may run on (`run.plan.usable_cpus`)."""
+    from attnbench.run.plan import usable_cpus as cores
 
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    return cores()
 
 
 def _split_semicolon(value: Any) -> Any:

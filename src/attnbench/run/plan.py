@@ -94,10 +94,16 @@ def placement(
     if gpus:
         raise ValueError("gpus: no CUDA GPU in use (device is cpu); use --workers for CPU")
     if workers:
-        from attnbench.config import usable_cpus
-
         return Placement("pool", gpus=(None,) * cap_workers(workers, usable_cpus())[0])
     return Placement("inline")
+
+
+def usable_cpus() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    import os
+
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def cap_workers(workers: int, cores: int) -> tuple[int, str | None]:
