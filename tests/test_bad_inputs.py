@@ -109,9 +109,9 @@ RUN = [
     case(["run", "--case-timeout", "-1"], 2, "case_timeout_s=-1", id="run-case-timeout"),
     case(["run", "--workers", "-1"], 2, "workers=-1", id="run-workers"),
     case(
-        ["run", "--workers", TOO_MANY_WORKERS],
-        2,
-        f"workers={TOO_MANY_WORKERS}: allowed: 0 (run in this process) to {usable_cpus()}",
+        ["run", *TINY, "--workers", TOO_MANY_WORKERS],
+        0,
+        f"workers={TOO_MANY_WORKERS}: capped at {usable_cpus()}, the CPU cores this process",
         id="run-workers-over-cores",
     ),
     case(["run", "--max-time-ms", "inf"], 2, "max_time_ms=inf", id="run-max-time-inf"),
@@ -462,10 +462,11 @@ RUN = [
         "nothing could run",
         id="run-all-unsupported",
     ),
-    case(  # README's example at a CPU's size: fp8 KV leaves only the fp64 oracle
+    case(  # README's example at a CPU's size: no CPU kernel reads fp8 KV (and on a CPU the
+        # timed reference is opt-in), so nothing runs
         ["run", *README_EXAMPLE, "--device", "cpu", "-l", "16", "--batch-size", "1"],
         3,
-        "nothing could run: only the reference (the fp64 oracle",
+        "nothing could run: none of 3 (case, variant) pairs was measured",
         id="run-only-the-oracle",
     ),
     case(  # every variant refused by the memory guard: the summary gives the figures
@@ -857,6 +858,38 @@ REPLAY = [
         id="replay-heldout-no-steps",
     ),
     case(["lengths", "long:0@4096+mixed"], 2, "long:K@LEN+DIST", id="lengths-long-zero"),
+    # -- `-b all` (what `run --help` shows as the default) means every variant everywhere
+    case([*REPLAY_ARGS, "-b", "all"], 0, "flashinfer:fa2: not validated", id="replay-backend-all"),
+    case(
+        [*REPLAY_ARGS, "-b", "all", "-b", "flex"],
+        2,
+        "--backend: all (every variant) cannot be combined with flex",
+        id="replay-backend-all-and-more",
+    ),
+    case(
+        ["replay-validate", "{rows}", "--rescore", "v.json", "-b", "all"],
+        0,
+        "validation -> runs/replay/validation-rescored.json",
+        files={
+            "v.json": '{"schema": "attnbench.replay-validation/1", "traces": ["azure-code"], '
+            '"summary": {}, "steps": [{"trace": "azure-code", "step": 1, "backend": '
+            '"flash-attn:fa3", "requests": 1, "kv_total": 64, "kv_max": 64, "predicted_us": 5.0, '
+            '"measured_us": 6.0, "rel_err": -0.17, "outside": false, "kv_lens": [64]}]}'
+        },
+        id="replay-validate-backend-all",
+    ),
+    case(
+        ["fidelity", "-b", "all"],
+        3,
+        "fidelity needs a CUDA GPU",  # `all` passed; the device is what stops it here
+        id="fidelity-backend-all",
+    ),
+    case(
+        ["fidelity", "-b", "all", "-b", "sdpa:cudnn"],
+        2,
+        "--backend: all (every variant) cannot be combined with sdpa:cudnn",
+        id="fidelity-backend-all-and-more",
+    ),
 ]
 
 OTHER = [

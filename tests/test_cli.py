@@ -45,6 +45,7 @@ def test_run_writes_a_results_file_and_table(tmp_path: Path) -> None:
     assert "reference" in res.output
 
 
+@pytest.mark.slow
 def test_resume_skips_finished_cases(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     args = [

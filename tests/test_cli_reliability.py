@@ -147,6 +147,7 @@ def test_run_where_every_variant_is_unsupported_exits_3(tmp_path: Path) -> None:
     assert {r.status for r in read_results(out).rows} == {"unsupported"}
 
 
+@pytest.mark.slow
 def test_resume_with_nothing_left_is_ok(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     args = ["run", *TINY, "-l", "16", "--out", str(out)]
@@ -269,6 +270,7 @@ def test_exit_codes_are_documented_in_help_and_readme() -> None:
 # -- results files stay readable after an interrupted write ----------------------------------
 
 
+@pytest.mark.slow
 def test_a_torn_last_line_is_cut_before_appending(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     args = ["run", *TINY, "-l", "16", "--out", str(out)]

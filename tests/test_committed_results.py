@@ -80,6 +80,7 @@ def test_every_file_read_by_default_names_its_commit(monkeypatch: pytest.MonkeyP
         assert re.search(r"^=== commit \S+", p.read_text(), re.M), p.name
 
 
+@pytest.mark.slow
 def test_report_on_the_embedded_default(tmp_path: Path) -> None:
     res = runner.invoke(app, ["report", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
@@ -101,6 +102,7 @@ def test_report_on_the_embedded_default(tmp_path: Path) -> None:
     assert "<script" not in html
 
 
+@pytest.mark.slow
 def test_recommend_on_the_embedded_default(tmp_path: Path) -> None:
     out = tmp_path / "decision.json"
     res = runner.invoke(app, ["recommend", "--json", str(out)])
@@ -120,6 +122,7 @@ def test_compare_a_run_with_itself_is_all_ties() -> None:
     assert "tie" in summary
 
 
+@pytest.mark.slow
 def test_replay_on_committed_results_over_a_trace_slice(tmp_path: Path) -> None:
     out = tmp_path / "replay.json"
     res = runner.invoke(

@@ -65,6 +65,7 @@ def test_two_runs_of_one_commit_compare_clean() -> None:
     assert "no regression beyond 5%: exit 0" in res.output
 
 
+@pytest.mark.slow
 def test_a_planted_ten_percent_slowdown_is_caught(tmp_path: Path) -> None:
     planted = _planted(tmp_path)
     comp = compare_frames(load([FRESH]).frame, load([planted]).frame)

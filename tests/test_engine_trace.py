@@ -61,6 +61,7 @@ def test_bundled_trace_weights_are_non_uniform_on_captured_sizes(
     assert mixed in run.source()
 
 
+@pytest.mark.slow
 def test_traffic_sets_the_running_batch(committed: list[Path]) -> None:
     """Mooncake's conversations run many requests at once; Azure's code trace mostly one or two:
     the histogram is the replay's, not a fixed table."""
@@ -92,6 +93,7 @@ def test_check_trace_names_the_allowed_traces(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_cli_weights_buckets_by_the_trace(committed: list[Path], tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "rec.json"

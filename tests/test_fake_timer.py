@@ -32,6 +32,7 @@ def test_no_setting_names_the_fake_timer() -> None:
 
 
 @pytest.mark.usefixtures("fake_timer")
+@pytest.mark.slow
 def test_rows_the_fake_timer_timed_never_reach_analysis(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     assert runner.invoke(app, [*TINY, "--out", str(out)]).exit_code == 0
@@ -52,6 +53,7 @@ def test_rows_the_fake_timer_timed_never_reach_analysis(tmp_path: Path) -> None:
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 def test_a_real_cpu_run_is_analysed(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     assert runner.invoke(app, [*TINY, "--out", str(out)]).exit_code == 0

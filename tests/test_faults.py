@@ -69,6 +69,7 @@ def _execute_nothing_ran(cli: dict[str, object]) -> None:
     assert exited.value.exit_code == EXIT_NOTHING_RAN
 
 
+@pytest.mark.slow
 def test_in_process_faults_become_rows(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     backends = ["reference", *FAULTS]
@@ -88,6 +89,7 @@ def test_worker_pool_survives_hangs_and_crashes(tmp_path: Path) -> None:
     assert {r.details.get("worker") for r in rows if r.status == "ok"} <= {0, 1}
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     args = [

@@ -177,6 +177,7 @@ def test_small_kernels_are_judged_against_cupti_and_nvbench_with_a_cause() -> No
     assert missing.agrees  # judged against CUPTI alone
 
 
+@pytest.mark.slow
 def test_both_plan_modes_are_paired_and_shown(tmp_path: Path) -> None:
     eager = {"knobs": {"use_cuda_graph": False}, "plan_mode": "eager"}
     doc = {

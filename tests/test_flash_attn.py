@@ -504,6 +504,7 @@ def test_rows_record_the_build(ctx: SweepContext) -> None:
     assert unknown.provenance()["fa_build_flags"] == "unknown"
 
 
+@pytest.mark.slow
 def test_fa3_grid_searches_the_paged_knobs(ctx: SweepContext) -> None:
     from attnbench.backends.reference import reference_attention
     from attnbench.run.tune import Deadline, knob_grid, make_trial, tune_variant

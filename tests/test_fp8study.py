@@ -271,6 +271,7 @@ def _fake_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+@pytest.mark.slow
 def test_kernel_study_plumbing_with_a_fake_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_flashinfer(monkeypatch)
     _fake_fa3(monkeypatch)
@@ -355,6 +356,7 @@ def test_fa3_error_split_keeps_query_quantisation_apart() -> None:
     )
 
 
+@pytest.mark.slow
 def test_kernel_study_records_why_fa3_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     """No importable FA3 build: FlashInfer's records as before, and the reason FA3 is missing."""
     _fake_flashinfer(monkeypatch)
@@ -371,6 +373,7 @@ def test_kernel_study_records_why_fa3_is_skipped(monkeypatch: pytest.MonkeyPatch
     assert len(doc["kernel"]) == 6
 
 
+@pytest.mark.slow
 def test_kernel_study_runs_fa3_without_flashinfer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernel_mod, "kernel_unavailable", lambda device: "no flashinfer here")
     _fake_fa3(monkeypatch)
@@ -418,6 +421,7 @@ def test_kernel_tables_show_fa3_beside_flashinfer() -> None:
     assert "flashinfer:tc 0.300%, flash-attn:fa3 2.500%" in text
 
 
+@pytest.mark.slow
 def test_a_run_cut_during_the_kernel_part_keeps_the_records_measured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -470,6 +474,7 @@ def test_study_document_round_trips_as_strict_json(tmp_path: Path) -> None:
         load_study(bogus)
 
 
+@pytest.mark.slow
 def test_cli_fp8_small_cpu_run(tmp_path: Path) -> None:
     out = tmp_path / "fp8.json"
     result = CliRunner().invoke(
@@ -576,6 +581,7 @@ def test_fa3_fp8_kernel_error_is_below_quantisation_error(
         assert "e5m2" in e5m2["reason"]
 
 
+@pytest.mark.slow
 def test_cli_fp8_cut_short_keeps_the_finished_parts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

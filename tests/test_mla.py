@@ -313,6 +313,7 @@ def test_sdpa_mla_passes_the_gate_on_the_cpu(
 
 
 @pytest.mark.usefixtures("isolated", "fake_timer")
+@pytest.mark.slow
 def test_run_model_deepseek_v3_on_the_cpu_end_to_end(tmp_path: Path) -> None:
     """`attnbench run --model deepseek-v3` builds MLA cases; sdpa:mla and the reference rows
     pass the gate; every GQA variant is an unsupported row naming the MLA variants."""

@@ -51,6 +51,7 @@ def test_cpu_worker_pool_shards_cases_into_one_file(tmp_path: Path) -> None:
     assert {r.details["worker"] for r in f.rows} <= {0, 1}
 
 
+@pytest.mark.slow
 def test_ray_task_body_runs_a_case() -> None:
     spec = WorkloadSpec(
         kind="decode", num_qo_heads=4, num_kv_heads=2, head_dim=16, kv_lens=(20, 7), qo_lens=(1, 1)

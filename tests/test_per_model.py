@@ -211,6 +211,7 @@ def test_committed_h200_rows_answer_for_deepseek_v3() -> None:
 
 
 @pytest.mark.usefixtures("isolated")
+@pytest.mark.slow
 def test_recommend_on_committed_results_lists_named_models_only() -> None:
     """`attnbench recommend results/`: the per-model table holds the named presets of the
     committed rows, not each GQA-sweep head shape (h8/8 d128 ... h128/8 d128)."""

@@ -100,6 +100,7 @@ def _chaos_trial(seed: int) -> WorkerPool:
     return pool
 
 
+@pytest.mark.slow
 def test_kill_at_random_few_trials() -> None:
     for seed in range(3):
         _chaos_trial(seed)
@@ -147,6 +148,7 @@ def test_a_silent_worker_is_given_up_after_the_ready_timeout() -> None:
     assert "did not start within 0.5 s" in rows[0].reason
 
 
+@pytest.mark.slow
 def test_a_worker_that_leaves_after_a_poisoned_row_hands_the_rest_to_a_fresh_one() -> None:
     """DeviceLost: the worker exits after its error row; each other variant of the case runs
     once, on fresh workers, and no row is lost or repeated."""

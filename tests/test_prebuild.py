@@ -168,7 +168,10 @@ def test_a_prebuild_without_flashinfer_never_fails_the_run() -> None:
     needs = prebuild.plan_needs(_plan())
     needs.flex = needs.flex[:1]
     statuses: list[str] = []
-    report = prebuild.Prebuild(needs).wait(statuses.append, limit_s=120)
+    pre = prebuild.Prebuild(needs)
+    report = pre.wait(statuses.append, limit_s=120)
+    pre.stop()
+    assert not pre.workdir.exists()
     fi = report["flashinfer"]
     assert fi["modules"] == []
     assert len(fi["failed"]) == len(needs.modules)
@@ -208,6 +211,7 @@ def test_footer_is_read_and_old_files_still_load(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("isolated", "fake_timer")
+@pytest.mark.slow
 def test_a_run_ends_with_its_footer(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

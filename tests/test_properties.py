@@ -41,6 +41,7 @@ FIXTURE_OK = [HealthCheck.function_scoped_fixture]
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.dictionaries(st.sampled_from(FIELDS), junk, max_size=4))
+@pytest.mark.slow
 def test_any_cli_values_load_or_fail_with_one_line(cli: dict[str, Any]) -> None:
     try:
         load_settings(cli)

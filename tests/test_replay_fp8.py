@@ -72,7 +72,7 @@ def test_fp8_suite_is_the_fp8_rows_the_calibration_suite_lacks() -> None:
 
 def test_flag_and_suite_agree_on_the_kv_dtype() -> None:
     """`run --suite replay-calibration-fp8 --kv-dtype fp8_e4m3` runs the same cases."""
-    from attnbench.cli.session import flags_win
+    from attnbench.cli.run_suite import flags_win
 
     suite = load_suite("replay-calibration-fp8")
     flagged = suite_specs(flags_win(suite, {"kv_dtype"}), Settings(kv_dtype=FP8))
@@ -170,6 +170,7 @@ def test_replay_validate_at_fp8_fails_at_once_naming_the_fp8_suite(
     assert not (tmp_path / "v.json").exists()
 
 
+@pytest.mark.slow
 def test_fp8_models_fit_fp8_rows_and_validate_on_live_steps(files: tuple[Path, Path]) -> None:
     """With both files, the fp8 replay fits decode on the fp8 grid and prefill on the fp8 rows
     (not the bf16 ones, which differ), and a timer that follows the fp8 rows finds no error."""

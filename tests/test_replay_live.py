@@ -70,6 +70,7 @@ def test_step_spec_is_the_exact_batch() -> None:
     assert pspec.kind in ("prefill", "append")
 
 
+@pytest.mark.slow
 def test_measure_samples_runs_the_sweep_and_scores_the_model(tmp_path: Path) -> None:
     """The sampled steps run as jobs of a session (here in this process, on the CPU)."""
     from attnbench.measure.config import MeasureConfig

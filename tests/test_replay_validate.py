@@ -102,6 +102,7 @@ def test_steps_alternate_between_traces(replays: tuple) -> None:
     assert [d.trace for d in drawn[: len(TRACES)]] == list(sims)
 
 
+@pytest.mark.slow
 def test_an_interrupted_validation_writes_the_steps_timed_so_far(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

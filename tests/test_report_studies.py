@@ -153,6 +153,7 @@ def test_committed_h200_crossover() -> None:
     assert round(p.plain_us) == 54
 
 
+@pytest.mark.slow
 def test_shared_prefix_and_tree_sections(tmp_path: Path) -> None:
     res = write_results(tmp_path / "h200.jsonl", make_rows() + prefix_rows())
     md_path, _html_path = write_report(load([res]), tmp_path / "out")
@@ -247,6 +248,7 @@ def test_sm_activity_verdicts() -> None:
     assert "At most 70% idle, on the 4-long batch, +66 points" in text
 
 
+@pytest.mark.slow
 def test_fidelity_sections_render(tmp_path: Path) -> None:
     res = write_results(tmp_path / "h200.jsonl", make_rows())
     fid = write_doc(tmp_path / "h200-fidelity.json", fidelity_doc())
@@ -268,6 +270,7 @@ def test_fidelity_sections_render(tmp_path: Path) -> None:
     assert "sm-activity.png" in sm_sec
 
 
+@pytest.mark.slow
 def test_study_sections_absent_without_documents(tmp_path: Path) -> None:
     res = write_results(tmp_path / "h200.jsonl", make_rows())
     md = write_report(load([res]), tmp_path / "out")[0].read_text()
@@ -317,6 +320,7 @@ def test_contiguous_caveat_only_for_contiguous_rows() -> None:
     assert not measured_contiguous("flashinfer:tc", {})
 
 
+@pytest.mark.slow
 def test_recommendation_first_decision_before_evidence(tmp_path: Path) -> None:
     res = write_results(tmp_path / "h200.jsonl", make_rows())
     md_path, html_path = write_report(load([res]), tmp_path / "out")
@@ -330,6 +334,7 @@ def test_recommendation_first_decision_before_evidence(tmp_path: Path) -> None:
     assert nav.group(1).index("Recommendation") < nav.group(1).index("Overview")
 
 
+@pytest.mark.slow
 def test_navigation_names_the_device(tmp_path: Path) -> None:
     h200 = write_results(tmp_path / "h200.jsonl", make_rows())
     other = header("fake-b200")
@@ -372,6 +377,7 @@ def path_section() -> Iterator[None]:
     report_blocks._SECTIONS.pop(name, None)
 
 
+@pytest.mark.slow
 def test_no_machine_paths_in_the_page(tmp_path: Path, path_section: None) -> None:
     res = write_results(tmp_path / "h200.jsonl", make_rows())
     md_path, html_path = write_report(load([res]), tmp_path / "out")

@@ -37,6 +37,7 @@ def _run_bounded(pool: WorkerPool, jobs: list[Job], limit_s: float) -> None:
         pytest.fail(f"the pool did not finish within {limit_s:g} s")
 
 
+@pytest.mark.slow
 def test_tune_runs_through_the_worker_pool(tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
     args = ["tune", *TINY, "-b", "sdpa:math", "-l", "64;96", "--workers", "2"]
@@ -111,6 +112,7 @@ page_size = 4
 """
 
 
+@pytest.mark.slow
 def test_flags_win_over_the_suite(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text(SUITE)
     base = ["run", "--suite", "s.toml", "-b", "reference", "--device", "cpu"]

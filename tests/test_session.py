@@ -32,6 +32,7 @@ def _plan(**kw: object) -> RunPlan:
     return RunPlan(run_id="s", device=info, where=placement(info), measure_cfg=FAKE, **kw)
 
 
+@pytest.mark.slow
 def test_a_session_runs_many_batches_under_one_header() -> None:
     rows: list[ResultRow] = []
     headers: list[Header] = []
@@ -76,6 +77,7 @@ def test_a_pool_session_starts_its_workers_once() -> None:
     assert {r.details.get("worker") for r in rows} == {0}
 
 
+@pytest.mark.slow
 def test_kernel_error_jobs_split_the_gated_output_error() -> None:
     """The fp8 study's job kind: each variant through the sweep's gate, its error split beside
     it. The reference kernel reads the per-tensor fp8 cache right (kernel error: fp32
@@ -113,6 +115,7 @@ def _error_rows(spec: WorkloadSpec, names: list[str]) -> list[ResultRow]:
         return session.run_case(spec, names, KernelErrorJob("tensor"))
 
 
+@pytest.mark.slow
 def test_the_validation_timer_is_a_session_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -356,6 +356,7 @@ def test_budget_leaves_later_pairs_untouched(ctx: SweepContext) -> None:
 # -- the FA3 knob grid through its real plan routes (torch emulation of the FA3 API) ------------
 
 
+@pytest.mark.slow
 def test_fa3_grid_runs_through_every_route(
     ctx: SweepContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -389,6 +390,7 @@ def test_fa3_grid_runs_through_every_route(
 
 
 @pytest.mark.usefixtures("fake_timer")
+@pytest.mark.slow
 def test_cli_tunes_sdpa_math_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "tune.jsonl"
     args = ["tune", "--device", "cpu", "-b", "sdpa:math", "-b", "reference", "--batch-size", "2"]

@@ -381,6 +381,7 @@ def test_flashinfer_routes_windows_everywhere_and_sinks_through_xqa(
 
 
 @pytest.mark.usefixtures("isolated", "fake_timer")
+@pytest.mark.slow
 def test_run_gemma3_and_gpt_oss_on_the_cpu(tmp_path: Path) -> None:
     """Gemma-3's windowed and full layers, and gpt-oss's windowed and full layers with sinks, pass
     the gate on sdpa:math (flex: above, eager) through `attnbench run --model`."""

@@ -93,11 +93,10 @@ def _unique(values: Any) -> Any:
 
 
 def usable_cpus() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
-    import os
+    """CPU cores this process may run on (`run.plan.usable_cpus`)."""
+    from attnbench.run.plan import usable_cpus as cores
 
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    return cores()
 
 
 def _split_semicolon(value: Any) -> Any:
@@ -293,13 +292,9 @@ class Settings(BaseSettings):
     @field_validator("workers")
     @classmethod
     def _workers(cls, v: int) -> int:
-        cores = usable_cpus()
-        if not 0 <= v <= cores:
-            raise ValueError(
-                f"allowed: 0 (run in this process) to {cores}, the CPU cores this process "
-                "may use (each worker is a process with its own torch and its own threads)"
-            )
-        return v
+        if v < 0:
+            raise ValueError("allowed: 0 (run in this process) or more worker processes")
+        return v  # more than the cores: capped where cases are placed (`run.plan.cap_workers`)
 
     @field_validator("case_timeout_s", "plan_timeout_s")
     @classmethod

@@ -178,7 +178,7 @@ def cuda_core_group_size(spec: WorkloadSpec, who: str) -> str | None:
     )
 
 
-def _fa3(spec: WorkloadSpec, device: DeviceInfo, who: str) -> str | None:
+def fa3_refusal(spec: WorkloadSpec, device: DeviceInfo, who: str) -> str | None:
     if device.sm // 10 != 9:
         return f"{who}: FlashInfer's FA3 kernels are SM90 (Hopper) only (this GPU is SM{device.sm})"
     if spec.head_dim not in FA3_HEAD_DIMS:
@@ -189,11 +189,6 @@ def _fa3(spec: WorkloadSpec, device: DeviceInfo, who: str) -> str | None:
             "supported); tree masks run on fa2 (flashinfer:auto resolves to fa2)"
         )
     return None
-
-
-def fa3_refusal(spec: WorkloadSpec, device: DeviceInfo, who: str) -> str | None:
-    """Why FlashInfer's SM90 (FA3) kernels cannot run `spec` on `device` (None if they can)."""
-    return _fa3(spec, device, who)
 
 
 SINK_VARIANTS = ("xqa", "trtllm-gen")
@@ -266,7 +261,7 @@ def _tc(spec: WorkloadSpec, device: DeviceInfo) -> Route | str:
 
 
 def _fa3_paged(spec: WorkloadSpec, device: DeviceInfo) -> Route | str:
-    why = _fa3(spec, device, "flashinfer:fa3")
+    why = fa3_refusal(spec, device, "flashinfer:fa3")
     if why:
         return why
     return Route("paged", "fa3", fp8_query=spec.is_fp8)
@@ -333,7 +328,7 @@ def _ragged(backend: str) -> Router:
                 f"{who} serves kind=prefill (a prompt's own K/V); other kinds read the paged cache"
             )
         if backend == "fa3":
-            why = _fa3(spec, device, who)
+            why = fa3_refusal(spec, device, who)
             if why:
                 return why
             return Route("ragged", "fa3", fp8_query=spec.is_fp8)

@@ -71,6 +71,18 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+def every_if_all(names: list[str] | None, flag: str = "--backend") -> list[str]:
+    """The variant names a filter keeps; `all` (what `run --help` shows as the default) keeps
+    every one, as an empty filter. `all` beside other names is refused, as `run` refuses it."""
+    names = list(names or [])
+    rest = [n for n in names if n.strip().lower() != "all"]
+    if len(rest) == len(names):
+        return names
+    if rest:
+        fail(f"{flag}: all (every variant) cannot be combined with {', '.join(rest)}")
+    return []
+
+
 def note(message: str) -> None:
     """One plain-text message on stderr, wrapped at spaces to the terminal's width (square
     brackets in it are kept, not read as markup)."""

@@ -12,7 +12,14 @@ from rich.table import Table
 
 from attnbench.analysis.fidelity import variant_label
 from attnbench.cli.app import app
-from attnbench.cli.common import EXIT_NOTHING_RAN, check_output_file, console, fail, write_output
+from attnbench.cli.common import (
+    EXIT_NOTHING_RAN,
+    check_output_file,
+    console,
+    every_if_all,
+    fail,
+    write_output,
+)
 
 
 @app.command()
@@ -72,7 +79,7 @@ def fidelity(
     if cases not in sets:
         fail(f"--cases must be one of: {', '.join(sets)} (got {cases!r})")
     try:
-        chosen = select_cases(sets[cases](), backend or [])
+        chosen = select_cases(sets[cases](), every_if_all(backend))
         chosen = with_knobs(chosen, parse_knobs(knob or []))
     except ValueError as exc:
         fail(str(exc))

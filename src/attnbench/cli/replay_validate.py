@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from attnbench.cli.app import app
-from attnbench.cli.common import check_output_file, console, fail, write_output
+from attnbench.cli.common import check_output_file, console, every_if_all, fail, write_output
 from attnbench.cli.paths import runs_dir
 from attnbench.cli.replay import _check_live_device
 
@@ -78,6 +78,7 @@ def replay_validate(
     from attnbench.analysis.frame import NoResultsError, resolve_paths
     from attnbench.replay.deployment import Deployment
 
+    backend = every_if_all(backend)
     if rescore is None and heldout_draw is None and heldout is None:
         _check_live_device(device)
     if heldout_draw is not None:

@@ -12,8 +12,8 @@ from rich.markup import escape
 from attnbench.cli.app import app
 from attnbench.cli.common import EXIT_NOTHING_RAN, console, fail, note
 from attnbench.cli.run_options import FLAGS_WIN, RunOptions, with_run_options
+from attnbench.cli.run_suite import WORKLOAD_FIELDS  # re-exported: older callers import it here
 from attnbench.cli.session import (  # re-exported: older callers import them from here
-    WORKLOAD_FIELDS,
     check_timer,
     execute_session,
 )

@@ -74,7 +74,9 @@ _OPTIONS: dict[str, Any] = {
         float | None, Opt(help="Timed work per case (tune: per final measurement).")
     ],
     "gpus": Annotated[str | None, Opt(help="Workers on GPUs: all, N, or a list like 0,1.")],
-    "workers": Annotated[int | None, Opt(help="CPU worker processes (0: in this process).")],
+    "workers": Annotated[
+        int | None, Opt(help="CPU worker processes (0: in this process; capped at the cores).")
+    ],
     "case_timeout_s": Annotated[
         float | None,
         Opt("--case-timeout", help="Seconds before a hung run is killed (0: no limit)."),

@@ -6,7 +6,6 @@ from the `Outcome`.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ from attnbench.cli.common import (
 )
 from attnbench.cli.paths import runs_dir
 from attnbench.cli.run_options import check_resume_shape
+from attnbench.cli.run_suite import cases, suite_measurement
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -35,27 +35,6 @@ if TYPE_CHECKING:
     from attnbench.measure.hardware import DeviceInfo
     from attnbench.results import Footer, Header, ResultRow, ResultWriter
     from attnbench.run.plan import Placement, RunPlan, RunSink, TunePlan
-    from attnbench.workload.spec import WorkloadSpec
-    from attnbench.workload.suite import Suite
-
-WORKLOAD_FIELDS = (
-    "batch_size",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-    "context_lengths",
-    "fp8_mode",
-    "page_size",
-    "model",
-    "tp",
-    "kinds",
-    "lengths",
-    "dtype",
-    "kv_dtype",
-    "kv_layout",
-    "append_len",
-    "prefill_tokens",
-)
 
 
 @dataclass
@@ -124,6 +103,7 @@ def _plan(
     info = detect(dev)
     check_timer(settings.timer, info.kind, flag_for("timer", sources["timer"]))
     specs, suite_name = cases(settings, sources, info.kind)
+    settings = suite_measurement(settings, sources, info.kind)
     if device_note and tune is None and settings.suite is None and suite_name == "cpu":
         note(device_note)  # "...on a small suite": only when that suite was chosen for the user
     backends, where = _where(settings, info, tune)
@@ -161,7 +141,11 @@ def _where(
         )
     except ValueError as exc:
         fail(str(exc))
-    for line in notes:
+    from attnbench.config import usable_cpus
+    from attnbench.run.plan import cap_workers
+
+    capped = cap_workers(settings.workers, usable_cpus())[1] if where.mode == "pool" else None
+    for line in [*notes, *([capped] if capped and info.kind == "cpu" else [])]:
         note(line)
     if tune is not None and not backends:
         fail("none of the selected variants has knobs to tune")
@@ -366,37 +350,6 @@ def print_ceilings(ceilings: dict[str, Any] | None) -> None:
     read = ceilings.get("read_bandwidth_gbps")
     read_txt = f", read {bw(read)}" if read else ""
     console.print(f"ceilings: copy {bw(ceilings['copy_bandwidth_gbps'])}{read_txt}; matmul: {mm}")
-
-
-def cases(
-    settings: Settings, sources: dict[str, str], device_kind: str
-) -> tuple[list[WorkloadSpec], str]:
-    """The cases: a suite's (flags given on the command line win over its values), else the
-    settings' own grid."""
-    from attnbench.workload.suite import SuiteError, load_suite, settings_specs, suite_specs
-
-    custom = any(sources.get(f, "default") != "default" for f in WORKLOAD_FIELDS)
-    name = settings.suite
-    if name is None and not custom:
-        name = "default" if device_kind == "cuda" else "cpu"
-    try:
-        if name is not None:
-            suite = load_suite(name)
-            flags = {k for k, source in sources.items() if source == "cli"}
-            return suite_specs(flags_win(suite, flags), settings), suite.name
-        return settings_specs(settings), "custom"
-    except (SuiteError, ValueError) as exc:
-        fail(str(exc))
-
-
-def flags_win(suite: Suite, flags: set[str]) -> Suite:
-    """`suite` without the values of the settings in `flags` (those given on the command
-    line), so the flags' values, which are the base settings, apply to every group."""
-    return dataclasses.replace(
-        suite,
-        defaults={k: v for k, v in suite.defaults.items() if k not in flags},
-        groups=[{k: v for k, v in g.items() if k not in flags} for g in suite.groups],
-    )
 
 
 def default_out(device_name: str, suite: str) -> Path:

@@ -94,8 +94,25 @@ def placement(
     if gpus:
         raise ValueError("gpus: no CUDA GPU in use (device is cpu); use --workers for CPU")
     if workers:
-        return Placement("pool", gpus=(None,) * workers)
+        return Placement("pool", gpus=(None,) * cap_workers(workers, usable_cpus())[0])
     return Placement("inline")
+
+
+def usable_cpus() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    import os
+
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def cap_workers(workers: int, cores: int) -> tuple[int, str | None]:
+    """CPU workers to start for `--workers` on `cores` cores: at most one per core (each is a
+    process with its own torch and threads: 64 on 2 cores took 8.5 GB and finished nothing),
+    and the note saying so when the request was capped."""
+    if workers <= cores:
+        return workers, None
+    return cores, f"workers={workers}: capped at {cores}, the CPU cores this process may use"
 
 
 def visible_gpus() -> int:

@@ -11,6 +11,9 @@ from attnbench.backends.variant import Variant
 # runs on every case anyway, and SDPA's math kernel materialises the whole score matrix (it ran
 # out of memory on 16k+ prefill on the H200 and took 10-100x the fused kernels' time).
 GPU_OPT_IN = frozenset({"reference", "sdpa:math"})
+# On a CPU, `all` leaves out the timed `reference` for the same reason: the fp64 oracle gates
+# every case anyway, and timing it again as a variant was a third of the CPU default run.
+CPU_OPT_IN = frozenset({"reference"})
 # The engine variants (vllm:*, sglang:*) run the same kernels as the raw library variants with
 # the engines' arguments: `all` leaves them out so a default run does not time each kernel twice.
 ENGINE_OPT_IN = frozenset({"vllm", "sglang"})
@@ -18,7 +21,7 @@ ENGINE_OPT_IN = frozenset({"vllm", "sglang"})
 
 def runnable_here(backends: Sequence[Backend], device_kind: str) -> tuple[list[Backend], list[str]]:
     """The backends `all` means on `device_kind` ("cpu" or "cuda"), and a note on each group
-    left out (GPU-only backends on a CPU; `GPU_OPT_IN` on a GPU)."""
+    left out (GPU-only backends and `CPU_OPT_IN` on a CPU; `GPU_OPT_IN` on a GPU)."""
     kept = [b for b in backends if device_kind in b.devices]
     notes = []
     dropped = sorted({Variant.parse(b.name).library for b in backends if b not in kept})
@@ -32,6 +35,10 @@ def runnable_here(backends: Sequence[Backend], device_kind: str) -> tuple[list[B
         ]
         left_out = sorted(GPU_OPT_IN) + sorted(ENGINE_OPT_IN)
         notes.append(f"on a GPU, `all` leaves out {', '.join(left_out)}: name them to run them")
+    else:
+        kept = [b for b in kept if b.name not in CPU_OPT_IN]
+        opt_in = ", ".join(sorted(CPU_OPT_IN))
+        notes.append(f"on a CPU, `all` leaves out {opt_in}: name it to time it")
     return kept, notes
 
 

@@ -276,10 +276,14 @@ class Prebuild:
         return self._report(time.monotonic() - self.t0)
 
     def stop(self) -> None:
+        """Stop what still runs and remove the work folder (the report is read by then)."""
+        import shutil
+
         for p in self.procs:
             if p.popen.poll() is None:
                 p.popen.kill()
                 p.popen.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _report(self, seconds: float) -> dict[str, Any]:
         report: dict[str, Any] = {"seconds": round(seconds, 1), "notes": list(self.needs.notes)}

@@ -111,9 +111,7 @@ def shape_family(spec: WorkloadSpec) -> tuple[object, ...]:
     )
 
 
-KIND_ORDER = ("decode", "shared_prefix", "tree", "append", "prefill")
-"""Kinds in the order a run takes them: the decode answer first (the question most runs ask),
-prefill last."""
+KIND_ORDER = ("decode", "shared_prefix", "tree", "append", "prefill")  # decode answer first
 
 
 def order_cases(specs: Iterable[WorkloadSpec]) -> list[WorkloadSpec]:
