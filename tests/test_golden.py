@@ -6,7 +6,8 @@ a change of output is meant, rewrite the golden files and commit them with it:
 
     ATTNBENCH_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden.py
 
-`backends` says what runs on this machine, so its golden text is the CPU machine's (skipped
+The report's first screen (its decision table, from the committed rows) is one more view,
+rendered in process. `backends` says what runs on this machine, so its golden text is the CPU machine's (skipped
 where CUDA is present).
 """
 
@@ -41,6 +42,17 @@ VIEWS: dict[str, list[str]] = {
         "azure-code",
         "--limit",
         "120",
+    ],
+    "recommend-index": ["recommend"],
+    "recommend-llama-3.1-8b-vllm": ["recommend", "--model", "llama-3.1-8b", "--engine", "vllm"],
+    "recommend-llama-3.1-70b-tp8-none": [
+        "recommend",
+        "--model",
+        "llama-3.1-70b",
+        "--tp",
+        "8",
+        "--engine",
+        "none",
     ],
     "models": ["models"],
     "suites": ["suites"],
@@ -82,4 +94,17 @@ def test_golden_view(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_golden_views_are_all_used() -> None:
     """No golden file without its view (a renamed view leaves no stale text behind)."""
-    assert {p.stem for p in GOLDEN.glob("*.txt")} == set(VIEWS)
+    assert {p.stem for p in GOLDEN.glob("*.txt")} == {*VIEWS, "report-first-screen"}
+
+
+def test_golden_report_first_screen() -> None:
+    """The report's decision table: the rows `first_screen_blocks` puts first on the page."""
+    from attnbench.analysis.frame import load
+    from attnbench.report.first_screen import decision_rows, decisions_from_answers
+
+    frame = load(sorted((ROOT / "results").glob("h200-*.jsonl.gz"))).frame
+    out = "".join(" | ".join(r) + "\n" for r in decision_rows(decisions_from_answers(frame)))
+    path = GOLDEN / "report-first-screen.txt"
+    if os.environ.get("ATTNBENCH_UPDATE_GOLDEN") == "1":
+        path.write_text(out, encoding="utf-8")
+    assert out == path.read_text(encoding="utf-8"), "the report's first screen changed"
