@@ -7,8 +7,8 @@ a change of output is meant, rewrite the golden files and commit them with it:
     ATTNBENCH_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden.py
 
 The report's first screen (its decision table, from the committed rows) is one more view,
-rendered in process. `backends` says what runs on this machine, so its golden text is the CPU machine's (skipped
-where CUDA is present).
+rendered in process. `backends` says what runs on this machine, so its golden text is the CPU
+machine's (skipped where CUDA is present).
 """
 
 from __future__ import annotations
