@@ -23,6 +23,7 @@ from attnbench.analysis.compare import Timing
 from attnbench.analysis.deploy_stats import PairedEstimate
 from attnbench.analysis.frame import spec_key
 from attnbench.backends.engine_paths import default_setting, engine_page_size, setting
+from attnbench.backends.variant import Variant
 
 RAW_DEFAULT = "flash-attn:fa3"
 """`--engine none`'s baseline: the kernel both engines' default backends run on Hopper."""
@@ -201,14 +202,17 @@ def not_deployable(ok: pd.DataFrame, engine: str) -> list[str]:
     out = []
     for name, sub in ok.groupby("backend"):
         name = str(name)
-        if name.endswith("+tuned"):
+        variant = Variant.maybe(name)
+        if variant is None:
+            continue
+        if variant.tuned:
             knobs = sorted({k for d in sub["details"] for k in _knobs(d)})
             who = "vLLM/SGLang" if engine == "none" else engine
             out.append(
                 f"{name}: not deployable: needs {', '.join(knobs) or 'its tuned knobs'} per case "
                 f"(no {who} flag or env var)"
             )
-        elif "contiguous" in name:
+        elif variant.baseline:
             out.append(f"{name}: not deployable: reads a contiguous KV copy (baseline)")
     return out
 

@@ -38,6 +38,8 @@ from attnbench.backends.engine_paths import (
     kernel_path,
     setting,
 )
+from attnbench.backends.fa3_record import METADATA_IN_PLAN
+from attnbench.backends.variant import Variant
 
 RAW_GAIN_MIN = 1.05
 """A raw variant is listed as a gain when the engine's choice takes this much longer."""
@@ -141,7 +143,7 @@ def knobs_match(path: KernelPath, details: Mapping[str, Any]) -> bool:
             return False
         got = details[name]
         if name == "scheduler_metadata":
-            if want != (got == "per-step, in plan"):
+            if want != (got == METADATA_IN_PLAN):
                 return False
         elif name == "pack_gqa":
             if ("auto" if want is None else want) != got:
@@ -332,9 +334,10 @@ def _versus_default(rec: EngineRecommendation, rows: pd.DataFrame) -> None:
 def _paged_raw(rec: Mapping[str, Any]) -> bool:
     """A raw variant an engine could expose: it reads the paged cache in place (not a copy
     gathered in plan: fa3-contiguous, ragged prefill, SDPA and Flex gathers)."""
-    if rec["library"] in NOT_ENGINE or rec["library"] in ("sdpa", "flex"):
+    if rec["library"] in NOT_ENGINE:
         return False
-    if "ragged" in str(rec["backend"]) or "contiguous" in str(rec["backend"]):
+    variant = Variant.maybe(str(rec["backend"]))
+    if variant is not None and variant.cache != "paged":
         return False
     return bool(_details(rec).get("kv_cache", "paged") == "paged")
 
