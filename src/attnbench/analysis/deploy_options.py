@@ -23,7 +23,7 @@ from attnbench.analysis.compare import Timing
 from attnbench.analysis.deploy_stats import PairedEstimate
 from attnbench.analysis.frame import spec_key
 from attnbench.backends.engine_paths import default_setting, engine_page_size, setting
-from attnbench.backends.variant import Variant
+from attnbench.backends.variant import Variant, is_tuned
 
 RAW_DEFAULT = "flash-attn:fa3"
 """`--engine none`'s baseline: the kernel both engines' default backends run on Hopper."""
@@ -166,7 +166,7 @@ def deploy_options(ok: pd.DataFrame, engine: str, tp: int) -> tuple[list[Option]
         from attnbench.analysis.engine_rank import _paged_raw
 
         raw = ok[[_paged_raw(r) for r in ok.to_dict("records")]]
-        raw = raw[~raw["backend"].astype(str).str.contains(r"\+tuned|contiguous", regex=True)]
+        raw = raw[~raw["backend"].astype(str).map(is_tuned).astype(bool)]
         opts = _options_from(raw, lambda k: library_call(k.variant, k.kv, k.page_size), None)
         want = OptionKey(RAW_DEFAULT, "auto", 16)
         base = RAW_DEFAULT

@@ -132,3 +132,9 @@ def is_tuned(name: str) -> bool:
     """Whether `name` is a variant's `+tuned` row (a name no variant parses is none)."""
     variant = Variant.maybe(name)
     return variant is not None and variant.tuned
+
+
+def is_engine(name: str) -> bool:
+    """Whether `name` is a serving engine's attention path (`vllm:...`, `sglang:...`)."""
+    variant = Variant.maybe(name)
+    return variant is not None and variant.engine is not None
