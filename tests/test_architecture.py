@@ -24,6 +24,7 @@ ROOT = "attnbench"
 # library code can read the settings; the libraries get frozen values.
 LAYERS: list[set[str]] = [
     {"attnbench", "attnbench.workload"},  # specs, models, lengths, inputs, quantisation
+    {"attnbench.engines"},  # what vLLM/SGLang run: each setting's kernel path, as data
     {"attnbench.measure"},  # timers, engine, stats, hardware, metrics, accuracy
     {"attnbench.backends"},  # one module per kernel library, behind one protocol
     {"attnbench.results"},  # result rows and the JSONL store
@@ -512,3 +513,13 @@ def test_architecture_one_timing_path() -> None:
         ]
         bad += [f"  {where}:{line}: imports {what}" for line, what in _drivers_imported(tree)]
     assert not bad, "kernel timing outside measure/ and run/:\n" + "\n".join(sorted(bad))
+
+
+def test_architecture_design_names_every_package() -> None:
+    """DESIGN.md's package table has a row for every package in LAYERS (its one job)."""
+    design = (SRC.parent / "DESIGN.md").read_text(encoding="utf-8")
+    rows = [line.split("|")[1] for line in design.splitlines() if line.startswith("| `")]
+    named = {name.strip("`/ ") for row in rows for name in row.replace(",", " ").split()}
+    packages = {pkg.removeprefix(ROOT + ".") for layer in LAYERS for pkg in layer}
+    missing = sorted(packages - named - {"__main__"})
+    assert not missing, f"DESIGN.md's package table has no row for: {missing}"

@@ -1,6 +1,6 @@
 """What `recommend --model` may choose from: deployable options only, with their commands.
 
-vLLM/SGLang: one option per engine attention backend (`engine_paths.SETTINGS`), KV dtype and
+vLLM/SGLang: one option per engine attention backend (`engines.paths.SETTINGS`), KV dtype and
 page size the engine runs, from the engine variants' rows, else from raw rows that are exactly
 the engine's kernel path (`engine_rank.engine_rows`, which never maps a contiguous-cache or
 tuned variant). The command carries every flag: model, tensor parallelism, backend, KV dtype,
@@ -22,8 +22,8 @@ import pandas as pd
 from attnbench.analysis.compare import Timing
 from attnbench.analysis.deploy_stats import PairedEstimate
 from attnbench.analysis.frame import spec_key
-from attnbench.backends.engine_paths import default_setting, engine_page_size, setting
 from attnbench.backends.variant import Variant, is_tuned
+from attnbench.engines.paths import default_setting, engine_page_size, setting
 
 RAW_DEFAULT = "flash-attn:fa3"
 """`--engine none`'s baseline: the kernel both engines' default backends run on Hopper."""

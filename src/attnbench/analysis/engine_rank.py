@@ -1,9 +1,9 @@
 """`recommend --engine`: rank what vLLM or SGLang can actually deploy, from stored rows.
 
-A deployable configuration is one engine setting (`engine_paths.SETTINGS`: the attention
+A deployable configuration is one engine setting (`engines.paths.SETTINGS`: the attention
 backend), a KV dtype and a block/page size; its kernels are the engine variant's rows
 (`vllm:flashinfer`...). Without such rows, a raw row stands for an engine path only where
-`engine_paths.kernel_path` says the raw variant with that row's knobs IS the engine's call
+`engines.paths.kernel_path` says the raw variant with that row's knobs IS the engine's call
 (marked "inferred from raw variant X"); nothing else is mapped.
 
 Decode runs under CUDA graphs at the engine's capture sizes: a running batch of b requests
@@ -27,7 +27,9 @@ import pandas as pd
 
 from attnbench.analysis.engine_buckets import bucket_weights, capture_sizes, weighting_note
 from attnbench.analysis.frame import ok_rows, spec_key
-from attnbench.backends.engine_paths import (
+from attnbench.backends.fa3_record import METADATA_IN_PLAN
+from attnbench.backends.variant import Variant
+from attnbench.engines.paths import (
     SETTINGS,
     Engine,
     KernelPath,
@@ -38,8 +40,6 @@ from attnbench.backends.engine_paths import (
     kernel_path,
     setting,
 )
-from attnbench.backends.fa3_record import METADATA_IN_PLAN
-from attnbench.backends.variant import Variant
 
 RAW_GAIN_MIN = 1.05
 """A raw variant is listed as a gain when the engine's choice takes this much longer."""

@@ -12,7 +12,7 @@ import pandas as pd
 
 from attnbench.analysis.engine_rank import EngineRecommendation, rank_engine
 from attnbench.analysis.frame import fmt_us
-from attnbench.backends.engine_paths import ENGINES, Engine
+from attnbench.engines.paths import ENGINES, Engine
 from attnbench.report.blocks import Block, Code, Table, Text
 
 REGRET_GOAL = 0.05

@@ -73,7 +73,7 @@ def decisions_from_engine_rank(frame: pd.DataFrame) -> list[ModelDecision]:
     """ADAPTER (to be replaced by `analysis.deploy.answers_by_model`): per named model (and
     per anonymous head shape that has engine-variant rows), `rank_engine` on its rows only."""
     from attnbench.analysis.engine_rank import rank_engine
-    from attnbench.backends.engine_paths import ENGINES
+    from attnbench.engines.paths import ENGINES
 
     ok = ok_rows(frame)
     if ok.empty:
@@ -131,7 +131,7 @@ def unanswered(decisions: list[ModelDecision]) -> list[str]:
 
 def decision_rows(decisions: list[ModelDecision]) -> list[list[str]]:
     """One line per model some engine answers for: its answer per engine, and the basis."""
-    from attnbench.backends.engine_paths import ENGINES
+    from attnbench.engines.paths import ENGINES
 
     out = []
     missing = set(unanswered(decisions))

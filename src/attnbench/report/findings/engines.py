@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 
 from attnbench.analysis.engine_rank import rank_engine
-from attnbench.backends.engine_paths import ENGINES
 from attnbench.backends.variant import is_engine
+from attnbench.engines.paths import ENGINES
 from attnbench.report.findings.core import (
     Headline,
     Inputs,
