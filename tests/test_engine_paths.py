@@ -1,4 +1,4 @@
-"""Engine kernel paths (`backends.engine_paths`) and engine variants (`engine_variant`): the
+"""Engine kernel paths (`engines.paths`) and engine variants (`engine_variant`): the
 mapping names real attnbench variants and knobs they accept, each engine's rules as its
 source says, and refusals with the reason. CPU only."""
 
@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from attnbench.backends import all_backends, select_backends
-from attnbench.backends.engine_paths import (
+from attnbench.backends.engine_variant import EngineVariant
+from attnbench.backends.flashinfer_rules import resolve_knobs
+from attnbench.engines.paths import (
     SETTINGS,
     VLLM_CUDA_GRAPH_SPLITS,
     KernelPath,
@@ -20,8 +22,6 @@ from attnbench.backends.engine_paths import (
     sglang_capture_sizes,
     vllm_capture_sizes,
 )
-from attnbench.backends.engine_variant import EngineVariant
-from attnbench.backends.flashinfer_rules import resolve_knobs
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.spec import TreeSpec, WorkloadSpec
 

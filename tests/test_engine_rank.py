@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from attnbench.analysis.engine_buckets import bucket_of, bucket_weights
 from attnbench.analysis.engine_rank import engine_rows, knobs_match, rank_engine
 from attnbench.analysis.frame import load, ok_rows
-from attnbench.backends.engine_paths import KernelPath, vllm_capture_sizes
 from attnbench.cli import app
+from attnbench.engines.paths import KernelPath, vllm_capture_sizes
 from attnbench.report.engine_section import engine_blocks, engine_json
 from fixtures_results import MODELS, row, spec, write_results
 

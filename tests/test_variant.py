@@ -72,9 +72,14 @@ def test_unknown_names_are_refused_in_one_line(name: str, message: str) -> None:
     assert Variant.maybe(name) is None
 
 
-def test_the_tuned_suffix_is_one_string() -> None:
-    """analysis.tuning reads `+tuned` rows by the suffix the Variant writes."""
-    from attnbench.analysis import tuning
-    from attnbench.backends import variant
+def test_tuned_rows_and_baselines_are_read_from_the_variant() -> None:
+    """`+tuned` rows and `-contiguous` baselines are fields of the parsed name, not text."""
+    from attnbench.backends.variant import is_tuned
 
-    assert tuning.TUNED_SUFFIX == variant.TUNED_SUFFIX
+    assert is_tuned("flashinfer:tc+tuned")
+    assert is_tuned("flex+tuned")
+    assert not is_tuned("flashinfer:tc")
+    assert not is_tuned("hybrid+tuned")
+    assert Variant.parse("flash-attn:fa3-contiguous+tuned").baseline
+    assert not Variant.parse("flash-attn:fa3").baseline
+    assert not Variant.parse("flash-attn:fa3-cascade").baseline

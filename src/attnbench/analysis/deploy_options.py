@@ -1,6 +1,6 @@
 """What `recommend --model` may choose from: deployable options only, with their commands.
 
-vLLM/SGLang: one option per engine attention backend (`engine_paths.SETTINGS`), KV dtype and
+vLLM/SGLang: one option per engine attention backend (`engines.paths.SETTINGS`), KV dtype and
 page size the engine runs, from the engine variants' rows, else from raw rows that are exactly
 the engine's kernel path (`engine_rank.engine_rows`, which never maps a contiguous-cache or
 tuned variant). The command carries every flag: model, tensor parallelism, backend, KV dtype,
@@ -22,7 +22,8 @@ import pandas as pd
 from attnbench.analysis.compare import Timing
 from attnbench.analysis.deploy_stats import PairedEstimate
 from attnbench.analysis.frame import spec_key
-from attnbench.backends.engine_paths import default_setting, engine_page_size, setting
+from attnbench.backends.variant import Variant, is_tuned
+from attnbench.engines.paths import default_setting, engine_page_size, setting
 
 RAW_DEFAULT = "flash-attn:fa3"
 """`--engine none`'s baseline: the kernel both engines' default backends run on Hopper."""
@@ -165,7 +166,7 @@ def deploy_options(ok: pd.DataFrame, engine: str, tp: int) -> tuple[list[Option]
         from attnbench.analysis.engine_rank import _paged_raw
 
         raw = ok[[_paged_raw(r) for r in ok.to_dict("records")]]
-        raw = raw[~raw["backend"].astype(str).str.contains(r"\+tuned|contiguous", regex=True)]
+        raw = raw[~raw["backend"].astype(str).map(is_tuned).astype(bool)]
         opts = _options_from(raw, lambda k: library_call(k.variant, k.kv, k.page_size), None)
         want = OptionKey(RAW_DEFAULT, "auto", 16)
         base = RAW_DEFAULT
@@ -203,14 +204,17 @@ def not_deployable(ok: pd.DataFrame, engine: str) -> list[str]:
     out = []
     for name, sub in ok.groupby("backend"):
         name = str(name)
-        if name.endswith("+tuned"):
+        variant = Variant.maybe(name)
+        if variant is None:
+            continue
+        if variant.tuned:
             knobs = sorted({k for d in sub["details"] for k in _knobs(d)})
             who = "vLLM/SGLang" if engine == "none" else engine
             out.append(
                 f"{name}: not deployable: needs {', '.join(knobs) or 'its tuned knobs'} per case "
                 f"(no {who} flag or env var)"
             )
-        elif "contiguous" in name:
+        elif variant.baseline:
             out.append(f"{name}: not deployable: reads a contiguous KV copy (baseline)")
     return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from attnbench.backends.engine_paths import Engine, sglang_capture_sizes, vllm_capture_sizes
+from attnbench.engines.paths import Engine, sglang_capture_sizes, vllm_capture_sizes
 
 
 def capture_sizes(engine: Engine) -> list[int]:

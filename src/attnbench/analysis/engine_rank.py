@@ -1,9 +1,9 @@
 """`recommend --engine`: rank what vLLM or SGLang can actually deploy, from stored rows.
 
-A deployable configuration is one engine setting (`engine_paths.SETTINGS`: the attention
+A deployable configuration is one engine setting (`engines.paths.SETTINGS`: the attention
 backend), a KV dtype and a block/page size; its kernels are the engine variant's rows
 (`vllm:flashinfer`...). Without such rows, a raw row stands for an engine path only where
-`engine_paths.kernel_path` says the raw variant with that row's knobs IS the engine's call
+`engines.paths.kernel_path` says the raw variant with that row's knobs IS the engine's call
 (marked "inferred from raw variant X"); nothing else is mapped.
 
 Decode runs under CUDA graphs at the engine's capture sizes: a running batch of b requests
@@ -27,7 +27,9 @@ import pandas as pd
 
 from attnbench.analysis.engine_buckets import bucket_weights, capture_sizes, weighting_note
 from attnbench.analysis.frame import ok_rows, spec_key
-from attnbench.backends.engine_paths import (
+from attnbench.backends.fa3_record import METADATA_IN_PLAN
+from attnbench.backends.variant import Variant
+from attnbench.engines.paths import (
     SETTINGS,
     Engine,
     KernelPath,
@@ -141,7 +143,7 @@ def knobs_match(path: KernelPath, details: Mapping[str, Any]) -> bool:
             return False
         got = details[name]
         if name == "scheduler_metadata":
-            if want != (got == "per-step, in plan"):
+            if want != (got == METADATA_IN_PLAN):
                 return False
         elif name == "pack_gqa":
             if ("auto" if want is None else want) != got:
@@ -332,9 +334,10 @@ def _versus_default(rec: EngineRecommendation, rows: pd.DataFrame) -> None:
 def _paged_raw(rec: Mapping[str, Any]) -> bool:
     """A raw variant an engine could expose: it reads the paged cache in place (not a copy
     gathered in plan: fa3-contiguous, ragged prefill, SDPA and Flex gathers)."""
-    if rec["library"] in NOT_ENGINE or rec["library"] in ("sdpa", "flex"):
+    if rec["library"] in NOT_ENGINE:
         return False
-    if "ragged" in str(rec["backend"]) or "contiguous" in str(rec["backend"]):
+    variant = Variant.maybe(str(rec["backend"]))
+    if variant is not None and variant.cache != "paged":
         return False
     return bool(_details(rec).get("kv_cache", "paged") == "paged")
 

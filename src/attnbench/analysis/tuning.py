@@ -19,10 +19,9 @@ import numpy as np
 import pandas as pd
 
 from attnbench.analysis.compare import SEED, RatioEstimate, Timing, estimate_ratio
+from attnbench.backends.variant import Variant, is_tuned
 from attnbench.results import TRIALS_SUFFIXES
 
-TUNED_SUFFIX = "+tuned"
-"""The suffix `attnbench tune` gives the variants it tuned (run.tune.TUNED_SUFFIX)."""
 RESULTS_SUFFIXES = (".jsonl.gz", ".jsonl")
 
 
@@ -111,7 +110,7 @@ def tuned_pairs(ok: pd.DataFrame, trials: pd.DataFrame | None = None) -> list[Tu
     """Every ok `+tuned` row whose default latency is known, sorted by case then variant."""
     if ok.empty:
         return []
-    tuned = ok[ok["backend"].str.endswith(TUNED_SUFFIX)]
+    tuned = ok[ok["backend"].map(is_tuned).astype(bool)]
     defaults = final_defaults(trials) if trials is not None else {}
     rng = np.random.default_rng(SEED)
     out = []
@@ -120,7 +119,7 @@ def tuned_pairs(ok: pd.DataFrame, trials: pd.DataFrame | None = None) -> list[Tu
         default_us = details.get("default_latency_us") if details is not None else None
         if not default_us or not r.get("latency_us"):
             continue
-        variant = str(r["backend"])[: -len(TUNED_SUFFIX)]
+        variant = Variant.parse(str(r["backend"])).base
         base = defaults.get((str(r["case_id"]), variant))
         est = estimate_ratio(base, Timing.of(r), rng) if base is not None else None
         out.append(

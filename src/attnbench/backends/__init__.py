@@ -30,7 +30,7 @@ _MODULES: dict[str, str] = {
 """Modules whose variants set `hidden = True` (fault injection) are left out of `all`. The MLA
 modules' variants carry their library's name (`sdpa:mla`, `flashinfer:mla-fa2`,
 `flash-attn:mla`), so `--backend flashinfer` selects them with the others. `vllm` and `sglang`
-are the engines' own paths (`engine_paths`): `vllm:flashinfer`, `sglang:fa3`..."""
+are the engines' own paths (`engines.paths`): `vllm:flashinfer`, `sglang:fa3`..."""
 
 __all__ = [
     "Backend",

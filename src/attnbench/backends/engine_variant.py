@@ -1,7 +1,7 @@
 """Engine variants: `vllm:flashinfer`, `vllm:flash-attn`, `sglang:flashinfer`, `sglang:fa3`.
 
 Each runs, for a case, the raw attnbench variant and knobs that are the engine's own call on
-Hopper (`engine_paths.kernel_path`: the FlashInfer wrapper with the engine's tensor-core rule,
+Hopper (`engines.paths.kernel_path`: the FlashInfer wrapper with the engine's tensor-core rule,
 CUDA-graph mode and split settings, or FA3 with the engine's num_splits and scheduler
 metadata), and refuses, with the reason, a case the engine would not run through that backend
 (a page size it does not use, fp8 e5m2 on FA3, a draft tree vLLM does not verify). The row
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import cast
 
 from attnbench.backends.base import Backend, PlannedRun, Unsupported, UnsupportedCase
-from attnbench.backends.engine_paths import KernelPath, Setting, kernel_path, setting
+from attnbench.engines.paths import KernelPath, Setting, kernel_path, setting
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
@@ -101,6 +101,6 @@ class EngineVariant:
 
 
 def engine_backends(engine: str) -> list[EngineVariant]:
-    from attnbench.backends.engine_paths import SETTINGS
+    from attnbench.engines.paths import SETTINGS
 
     return [EngineVariant(s.variant) for s in SETTINGS if s.engine == engine]

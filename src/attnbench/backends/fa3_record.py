@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+METADATA_IN_PLAN = "per-step, in plan"
+"""`details.scheduler_metadata` of a row whose FA3 scheduler metadata was built in plan."""
 DETAIL_KEYS = ("fa3_num_splits", "fa3_pack_gqa", "fa3_splits", "fa3_order", "fa3_metadata")
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import torch
 
 from attnbench.backends import kvgather
-from attnbench.backends.fa3_record import decision_details
+from attnbench.backends.fa3_record import METADATA_IN_PLAN, decision_details
 from attnbench.backends.fa_lib import FlashLib
 from attnbench.backends.flashinfer_common import quantize_query
 from attnbench.backends.merge import masked_attention_lse, merge_states
@@ -25,7 +25,6 @@ PartCall = Callable[[], tuple[torch.Tensor, torch.Tensor]]
 
 Layout = Literal["paged", "contiguous", "packed"]
 
-METADATA_IN_PLAN = "per-step, in plan"
 METADATA_IN_RUN = "in each run"
 
 

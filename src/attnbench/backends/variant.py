@@ -28,7 +28,8 @@ ENGINES = ("vllm", "sglang")
 """Serving engines whose attention path is a variant of its own (`backends/engine_*.py`)."""
 DENSE_LIBRARIES = frozenset({"reference", "sdpa", "flex"})
 """Libraries that read dense K/V tensors only: their copy of the cache is made in plan."""
-CONTIGUOUS_SUFFIXES = ("-contiguous", "-cascade")
+BASELINE_SUFFIX = "-contiguous"
+CONTIGUOUS_SUFFIXES = (BASELINE_SUFFIX, "-cascade")
 PACKED_KERNELS = frozenset({("flash-attn", "fa2")})
 """Kernel paths that read a packed (varlen) copy: FlashAttention-2 has no paged path here."""
 RAGGED_PREFIX = "ragged-"
@@ -96,6 +97,12 @@ class Variant:
         return self.kernel.startswith(RAGGED_PREFIX)
 
     @property
+    def baseline(self) -> bool:
+        """A `-contiguous` variant: its paged twin's kernel on a contiguous copy of the cache,
+        kept as the baseline the paged path is compared with (no engine runs it)."""
+        return self.kernel.endswith(BASELINE_SUFFIX)
+
+    @property
     def cache(self) -> CacheLayout:
         """The layout of the KV the timed kernel reads (see the module docstring)."""
         if (
@@ -119,3 +126,15 @@ def tuned_name(name: str) -> str:
     """`name`'s `+tuned` row name. Total, unlike `Variant.parse`: the worker pool's watchdog
     names the row of a job that died with it, whatever backend the job named."""
     return name + TUNED_SUFFIX
+
+
+def is_tuned(name: str) -> bool:
+    """Whether `name` is a variant's `+tuned` row (a name no variant parses is none)."""
+    variant = Variant.maybe(name)
+    return variant is not None and variant.tuned
+
+
+def is_engine(name: str) -> bool:
+    """Whether `name` is a serving engine's attention path (`vllm:...`, `sglang:...`)."""
+    variant = Variant.maybe(name)
+    return variant is not None and variant.engine is not None

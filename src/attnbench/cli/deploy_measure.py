@@ -18,7 +18,7 @@ from attnbench.cli.common import console, fail, note
 
 if TYPE_CHECKING:
     from attnbench.analysis.deploy import ModelShape
-    from attnbench.backends.engine_paths import Engine
+    from attnbench.engines.paths import Engine
     from attnbench.replay.deploy_plan import PlannedCase
 
 DONE = ("ok", "mismatch", "unsupported", "error", "oom", "timeout")

@@ -18,7 +18,7 @@ import numpy as np
 
 from attnbench.analysis.deploy import MEASURE_SHARE, deploy_label
 from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
-from attnbench.backends.engine_paths import SETTINGS, Engine
+from attnbench.engines.paths import SETTINGS, Engine
 from attnbench.replay.deployment import Deployment
 from attnbench.replay.live import step_spec
 from attnbench.replay.simresult import SimResult

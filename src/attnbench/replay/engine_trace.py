@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnbench.backends.engine_paths import Engine, default_setting, kernel_path
+from attnbench.engines.paths import Engine, default_setting, kernel_path
 from attnbench.replay.costmodel import (
     AttentionCostModel,
     ShapeKey,

@@ -136,6 +136,29 @@ def _md_cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _md_table(block: Table) -> list[str]:
+    """A table's Markdown lines: its caption, header, rule and rows, then a blank line."""
+    lines = [f"*{block.caption}*", ""] if block.caption else []
+    lines.append("| " + " | ".join(_md_cell(h) for h in block.headers) + " |")
+    lines.append("|" + "|".join("---" for _ in block.headers) + "|")
+    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in block.rows]
+    return [*lines, ""]
+
+
+def _md_block(block: Block, fig_dir: Path, count: int) -> tuple[list[str], int]:
+    """One block's Markdown lines and the figure count after it (a figure is written out)."""
+    if isinstance(block, Text):
+        return [block.markdown, ""], count
+    if isinstance(block, Code):
+        return ["```", block.text, "```", ""], count
+    if isinstance(block, Table):
+        return _md_table(block), count
+    count += 1
+    name = f"{count:02d}-{_slug(block.name)}.png"
+    (fig_dir / name).write_bytes(block.png)
+    return [f"![{block.caption}]({fig_dir.name}/{name})", "", f"*{block.caption}*", ""], count
+
+
 def render_markdown(
     groups: list[tuple[str, list[Section]]], title: str, intro: list[str], fig_dir: Path
 ) -> str:
@@ -150,27 +173,8 @@ def render_markdown(
             where = f" ({device_name(gpu)})" if len(groups) > 1 and gpu else ""
             lines += [f"## {sec.title}{where}", ""]
             for block in sec.blocks:
-                if isinstance(block, Text):
-                    lines += [block.markdown, ""]
-                elif isinstance(block, Code):
-                    lines += ["```", block.text, "```", ""]
-                elif isinstance(block, Table):
-                    if block.caption:
-                        lines += [f"*{block.caption}*", ""]
-                    lines.append("| " + " | ".join(_md_cell(h) for h in block.headers) + " |")
-                    lines.append("|" + "|".join("---" for _ in block.headers) + "|")
-                    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in block.rows]
-                    lines.append("")
-                else:
-                    count += 1
-                    name = f"{count:02d}-{_slug(block.name)}.png"
-                    (fig_dir / name).write_bytes(block.png)
-                    lines += [
-                        f"![{block.caption}]({fig_dir.name}/{name})",
-                        "",
-                        f"*{block.caption}*",
-                        "",
-                    ]
+                block_lines, count = _md_block(block, fig_dir, count)
+                lines += block_lines
     return "\n".join(lines).rstrip() + "\n"
 
 

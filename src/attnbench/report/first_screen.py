@@ -153,7 +153,7 @@ def unanswered(decisions: list[ModelDecision]) -> list[str]:
 
 def decision_rows(decisions: list[ModelDecision]) -> list[list[str]]:
     """One line per model some engine answers for: its answer per engine, and the basis."""
-    from attnbench.backends.engine_paths import ENGINES
+    from attnbench.engines.paths import ENGINES
 
     out = []
     missing = set(unanswered(decisions))

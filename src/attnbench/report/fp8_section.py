@@ -40,6 +40,43 @@ def _recall(needle: dict[str, Any]) -> str:
     return ", ".join(f"{t} {100 * n['recall']:.1f}%" for t, n in needle.items()) or "-"
 
 
+def _summary_row(r: dict[str, Any]) -> list[str]:
+    """One format/scheme row: worst error, K/V lost to underflow and saturation, recall."""
+    return [
+        r["format"],
+        r["scheme"],
+        _worst(r),
+        _pct(max(r.get("k_underflow_fraction_max") or 0, r.get("v_underflow_fraction_max") or 0)),
+        _pct(max(r.get("k_saturated_fraction_max") or 0, r.get("v_saturated_fraction_max") or 0)),
+        _recall(r.get("needle") or {}),
+        "yes" if r.get("within_bounds") else "no",
+    ]
+
+
+_HEADERS = [
+    "format",
+    "scheme",
+    "worst rel L2 (data)",
+    "K underflow",
+    "V saturated",
+    "needle recall",
+    "within bounds",
+]
+
+
+def _study_table(doc: dict[str, Any]) -> Table:
+    """One study document's table, its caption naming the run and whether it finished."""
+    s = doc.get("settings", {})
+    caption = (
+        f"{doc['_path']}: device {s.get('device')}, {s.get('num_tokens')} tokens, "
+        f"needle contexts {s.get('needle_lengths', '-')}"
+    )
+    if doc.get("complete") is False:  # absent in documents written before the key
+        done = ", ".join(k.removesuffix("_s") for k in doc.get("timings", {})) or "no part"
+        caption += f"; the run stopped early: only {done} finished"
+    return Table(_HEADERS, [_summary_row(r) for r in doc.get("summary", [])], caption)
+
+
 @register_section("FP8 numerics", order=62, per_gpu=False)
 def fp8_numerics(data: ReportData) -> Section | None:
     docs = study_docs(list(data.extras))
@@ -56,50 +93,5 @@ def fp8_numerics(data: ReportData) -> Section | None:
             "each kernel with fp64 attention on the very fp8 values it read)."
         )
     ]
-    for doc in docs:
-        s = doc.get("settings", {})
-        rows = [
-            [
-                r["format"],
-                r["scheme"],
-                _worst(r),
-                _pct(
-                    max(
-                        r.get("k_underflow_fraction_max") or 0,
-                        r.get("v_underflow_fraction_max") or 0,
-                    )
-                ),
-                _pct(
-                    max(
-                        r.get("k_saturated_fraction_max") or 0,
-                        r.get("v_saturated_fraction_max") or 0,
-                    )
-                ),
-                _recall(r.get("needle") or {}),
-                "yes" if r.get("within_bounds") else "no",
-            ]
-            for r in doc.get("summary", [])
-        ]
-        caption = (
-            f"{doc['_path']}: device {s.get('device')}, {s.get('num_tokens')} tokens, "
-            f"needle contexts {s.get('needle_lengths', '-')}"
-        )
-        if doc.get("complete") is False:  # absent in documents written before the key
-            done = ", ".join(k.removesuffix("_s") for k in doc.get("timings", {})) or "no part"
-            caption += f"; the run stopped early: only {done} finished"
-        blocks.append(
-            Table(
-                [
-                    "format",
-                    "scheme",
-                    "worst rel L2 (data)",
-                    "K underflow",
-                    "V saturated",
-                    "needle recall",
-                    "within bounds",
-                ],
-                rows,
-                caption,
-            )
-        )
+    blocks += [_study_table(doc) for doc in docs]
     return Section("FP8 numerics", blocks)

@@ -52,6 +52,76 @@ def _plain_log_x(ax: Any) -> None:
     ax.xaxis.set_minor_formatter(FuncFormatter(minor))
 
 
+def _skew_panel(
+    ax: Any, g: pd.DataFrame, padded: pd.DataFrame, twin_skew: dict[Any, Any], cmap: dict[str, Any]
+) -> None:
+    """One series' latency vs skew, ragged solid and its padded twins dashed."""
+    _lines(ax, g, "skew", cmap)
+    twins = padded[padded["unpadded_lengths"].isin(set(g["lengths"]))]
+    twins = twins[
+        twins["dtype"].eq(g["dtype"].iloc[0]) & twins["kv_dtype"].eq(g["kv_dtype"].iloc[0])
+    ]
+    if not twins.empty:
+        _lines(
+            ax,
+            twins.assign(skew=twins["unpadded_lengths"].map(twin_skew)),
+            "skew",
+            cmap,
+            dashed=True,
+        )
+    ax.set_xscale("log")
+    _plain_log_x(ax)
+    ax.set_yscale("log")
+    ax.set_xlabel("skew: longest request / mean request")
+    ax.set_ylabel("latency per call (µs)")
+    r = g.iloc[0]
+    ax.set_title(f"same total {human_tokens(r['total_kv'])} tokens, {_group_title(r)}", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _padding_panel(
+    ax: Any, padded: pd.DataFrame, ragged: pd.DataFrame, kv_dtype: str, cmap: dict[str, Any]
+) -> None:
+    """Padded/ragged latency ratio per backend and ragged batch, with its interval."""
+    costs = [c for c in padding_cost(padded, ragged) if c.kv_dtype == kv_dtype]
+    if not costs:
+        ax.set_visible(False)
+        return
+    batches = list(dict.fromkeys(c.batch for c in costs))
+    backends = sorted({c.backend for c in costs})
+    width = 0.8 / max(1, len(backends))
+    for j, backend in enumerate(backends):
+        mine = {c.batch: c.estimate for c in costs if c.backend == backend}
+        offset = (j - (len(backends) - 1) / 2) * width
+        xs = [i + offset for i, bt in enumerate(batches) if bt in mine]
+        est = [mine[bt] for bt in batches if bt in mine]
+        ax.bar(
+            xs,
+            [e.ratio for e in est],
+            width,
+            color=cmap[backend],
+            label=backend,
+            yerr=np.array([(e.ratio - e.ci_low, e.ci_high - e.ratio) for e in est]).T,
+            capsize=2,
+        )
+    ax.set_xticks(
+        range(len(batches)),
+        [short_batch(b) for b in batches],
+        fontsize=8,
+        rotation=30,
+        ha="right",
+        rotation_mode="anchor",
+    )
+    ax.set_yscale("log")
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_xlabel(f"ragged batch ({kv_dtype} KV), by rising skew")
+    ax.set_ylabel("padded latency / ragged latency")
+    ax.set_title("cost of padding every request to the longest", fontsize=10)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
     """Latency vs skew (max/mean) at the same total KV tokens, ragged (solid) beside each
     batch's padded twin (dashed), and the padded/ragged latency ratio per backend."""
@@ -69,71 +139,9 @@ def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
     twin_skew = dict(zip(ragged["lengths"], ragged["skew"], strict=False))
     fig, axes = _stacked(len(series), not padded.empty)
     for ax, g in zip(axes, series, strict=False):
-        _lines(ax, g, "skew", cmap)
-        twins = padded[padded["unpadded_lengths"].isin(set(g["lengths"]))]
-        twins = twins[
-            twins["dtype"].eq(g["dtype"].iloc[0]) & twins["kv_dtype"].eq(g["kv_dtype"].iloc[0])
-        ]
-        if not twins.empty:
-            _lines(
-                ax,
-                twins.assign(skew=twins["unpadded_lengths"].map(twin_skew)),
-                "skew",
-                cmap,
-                dashed=True,
-            )
-        ax.set_xscale("log")
-        _plain_log_x(ax)
-        ax.set_yscale("log")
-        ax.set_xlabel("skew: longest request / mean request")
-        ax.set_ylabel("latency per call (µs)")
-        r = g.iloc[0]
-        ax.set_title(
-            f"same total {human_tokens(r['total_kv'])} tokens, {_group_title(r)}", fontsize=9
-        )
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        _skew_panel(ax, g, padded, twin_skew, cmap)
     if not padded.empty:
-        ax = axes[len(series)]
-        costs = [c for c in padding_cost(padded, ragged) if c.kv_dtype == series_dtype]
-        batches = list(dict.fromkeys(c.batch for c in costs))
-        backends = sorted({c.backend for c in costs})
-        width = 0.8 / max(1, len(backends))
-        for j, backend in enumerate(backends):
-            mine = {c.batch: c.estimate for c in costs if c.backend == backend}
-            xs = [
-                i + (j - (len(backends) - 1) / 2) * width
-                for i, bt in enumerate(batches)
-                if bt in mine
-            ]
-            est = [mine[bt] for bt in batches if bt in mine]
-            ax.bar(
-                xs,
-                [e.ratio for e in est],
-                width,
-                color=cmap[backend],
-                label=backend,
-                yerr=np.array([(e.ratio - e.ci_low, e.ci_high - e.ratio) for e in est]).T,
-                capsize=2,
-            )
-        if costs:
-            ax.set_xticks(
-                range(len(batches)),
-                [short_batch(b) for b in batches],
-                fontsize=8,
-                rotation=30,
-                ha="right",
-                rotation_mode="anchor",
-            )
-            ax.set_yscale("log")
-            ax.axhline(1, color="k", lw=0.8)
-            ax.set_xlabel(f"ragged batch ({series_dtype} KV), by rising skew")
-            ax.set_ylabel("padded latency / ragged latency")
-            ax.set_title("cost of padding every request to the longest", fontsize=10)
-            ax.grid(True, axis="y", which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-        else:
-            ax.set_visible(False)
+        _padding_panel(axes[len(series)], padded, ragged, series_dtype, cmap)
     return _finish(fig, "Degradation with raggedness", label, shared_legend=True)
 
 

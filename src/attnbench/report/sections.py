@@ -123,9 +123,8 @@ def ceilings(data: ReportData) -> Section | None:
     )
 
 
-def recommendation_blocks(rec: Recommendation) -> list[Block]:
-    """The decision first (the plan, the engine flags that express it), then the evidence:
-    the decision matrix, crossovers and each choice's measurements."""
+def _plan_blocks(rec: Recommendation) -> list[Block]:
+    """The decision: the hybrid plan, its table, and each engine's flags that express it."""
     plan = rec.plan
     kv = plan.kv_dtype if plan.kv_dtype != "auto" else f"16-bit ({plan.model_dtype})"
     blocks: list[Block] = [
@@ -144,6 +143,11 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
         blocks.append(Code(ex.command))
         if ex.notes:
             blocks.append(Text("\n".join(f"- {n}" for n in ex.notes)))
+    return blocks
+
+
+def _matrix_rows(rec: Recommendation) -> list[list[str]]:
+    """The decision matrix: per class, its rule, cases, winner, margin and top three."""
     matrix = []
     for res in rec.classes:
         if not res.n_cases:
@@ -162,6 +166,13 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
                 evid,
             ]
         )
+    return matrix
+
+
+def recommendation_blocks(rec: Recommendation) -> list[Block]:
+    """The decision first (the plan, the engine flags that express it), then the evidence:
+    the decision matrix, crossovers and each choice's measurements."""
+    blocks = _plan_blocks(rec)
     blocks += [
         Text(
             "**Evidence.** Per class, the best variant among rows that passed the accuracy gate, "
@@ -172,7 +183,7 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
         ),
         Table(
             ["class", "rule", "cases", "best", "margin over runner-up", "evidence: median (cases)"],
-            matrix,
+            _matrix_rows(rec),
             "decision matrix",
         ),
     ]
@@ -184,7 +195,7 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
                 + "\n".join(f"- {c.describe()}" for c in cross)
             )
         )
-    ev = [f"- {c.role}: {e}" for c in plan.choices for e in c.evidence]
+    ev = [f"- {c.role}: {e}" for c in rec.plan.choices for e in c.evidence]
     if ev:
         blocks.append(Text("Evidence per choice:\n\n" + "\n".join(ev)))
     return blocks

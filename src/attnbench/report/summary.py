@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnbench.analysis.compare import FAILED, Timing, estimate_ratio
+from attnbench.backends.variant import Variant
 from attnbench.report.table import (
     INVALID,
     cut_text,
@@ -242,13 +243,19 @@ def _plan_mode_named(r: ResultRow) -> ResultRow:
     """The row with its plan mode after what ran (`flashinfer:fa2 (fa2, graph plan)`): for
     cases whose variants were planned in different modes."""
     label = plan_mode_label(r)
-    ran = r.resolved or r.backend.partition(":")[2] or r.backend
+    ran = r.resolved or _kernel(r.backend) or r.backend
     return r.model_copy(update={"resolved": f"{ran}, {label}"}) if label else r
+
+
+def _kernel(name: str) -> str:
+    """The kernel path `name` names (`fa2` of `flashinfer:fa2`); empty where it names none."""
+    variant = Variant.maybe(name)
+    return variant.kernel if variant is not None else ""
 
 
 def variant_label(row: ResultRow) -> str:
     """`flashinfer:auto (fa2)`: the variant, and what ran when the name does not say it."""
-    short = row.backend.partition(":")[2]
+    short = _kernel(row.backend)
     if row.resolved and row.resolved not in (short, row.backend):
         return f"{row.backend} ({row.resolved})"
     return row.backend

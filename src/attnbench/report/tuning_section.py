@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.analysis.frame import fmt_us, load
-from attnbench.analysis.tuning import TUNED_SUFFIX, TunedPair, trials_paths, tuned_pairs
+from attnbench.analysis.tuning import TunedPair, trials_paths, tuned_pairs
+from attnbench.backends.variant import is_tuned
 from attnbench.report.blocks import ReportData, Section, Table, Text, register_section
 from attnbench.report.table import short_case
 
@@ -46,7 +47,7 @@ def _row(p: TunedPair) -> list[str]:
 def tuning(data: ReportData) -> Section | None:
     if data.ok.empty:
         return None
-    tuned = data.ok[data.ok["backend"].str.endswith(TUNED_SUFFIX)]
+    tuned = data.ok[data.ok["backend"].map(is_tuned).astype(bool)]
     if tuned.empty:
         return None
     trials, paths = _trials(data, set(tuned["source"]))

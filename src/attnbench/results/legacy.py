@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from attnbench.backends.variant import TUNED_SUFFIX, Variant
 from attnbench.measure import metrics
 from attnbench.results.rows import Header, ResultRow
 
@@ -38,8 +39,10 @@ means the paged variant, whatever its details hold."""
 
 def _base(backend: str) -> tuple[str, str]:
     """(`flash-attn:fa3`, `+tuned`) of `flash-attn:fa3+tuned`."""
-    name, plus, rest = backend.partition("+")
-    return name, plus + rest
+    variant = Variant.maybe(backend)
+    if variant is None:
+        return backend, ""
+    return variant.base, TUNED_SUFFIX if variant.tuned else ""
 
 
 def _paged(row: ResultRow) -> bool:

@@ -16,6 +16,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from attnbench.backends.variant import Variant
 from attnbench.results.records import (
     AccuracyRecord,
     BytesMoved,
@@ -129,7 +130,8 @@ class ResultRow(BaseModel):
     @property
     def library(self) -> str:
         """`flashinfer` of `flashinfer:tc`."""
-        return self.backend.split(":")[0]
+        variant = Variant.maybe(self.backend)
+        return variant.library if variant is not None else self.backend.split(":")[0]
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy with `update` validated like an assignment (a dict becomes its record)."""

@@ -10,7 +10,8 @@ from typing import Any
 import pandas as pd
 
 from attnbench.analysis.engine_rank import rank_engine
-from attnbench.backends.engine_paths import ENGINES
+from attnbench.backends.variant import is_engine
+from attnbench.engines.paths import ENGINES
 from attnbench.report.findings.core import (
     Headline,
     Inputs,
@@ -24,7 +25,6 @@ from attnbench.report.findings.core import (
     sources,
 )
 
-ENGINE_PREFIXES = tuple(f"{e}:" for e in ENGINES)
 FP8_STUDY_TYPE = "fp8-study"
 """`fp8study.DOCUMENT_TYPE` (not imported: the fp8 study package imports torch)."""
 FA3_VARIANT = "flash-attn:fa3"
@@ -57,7 +57,7 @@ def engines(inputs: Inputs) -> Section | None:
     rows = inputs.rows
     if rows.empty:
         return None
-    has_engine = rows["backend"].astype(str).str.startswith(ENGINE_PREFIXES)
+    has_engine = rows["backend"].astype(str).map(is_engine).astype(bool)
     files = list(dict.fromkeys(rows.loc[has_engine, "file"]))
     if not files:
         return None

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pandas as pd
 
+from attnbench.backends.variant import Variant
 from attnbench.measure.metrics import binding_fraction
 from attnbench.report.findings.core import (
     Headline,
@@ -25,7 +26,6 @@ from attnbench.report.findings.core import (
 
 FA3 = "flash-attn:fa3"
 FA3_CONTIGUOUS = "flash-attn:fa3-contiguous"
-ENGINE_PREFIXES = ("vllm:", "sglang:")
 FLASHINFER_DEFAULT = "flashinfer:auto"
 SUITES = (
     "h200-brief",
@@ -40,13 +40,18 @@ SUITES = (
 """Suites whose every case gets a fastest-variant row (the studies have sections of their own)."""
 
 
+def _library_kernel(name: str) -> bool:
+    """A library's own kernel: no engine's path, no tuned row."""
+    variant = Variant.maybe(name)
+    return variant is None or (variant.engine is None and not variant.tuned)
+
+
 def _raw(rows: pd.DataFrame) -> pd.DataFrame:
     """Kernel rows without engine variants and tuned variants."""
     rows = kernels(rows)
     if rows.empty:
         return rows
-    b = rows["backend"].astype(str)
-    return rows[~b.str.startswith(ENGINE_PREFIXES) & ~b.str.contains("+", regex=False)]
+    return rows[rows["backend"].astype(str).map(_library_kernel).astype(bool)]
 
 
 def _ok(rows: pd.DataFrame) -> pd.DataFrame:
@@ -88,8 +93,13 @@ def paging(inputs: Inputs) -> Section | None:
     )
 
 
+def _library(name: str) -> str | None:
+    variant = Variant.maybe(name)
+    return variant.library if variant is not None else None
+
+
 def _fastest_flashinfer(raw: pd.DataFrame) -> pd.DataFrame:
-    fi = _ok(raw[raw["backend"].str.startswith("flashinfer:")])
+    fi = _ok(raw[raw["backend"].astype(str).map(_library).eq("flashinfer")])
     if fi.empty:
         return fi
     return fi.loc[fi.groupby(["file", "case_id"])["latency_us"].idxmin()].set_index(

@@ -19,7 +19,7 @@ from attnbench.analysis.fidelity import (
     kernel_timings,
     sm_activity,
 )
-from attnbench.analysis.tuning import TUNED_SUFFIX
+from attnbench.backends.variant import Variant, is_tuned
 from attnbench.report.findings.core import (
     Headline,
     Inputs,
@@ -147,13 +147,13 @@ def sm_activity_section(inputs: Inputs) -> Section | None:
 
 
 def _tuned(rows: pd.DataFrame) -> pd.DataFrame:
-    ok = rows[(rows["status"] == "ok") & rows["backend"].str.endswith(TUNED_SUFFIX)]
+    ok = rows[(rows["status"] == "ok") & rows["backend"].map(is_tuned).astype(bool)]
     default = ok["details"].map(lambda d: d.get("default_latency_us") if d is not None else None)
     tune = ok["details"].map(lambda d: d.get("tune") or {} if d is not None else {})
     ok = ok.assign(
         default_us=pd.to_numeric(default, errors="coerce"),
         budget=tune.map(lambda t: bool(t.get("stopped_by_budget"))),
-        variant=ok["backend"].str[: -len(TUNED_SUFFIX)],
+        variant=ok["backend"].map(lambda b: Variant.parse(b).base),
     )
     ok = ok[ok["default_us"].notna()]
     return ok.assign(speedup=ok["default_us"] / ok["latency_us"])
