@@ -86,7 +86,7 @@ def test_report_on_the_embedded_default(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     md = (tmp_path / "report.md").read_text()
     for section in (
-        "Recommendation",
+        "Kernels per workload class",
         "Decode latency",
         "Roofline",
         "Raggedness",

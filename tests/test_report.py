@@ -34,7 +34,7 @@ def test_markdown_has_every_panel(full_report: tuple[Path, str, str]) -> None:
     for title in (
         "Overview",
         "Measured ceilings",
-        "Recommendation",
+        "Kernels per workload class",
         "Decode latency",
         "Prefill and append latency",
         "Roofline",
@@ -63,7 +63,7 @@ def test_html_is_self_contained(full_report: tuple[Path, str, str]) -> None:
     assert "<style>" in page
     for forbidden in ("<script", "<link", "http://", "https://", 'src="figures'):
         assert forbidden not in page, forbidden
-    assert re.search(r"<h2>Recommendation</h2>", page)
+    assert re.search(r"<h2>Kernels per workload class</h2>", page)
     assert 'href="#raggedness"' in page
 
 

@@ -20,7 +20,8 @@ def model_blocks(rec: Recommendation) -> list[Block]:
     headers, rows = answers_table(rec.models)
     return [
         Text(
-            "**Per model.** Each named model's decode and prefill winners, ranked on that "
+            "**Kernels per model** (evidence; the Decision at the top is what to deploy). Each "
+            "named model's decode and prefill winners, ranked on that "
             "model's rows only (as the decision matrix ranks a class; rows run without a model "
             "preset, such as the GQA sweep's head shapes, are the report's GQA-sweep section); "
             "the bound is the ceiling the decode "
@@ -32,8 +33,8 @@ def model_blocks(rec: Recommendation) -> list[Block]:
     ]
 
 
-@register_section("Per model", order=6, shares=REC)
+@register_section("Kernels per model", order=6, shares=REC)
 def per_model_section(data: ReportData) -> Section | None:
     rec = cached_recommendation(data)
     blocks = model_blocks(rec) if rec else []
-    return Section("Per model", blocks) if blocks else None
+    return Section("Kernels per model", blocks) if blocks else None

@@ -31,7 +31,6 @@ from attnbench.report.blocks import (
     Text,
     register_section,
 )
-from attnbench.report.engine_section import deployable_blocks
 from attnbench.report.table import short_case
 
 MAX_TABLE_ROWS = 60
@@ -201,14 +200,23 @@ def recommendation_blocks(rec: Recommendation) -> list[Block]:
     return blocks
 
 
-@register_section("Recommendation", order=5, shares=REC)
+KERNELS_TITLE = "Kernels per workload class"
+
+
+@register_section(KERNELS_TITLE, order=5, shares=REC)
 def recommendation(data: ReportData) -> Section | None:
+    """The library-level ranking per workload class: evidence for the Decision above, which
+    is what to deploy (`recommend --model`); raw variants here may be contiguous-cache
+    baselines or per-case tuned knobs no engine exposes."""
     rec = cached_recommendation(data)
     if rec is None:
         return None
-    # What vLLM and SGLang can deploy leads; the library-level plan follows (issue 21).
-    blocks = deployable_blocks(data.ok, data.gpu) + recommendation_blocks(rec)
-    return Section("Recommendation", blocks)
+    lead = Text(
+        "Evidence, not a deployment: the fastest library kernel per workload class over every "
+        "row, contiguous-cache baselines and per-case tuned knobs included. What to deploy is "
+        "the Decision at the top (`attnbench recommend --model M`)."
+    )
+    return Section(KERNELS_TITLE, [lead, *recommendation_blocks(rec)])
 
 
 def _case_order(r: pd.Series) -> tuple[Any, ...]:
