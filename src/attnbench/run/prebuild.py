@@ -115,8 +115,10 @@ def module_needs(variant: str, spec: WorkloadSpec, device: DeviceInfo) -> list[M
     JIT modules: cuDNN, trtllm-gen's cubins), or why the prebuild cannot tell."""
     from attnbench.backends.base import Unsupported
     from attnbench.backends.flashinfer_rules import VARIANTS, route
+    from attnbench.backends.variant import Variant
 
-    library, _, short = variant.partition(":")
+    parsed = Variant.maybe(variant)
+    library, short = (parsed.library, parsed.kernel) if parsed else ("", variant)
     if library != "flashinfer":
         engine = "flashinfer" in short  # vllm:flashinfer, sglang:flashinfer
         return f"{variant}: no prebuild rule (its modules compile on first use)" if engine else []
