@@ -20,6 +20,7 @@ out) and its rows are `<variant>+tuned`, with every trial going to the sink's `o
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -141,8 +142,12 @@ class RunSession:
 
     def __enter__(self) -> RunSession:
         mode = self.plan.where.mode
-        opened = {"inline": _Inline, "pool": _Pool, "ray": _Ray}[mode]
-        self._runner = opened(self.plan, self.sink)
+        runners: dict[str, type[_Inline | _Pool | _Ray]] = {
+            "inline": _Inline,
+            "pool": _Pool,
+            "ray": _Ray,
+        }
+        self._runner = runners[mode](self.plan, self.sink)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -184,11 +189,12 @@ def _as_is(job: Job, pending: Sequence[Job]) -> Job:
     return job
 
 
-class _Runner:
+class _Runner(ABC):
     """Where a session's jobs execute: opened with the session, closed with it."""
 
+    @abstractmethod
     def run(self, jobs: list[Job], prepare: Prepare) -> None:
-        raise NotImplementedError
+        """Run `jobs` in order, each through `prepare` first."""
 
     def close(self) -> None:
         return None
