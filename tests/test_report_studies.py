@@ -325,10 +325,12 @@ def test_recommendation_first_decision_before_evidence(tmp_path: Path) -> None:
     res = write_results(tmp_path / "h200.jsonl", make_rows())
     md_path, html_path = write_report(load([res]), tmp_path / "out")
     md = md_path.read_text()
-    assert md.index("## Recommendation") < md.index("## Overview")
-    rec = md.split("## Recommendation\n", 1)[1].split("\n## ", 1)[0]
-    # the deployable engine choice leads (issue 21), then the library-level plan
-    assert rec.index("**vLLM**") < rec.index("**Decision**") < rec.index("decision matrix")
+    assert md.index("## Decision") < md.index("## Kernels per workload class")
+    assert md.index("## Kernels per workload class") < md.index("## Overview")
+    rec = md.split("## Kernels per workload class\n", 1)[1].split("\n## ", 1)[0]
+    # the library-level ranking says it is evidence; its flags are marked as not measured
+    assert rec.index("Evidence, not a deployment") < rec.index("decision matrix")
+    assert "not measured as a deployment, unlike the Decision at the top" in rec
     nav = re.search(r"<nav>(.*?)</nav>", html_path.read_text(), re.S)
     assert nav is not None
     assert nav.group(1).index("Kernels per workload class") < nav.group(1).index("Overview")

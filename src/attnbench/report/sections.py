@@ -123,12 +123,15 @@ def ceilings(data: ReportData) -> Section | None:
 
 
 def _plan_blocks(rec: Recommendation) -> list[Block]:
-    """The decision: the hybrid plan, its table, and each engine's flags that express it."""
+    """The fastest kernels per role (the hybrid plan), its table, and the engine flags that
+    would express it per phase: evidence beside the Decision (`report.first_screen`), which is
+    the measured deployment answer."""
     plan = rec.plan
     kv = plan.kv_dtype if plan.kv_dtype != "auto" else f"16-bit ({plan.model_dtype})"
     blocks: list[Block] = [
         Text(
-            f"**Decision**: prefill `{plan.prefill_backend}` · decode `{plan.decode_backend}` · "
+            f"**Fastest kernels**: prefill `{plan.prefill_backend}` · decode "
+            f"`{plan.decode_backend}` · "
             f"KV cache {kv} · page size {plan.page_size or '-'}."
         ),
         Table(
@@ -138,7 +141,12 @@ def _plan_blocks(rec: Recommendation) -> list[Block]:
         ),
     ]
     for ex in export(plan):
-        blocks.append(Text(f"**{ex.engine}** (options from {ex.source}):"))
+        blocks.append(
+            Text(
+                f"**{ex.engine}**, the per-phase plan as flags (options from {ex.source}; not "
+                "measured as a deployment, unlike the Decision at the top):"
+            )
+        )
         blocks.append(Code(ex.command))
         if ex.notes:
             blocks.append(Text("\n".join(f"- {n}" for n in ex.notes)))
@@ -169,8 +177,8 @@ def _matrix_rows(rec: Recommendation) -> list[list[str]]:
 
 
 def recommendation_blocks(rec: Recommendation) -> list[Block]:
-    """The decision first (the plan, the engine flags that express it), then the evidence:
-    the decision matrix, crossovers and each choice's measurements."""
+    """The fastest kernels per role first, then the evidence: the decision matrix, crossovers
+    and each choice's measurements."""
     blocks = _plan_blocks(rec)
     blocks += [
         Text(
