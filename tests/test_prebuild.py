@@ -4,7 +4,9 @@ CPU); a failure kept to its module; decode cases first; the footer with wall and
 
 from __future__ import annotations
 
+import json
 import sys
+import tempfile
 import types
 from pathlib import Path
 from typing import Any
@@ -103,7 +105,7 @@ def fake_flashinfer(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             if kind == "xqa" and torch.float8_e4m3fn in args:
                 raise RuntimeError("no such xqa configuration")
             name = "decode" if kind == "decode" else f"{kind}_{len(seen['calls'])}"
-            return types.SimpleNamespace(name=name)
+            return _FakeSpec(name, seen)
 
         return make
 
@@ -113,13 +115,35 @@ def fake_flashinfer(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     jit.gen_batch_prefill_module = gen("prefill")  # type: ignore[attr-defined]
     xqa = types.ModuleType("flashinfer.jit.xqa")
     xqa.gen_xqa_module = gen("xqa")  # type: ignore[attr-defined]
-    core = types.ModuleType("flashinfer.jit.core")
-    core.build_jit_specs = lambda specs, verbose=False: seen["built"].extend(specs)  # type: ignore[attr-defined]
-    for name, mod in [("", fi), (".jit", jit), (".jit.xqa", xqa), (".jit.core", core)]:
+    cpp = types.ModuleType("flashinfer.jit.cpp_ext")
+
+    def run_ninja(workdir: Path, ninja: Path, verbose: bool, max_jobs: int) -> None:
+        if "broken" in str(workdir):
+            raise RuntimeError("Ninja build failed. Ninja output: subcommand failed.")
+        seen["built"].append((workdir, ninja, max_jobs))
+
+    cpp.run_ninja = run_ninja  # type: ignore[attr-defined]
+    mods = [("", fi), (".jit", jit), (".jit.xqa", xqa), (".jit.cpp_ext", cpp)]
+    for name, mod in mods:
         monkeypatch.setitem(sys.modules, "flashinfer" + name, mod)
     monkeypatch.delenv("FLASHINFER_JIT_PREBUILD_MAX_JOBS", raising=False)
     monkeypatch.delenv("MAX_JOBS", raising=False)
     return seen
+
+
+class _FakeSpec:
+    """What the worker uses of a JitSpec: its name, sources, folders and lock."""
+
+    def __init__(self, name: str, seen: dict[str, Any]) -> None:
+        self.name, self.seen = name, seen
+        self.sources = [Path(f"{name}_{i}.cu") for i in range(2 if "prefill" in name else 1)]
+        self.build_dir = Path(tempfile.gettempdir()) / "attnbench-fake-jit" / name
+        self.ninja_path = self.build_dir / "build.ninja"
+        self.lock_path = self.build_dir.parent / f"{name}.lock"
+
+    def write_ninja(self) -> None:
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        self.seen.setdefault("written", []).append(self.name)
 
 
 def test_specs_through_flashinfer_generators(fake_flashinfer: dict[str, Any]) -> None:
@@ -142,24 +166,49 @@ def test_specs_through_flashinfer_generators(fake_flashinfer: dict[str, Any]) ->
     ]
 
 
-def test_build_sets_jobs_and_keeps_failures(
-    fake_flashinfer: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import os
-
+def test_each_module_is_built_in_its_own_folder(fake_flashinfer: dict[str, Any]) -> None:
+    """A ninja run per module, in the module's build folder (where the run's own
+    `JitSpec.build` looks for the ninja log), the cores shared by source files."""
     needs = prebuild.plan_needs(_plan()).modules
     report = prebuild_worker.build_flashinfer(needs, 16)
-    assert os.environ["FLASHINFER_JIT_PREBUILD_MAX_JOBS"] == "16"
-    assert [s.name for s in fake_flashinfer["built"]] == report["modules"]
-    assert len(report["failed"]) == 1
-    assert "build_error" not in report
+    built = fake_flashinfer["built"]
+    assert sorted(report["modules"]) == sorted(d.name for d, _, _ in built)
+    assert all(ninja == d / "build.ninja" for d, ninja, _ in built)
+    assert sorted(fake_flashinfer["written"]) == sorted(report["modules"])
+    assert len(report["failed"]) == 1  # the fp8 XQA spec that could not be made
+    assert prebuild_worker.share_jobs([2, 1, 1], 16) == [2, 1, 1]  # never more than sources
+    assert prebuild_worker.share_jobs([30, 10], 16) == [12, 4]
+    assert prebuild_worker.share_jobs([1, 1, 1], 1) == [1, 1, 1]  # at least one each
 
-    def broken(specs: Any, verbose: bool = False) -> None:
-        raise RuntimeError("ninja: build stopped: subcommand failed.")
 
-    monkeypatch.setattr(sys.modules["flashinfer.jit.core"], "build_jit_specs", broken)
+def test_a_module_that_fails_leaves_the_others_built(
+    fake_flashinfer: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    needs = prebuild.plan_needs(_plan()).modules
+    specs, _ = prebuild_worker.collect_specs(needs)
+    specs[0].build_dir = specs[0].build_dir.with_name("broken")
+    monkeypatch.setattr(prebuild_worker, "collect_specs", lambda _: (specs, []))
     report = prebuild_worker.build_flashinfer(needs, 16)  # never raises
-    assert report["build_error"] == "RuntimeError: ninja: build stopped: subcommand failed."
+    assert report["modules"] == [s.name for s in specs[1:]]
+    (why,) = report["failed"]
+    assert why.startswith(f"{specs[0].name}: RuntimeError: Ninja build failed.")
+
+
+def test_first_use_builds_are_read_from_flashinfer_log(tmp_path: Path) -> None:
+    log = tmp_path / "jit.jsonl"
+    lines = [
+        {"toolchain": "nvcc", "name": "old", "seconds": 40.0, "time": 90.0},
+        {"toolchain": "nvcc", "name": "noop", "seconds": 0.02, "time": 110.0},
+        {"toolchain": "nvcc", "name": "batch_prefill_x", "seconds": 61.26, "time": 120.0},
+    ]
+    log.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
+    builds = prebuild.first_use_builds(log, since=100.0)
+    assert builds == [{"name": "batch_prefill_x", "seconds": 61.3}]
+    assert prebuild.first_use_line(builds) == (
+        "first use: 1 FlashInfer module compiled by the jobs (1 min 01 s)"
+    )
+    assert prebuild.first_use_line([]) is None
+    assert prebuild.first_use_builds(tmp_path / "absent.jsonl") == []
 
 
 def test_a_prebuild_without_flashinfer_never_fails_the_run() -> None:

@@ -34,7 +34,7 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: s11a, s11d, s11e, s12a, s12b or s12c (older stages are in git history)}
+stage=${1:?stage: s11a, s11d, s11e, s12a-s12e, s13a or s13c (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 bash scripts/h200/jit_aot.sh  # else FlashInfer's ninja compiles every carried module again
@@ -97,6 +97,32 @@ s12d)  # the head_dim zoo (issue 36): the Gemma-2 / Phi-3 presets (soft-cap, win
     -b flashinfer:xqa -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/h200-headdim-models.jsonl"
   step 360 headdim $RUN --suite headdim -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:auto \
     -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/h200-headdim.jsonl"
+  ;;
+s13a)  # session 13, call 1, on a FRESH machine (carry .device only; `trap - EXIT`): the
+  # README's first command, the default suite, as a new user runs it, then again warm (issue
+  # 34: <= 240 s fresh, <= 90 s warm). At 1fe251d (s12c) both runs were cut in FlashInfer
+  # compiles after 17 rows: FlashInfer's one-build prebuild (build_jit_specs) keeps the ninja
+  # logs in its JIT folder, so each module's own ninja run at first use compiled it again.
+  # The prebuild now builds each module in its own folder; FlashInfer's JIT build log (kept
+  # here as jit-builds-*.jsonl, and read by the run into its footer's `first_use`) shows any
+  # module the jobs still compiled.
+  TAIL=400 step 360 default-fresh env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-fresh.jsonl" \
+    $AB run --device cuda --out "$OUT/h200-default-fresh.jsonl"
+  TAIL=400 step 170 default-warm env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-warm.jsonl" \
+    $AB run --device cuda --out "$OUT/h200-default-warm.jsonl"
+  ;;
+s13c)  # the head_dim zoo on FlashInfer (issue 36), with the prebuild: flashinfer:tc's decode
+  # and flashinfer:fa2's paged prefill (one FA2 prefill module per head_dim; the tc witness
+  # case records the d96 fault), then XQA's decode, then the four presets of headdim-models
+  # (Gemma-2-9b/27b soft-capped, Phi-3-mini/medium windowed) on fa2, tc, FA3 and cuDNN.
+  # One file per run: --resume refuses a file written with another suite or backends.
+  H="$AB run --device cuda --max-time-ms 20 --case-timeout 90 --resume"
+  TAIL=40 step 170 headdim-tc $H --suite headdim -b flashinfer:tc -b flashinfer:fa2 \
+    --out "$OUT/h200-headdim-fi.jsonl"
+  TAIL=40 step 120 headdim-xqa $H --suite headdim -k decode -b flashinfer:xqa \
+    --out "$OUT/h200-headdim-xqa.jsonl"
+  TAIL=40 step 180 headdim-models $H --suite headdim-models -b flashinfer:fa2 \
+    -b flashinfer:tc -b flash-attn:fa3 -b sdpa:cudnn --out "$OUT/h200-headdim-models.jsonl"
   ;;
 s12e)  # the head_dim zoo within the device time s12c left (~600 s): the headdim suite on the
   # two libraries that need no JIT build (FA3, SDPA cuDNN), then its decode half on

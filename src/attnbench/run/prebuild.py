@@ -9,11 +9,15 @@ compiles run one after another as cases reach them (on a fresh H200: 323 s of Fl
    (`module_needs`: pure, from `flashinfer_rules.route`, with the generator's arguments as
    FlashInfer 0.7.4's wrappers pass them), deduplicated;
 2. one process turns them into JitSpecs (`flashinfer.jit.gen_batch_decode_module`,
-   `gen_batch_prefill_module`, `flashinfer.jit.xqa.gen_xqa_module`) and builds them all in one
-   ninja build (`flashinfer.jit.core.build_jit_specs`, `FLASHINFER_JIT_PREBUILD_MAX_JOBS` and
-   `MAX_JOBS` = the cores unless set);
+   `gen_batch_prefill_module`, `flashinfer.jit.xqa.gen_xqa_module`) and builds them side by
+   side, each as `JitSpec.build` does (its own ninja run in its own folder, so the run's own
+   `build` finds it up to date), the cores shared by their source files;
 3. a second process, at the same time, plans flex on every planned Flex shape, so Inductor's
    on-disk caches (FX graph, Triton kernels) hold what the worker then loads.
+
+While the jobs run, FlashInfer logs every module it builds (`FLASHINFER_JIT_BUILD_LOG`, set
+here unless the user set it); the ones that took a second or more were compiled at first use
+after all, and the footer's report names them (`first_use`).
 
 Nothing here can fail the run: a module whose spec cannot be made or built, a process that
 crashes or passes `PREBUILD_LIMIT_S`, is logged with its reason and left to compile on first
@@ -231,6 +235,11 @@ class Prebuild:
         self.workdir = Path(tempfile.mkdtemp(prefix="attnbench-prebuild-"))
         self.procs: list[_Proc] = []
         self.t0 = time.monotonic()
+        self.since = time.time()
+        self.own_log = "FLASHINFER_JIT_BUILD_LOG" not in os.environ
+        if self.own_log:  # the workers inherit it
+            os.environ["FLASHINFER_JIT_BUILD_LOG"] = str(self.workdir / "jit-builds.jsonl")
+        self.jit_log = Path(os.environ["FLASHINFER_JIT_BUILD_LOG"])
         if needs.modules:
             jobs = os.cpu_count() or 1
             payload = {"needs": [asdict(n) for n in needs.modules], "jobs": jobs}
@@ -285,7 +294,14 @@ class Prebuild:
             if p.popen.poll() is None:
                 p.popen.kill()
                 p.popen.wait()
+        if self.own_log and os.environ.get("FLASHINFER_JIT_BUILD_LOG") == str(self.jit_log):
+            del os.environ["FLASHINFER_JIT_BUILD_LOG"]
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def first_use(self) -> list[dict[str, Any]]:
+        """The FlashInfer modules the jobs compiled themselves (FlashInfer's build log: builds
+        of a second or more; an up-to-date module's ninja no-op takes milliseconds)."""
+        return first_use_builds(self.jit_log, self.since)
 
     def _report(self, seconds: float) -> dict[str, Any]:
         report: dict[str, Any] = {"seconds": round(seconds, 1), "notes": list(self.needs.notes)}
@@ -293,6 +309,37 @@ class Prebuild:
         for p in self.procs:
             report[p.what] = _outcome(p)
         return report
+
+
+FIRST_USE_MIN_S = 1.0
+"""A logged FlashInfer build this long or longer compiled something (a no-op takes ms)."""
+
+
+def first_use_builds(log: Path, since: float = 0.0) -> list[dict[str, Any]]:
+    """`{"name", "seconds"}` of each build of `FIRST_USE_MIN_S` or more logged at or after
+    `since` (epoch seconds) in FlashInfer's JIT build log (one JSON object a line)."""
+    if not log.exists():
+        return []
+    out: list[dict[str, Any]] = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+            seconds, at = float(entry["seconds"]), float(entry.get("time", since))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if seconds >= FIRST_USE_MIN_S and at >= since:
+            out.append({"name": str(entry.get("name", "?")), "seconds": round(seconds, 1)})
+    return out
+
+
+def first_use_line(builds: list[dict[str, Any]]) -> str | None:
+    """`first use: 2 FlashInfer modules compiled while timing (84 s)`, or None."""
+    from attnbench.run.progress import fmt_s
+
+    if not builds:
+        return None
+    n, total = len(builds), sum(b["seconds"] for b in builds)
+    return f"first use: {n} FlashInfer module{'s' * (n != 1)} compiled by the jobs ({fmt_s(total)})"
 
 
 def _outcome(p: _Proc) -> dict[str, Any]:

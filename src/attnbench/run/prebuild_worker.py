@@ -1,6 +1,7 @@
 """The prebuild's two processes (`run.prebuild` starts them):
 `python -m attnbench.run.prebuild_worker flashinfer|flex IN.json OUT.json`. The first makes the
-FlashInfer JitSpecs of its module needs and builds them in one ninja build; the second plans
+FlashInfer JitSpecs of its module needs and builds them side by side (a ninja run each, in
+the module's own folder); the second plans
 flex on each spec so Inductor's on-disk caches hold its kernels. Each writes a JSON report:
 what it built, and one line per thing it could not, with why."""
 
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -58,24 +58,54 @@ def collect_specs(needs: Sequence[ModuleNeed]) -> tuple[list[Any], list[str]]:
     return specs, failed
 
 
+def share_jobs(sources: Sequence[int], cores: int) -> list[int]:
+    """Each module's ninja `-j`: the cores shared in proportion to its source files, at least
+    one job and never more jobs than sources."""
+    total = sum(sources) or 1
+    return [max(1, min(n, round(cores * n / total))) for n in sources]
+
+
+def build_one(spec: Any, jobs: int) -> str | None:
+    """Build one module as `JitSpec.build` does (its build.ninja, ninja run in its own build
+    folder) under FlashInfer's lock for it; None, or why it failed.
+
+    Each module gets its own ninja run, in its own folder, because that is where the ninja log
+    and deps log that make the run's own `build` a no-op are kept: FlashInfer's one-build
+    prebuild (`build_jit_specs`) keeps them in the JIT folder, so every module it built was
+    compiled again on first use (the H200 at 1fe251d, issue 34)."""
+    from filelock import FileLock
+    from flashinfer.jit.cpp_ext import run_ninja
+
+    try:
+        with FileLock(spec.lock_path, thread_local=False):
+            spec.write_ninja()
+            run_ninja(spec.build_dir, spec.ninja_path, False, max_jobs=jobs)
+    except Exception as exc:
+        why = " ".join(str(exc).split())
+        return f"{spec.name}: {type(exc).__name__}: {why[-240:]}"
+    return None
+
+
 def build_flashinfer(needs: Sequence[ModuleNeed], jobs: int) -> dict[str, Any]:
-    """Make the specs and build them in one ninja build; what was built and what was not."""
-    os.environ.setdefault("FLASHINFER_JIT_PREBUILD_MAX_JOBS", str(jobs))
-    os.environ.setdefault("MAX_JOBS", str(jobs))
+    """Make the specs and build them side by side, each in its own ninja run with its share of
+    the `jobs` cores; what was built and what was not (a module that fails leaves the others
+    building)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     t0 = time.monotonic()
     specs, failed = collect_specs(needs)
-    names = [str(getattr(s, "name", "?")) for s in specs]
-    report: dict[str, Any] = {"modules": names, "failed": failed}
-    if specs:
-        try:
-            from flashinfer.jit.core import build_jit_specs
-
-            build_jit_specs(specs, verbose=False)
-        except Exception as exc:
-            why = " ".join(str(exc).split())[-300:]
-            report["build_error"] = f"{type(exc).__name__}: {why}"
-    report["seconds"] = round(time.monotonic() - t0, 1)
-    return report
+    todo = [s for s in specs if not getattr(s, "is_aot", False)]
+    shares = share_jobs([len(getattr(s, "sources", ())) or 1 for s in todo], jobs)
+    built: list[str] = [str(s.name) for s in specs if s not in todo]
+    if todo:
+        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+            outcomes = list(pool.map(build_one, todo, shares))
+        for spec, why in zip(todo, outcomes, strict=True):
+            if why is None:
+                built.append(str(spec.name))
+            else:
+                failed.append(why)
+    return {"modules": built, "failed": failed, "seconds": round(time.monotonic() - t0, 1)}
 
 
 def compile_flex(specs: Sequence[WorkloadSpec]) -> dict[str, Any]:

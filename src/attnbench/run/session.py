@@ -76,6 +76,7 @@ def run_session(plan: RunPlan, sink: RunSink) -> None:
             report = _finish_prebuild(pre, sink)
             setup_s = time.monotonic() - t0
             session.run_jobs([j for j in jobs if j is not None], _budget(plan))
+        report = _first_use(pre, report, sink)
     finally:  # no prebuild process outlives the run (Ctrl-C while the workers start)
         if pre is not None:
             pre.stop()
@@ -125,6 +126,21 @@ def _finish_prebuild(pre: Prebuild | None, sink: RunSink) -> dict[str, Any] | No
     for line in prebuild.summary(report):
         sink.on_note(line)
     return report
+
+
+def _first_use(
+    pre: Prebuild | None, report: dict[str, Any] | None, sink: RunSink
+) -> dict[str, Any] | None:
+    """The prebuild's report with the modules the jobs still compiled (`first_use`), said."""
+    from attnbench.run import prebuild
+
+    if pre is None or report is None:
+        return report
+    builds = pre.first_use()
+    line = prebuild.first_use_line(builds)
+    if line is not None:
+        sink.on_note(line)
+    return {**report, "first_use": builds}
 
 
 class RunSession:
