@@ -273,3 +273,75 @@ def test_a_run_ends_with_its_footer(tmp_path: Path) -> None:
     (footer,) = read_results(out).footers
     assert 0 < footer.setup_s <= footer.wall_s
     assert footer.prebuild is None
+
+
+def _ninja_module(folder: Path) -> Path:
+    """A one-step module in `folder`, written as FlashInfer writes its build.ninja (absolute
+    paths, a depfile): `out.o` made from `in.c`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "in.c").write_text("int f(void) { return 1; }\n")
+    rule = "  command = cp $in $out && printf '%s: %s\\n' $out $in > $out.d"
+    text = "\n".join(
+        [
+            "ninja_required_version = 1.3",
+            "rule cc",
+            rule,
+            "  depfile = $out.d",
+            "  deps = gcc",
+            f"build {folder}/out.o: cc {folder}/in.c",
+            "",
+        ]
+    )
+    (folder / "build.ninja").write_text(text)
+    return folder / "build.ninja"
+
+
+def _has_work(folder: Path) -> bool:
+    """Whether the module's own ninja run (as `JitSpec.build` starts it) would build."""
+    import subprocess
+
+    cmd = ["ninja", "-n", "-C", str(folder), "-f", str(folder / "build.ninja")]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return "no work to do" not in out
+
+
+def test_a_module_built_in_its_own_folder_is_up_to_date_at_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real ninja: `build_one` (FlashInfer's `run_ninja` in the module's folder) leaves the
+    module's own ninja run nothing to do; built from the JIT folder through `subninja`, as
+    `build_jit_specs` does, the module's ninja log is elsewhere and all of it builds again."""
+    import shutil
+    import subprocess
+
+    if shutil.which("ninja") is None:
+        pytest.skip("ninja is not installed (pip install ninja)")
+
+    def run_ninja(workdir: Path, ninja: Path, verbose: bool, max_jobs: int) -> None:
+        cmd = ["ninja", "-C", str(workdir), "-f", str(ninja), "-j", str(max_jobs)]
+        subprocess.run(cmd, check=True, capture_output=True)
+
+    cpp = types.ModuleType("flashinfer.jit.cpp_ext")
+    cpp.run_ninja = run_ninja  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flashinfer", types.ModuleType("flashinfer"))
+    monkeypatch.setitem(sys.modules, "flashinfer.jit", types.ModuleType("flashinfer.jit"))
+    monkeypatch.setitem(sys.modules, "flashinfer.jit.cpp_ext", cpp)
+    own = tmp_path / "jit" / "own"
+    spec = types.SimpleNamespace(
+        name="own",
+        build_dir=own,
+        ninja_path=own / "build.ninja",
+        lock_path=tmp_path / "own.lock",
+        write_ninja=lambda: _ninja_module(own),
+    )
+    assert prebuild_worker.build_one(spec, 2) is None
+    assert (own / "out.o").exists()
+    assert not _has_work(own)
+
+    shared = tmp_path / "jit" / "shared"
+    ninja = _ninja_module(shared)
+    top = tmp_path / "jit" / "all.ninja"
+    top.write_text(f"ninja_required_version = 1.3\nsubninja {ninja}\n")
+    run_ninja(top.parent, top, False, 2)
+    assert (shared / "out.o").exists()
+    assert _has_work(shared)
