@@ -136,22 +136,16 @@ def mann_whitney_p(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def median_replicates(t: Timing, rng: np.random.Generator, n: int = N_BOOT) -> np.ndarray:
-    """Bootstrap replicates of the median: resampled samples (scipy's bootstrap), else
-    log-normal draws matching the stored 95% CI, else the median repeated (no information
-    about noise)."""
-    if t.samples_us is not None:
-        from scipy.stats import bootstrap
+    """Bootstrap replicates of the median: resampled samples, else log-normal draws matching
+    the stored 95% CI, else the median repeated (no information about noise).
 
-        res = bootstrap(
-            (t.samples_us,),
-            np.median,
-            n_resamples=n,
-            method="percentile",
-            vectorized=True,
-            axis=-1,
-            rng=rng,
-        )
-        return np.asarray(res.bootstrap_distribution)
+    The resampling is scipy's `bootstrap(..., method="percentile", vectorized=True)` without
+    its interval: the same index draws from `rng`, so the same replicates, at a third of the
+    time (the report computes thousands)."""
+    if t.samples_us is not None:
+        samples = np.asarray(t.samples_us, dtype=float)
+        index = rng.integers(0, samples.shape[-1], (n, samples.shape[-1]))
+        return np.asarray(np.median(samples[index], axis=-1))
     if t.ci_low_us and t.ci_high_us and t.ci_high_us > t.ci_low_us > 0:
         sigma = (math.log(t.ci_high_us) - math.log(t.ci_low_us)) / (2 * Z95)
         return np.asarray(t.median_us * np.exp(rng.normal(0.0, sigma, n)))
