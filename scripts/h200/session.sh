@@ -113,8 +113,9 @@ s13a)  # session 13, call 1, on a FRESH machine (carry .device only; `trap - EXI
   ;;
 s13c)  # the head_dim zoo on FlashInfer (issue 36), with the prebuild: flashinfer:tc's decode
   # and flashinfer:fa2's paged prefill (one FA2 prefill module per head_dim; the tc witness
-  # case records the d96 fault), then XQA (decode only: it refuses the prefill cases), then the four presets of headdim-models
-  # (Gemma-2-9b/27b soft-capped, Phi-3-mini/medium windowed) on fa2, tc, FA3 and cuDNN.
+  # case records the d96 fault), then XQA (decode only: it refuses the prefill cases), then
+  # the four presets of headdim-models (Gemma-2-9b/27b soft-capped, Phi-3-mini/medium
+  # windowed) on fa2, tc, FA3 and cuDNN.
   # One file per run: --resume refuses a file written with another suite or backends.
   H="$AB run --device cuda --max-time-ms 20 --case-timeout 90 --resume"
   TAIL=40 step 170 headdim-tc $H --suite headdim -b flashinfer:tc -b flashinfer:fa2 \
