@@ -393,3 +393,40 @@ def test_measure_without_a_gpu_answers_from_committed_rows(tmp_path: Path) -> No
     assert "EXTRAPOLATED" in res.output
     assert "decision:" in res.output
     assert not out.exists()
+
+
+def test_several_traces_are_timed_in_one_session_and_answered_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    import attnbench.replay.validate as validate
+
+    calls: list[tuple[str, list[str]]] = []
+    sessions: list[str] = []
+    fake = _fake_gpu(calls)
+
+    def one_session(device: str, rows_path: str, max_time_ms: float = 100.0) -> object:
+        sessions.append(rows_path)
+        return fake(device, rows_path, max_time_ms)  # type: ignore[operator]
+
+    monkeypatch.setattr(validate, "gpu_timer", one_session)
+    out = tmp_path / "deploy.jsonl"
+    args = ["recommend", *map(str, H200), "--model", "llama-3.1-8b", "--engine", "sglang"]
+    args += ["--trace", "azure-conv", "--trace", "azure-code", "--trace", "azure-conv"]
+    args += ["--measure", "--per-bucket", "1", "--out", str(out)]
+    res = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    _fits(res.output)
+    assert len(sessions) == 1  # one worker start and one set of ceilings for both traces
+    assert len(calls) == len({c for c, _ in calls})  # no batch timed twice
+    assert res.output.count("decision:") == 2  # the repeated trace answers once
+    assert "trace azure-code:" in res.output
+    assert res.output.index("azure-conv") < res.output.index("trace azure-code:")
+
+
+def test_several_traces_without_measure_are_refused() -> None:
+    args = ["recommend", "--model", "llama-3.1-8b", "--trace", "azure-conv"]
+    res = runner.invoke(app, [*args, "--trace", "azure-code"])
+    assert res.exit_code == 2
+    assert "--trace given 2 traces" in res.output

@@ -12,10 +12,12 @@
 # are committed as results/h200-deploy.jsonl.gz, the next call continues them (--resume).
 # Cost (from `--measure --dry-run --per-bucket 1` on the committed rows): 76 batches per KV
 # dtype (3-6 buckets of >= 5% weight per model, engine and trace), each timed with the
-# engine's 2 configurations: 152 pairs per KV dtype, 304 in all. At ~0.5-1.5 s a warm pair
-# (100 ms of timed calls each), ~100 s of FlashInfer JIT on a fresh machine and ~3.5 s of CPU
-# per invocation (32: load, replay, answer), about 100 + 304 x 0.8 + 32 x 3.5 = ~455 s; the
-# budget stops it at 540 s (bf16 first), and a second call resumes what is left.
+# engine's 2 configurations: 152 pairs per KV dtype, 304 in all. The four traces of one
+# (KV dtype, model, engine) are timed in one invocation (`--trace` repeated: one worker start
+# and one set of ceilings for them; 8 invocations, not 32). At ~0.5-1.5 s a warm pair (100 ms
+# of timed calls each), ~100 s of FlashInfer JIT on a fresh machine and ~15 s per invocation
+# (load, four replays, worker start, ceilings, answers): about 100 + 304 x 0.8 + 8 x 15 =
+# ~460 s; the budget stops it at 540 s (bf16 first), and a second call resumes what is left.
 # DRY=1 plans every invocation (`--dry-run`, no GPU) to check the script on a CPU machine.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -33,21 +35,20 @@ for kv in auto fp8_e4m3; do
   for model in "llama-3.1-8b 1" "llama-3.1-70b 8"; do
     set -- $model
     for engine in vllm sglang; do
-      for trace in azure-code azure-conv mooncake-conv agents:450; do
-        left=$((BUDGET - (SECONDS - start)))
-        if [ "$left" -lt 25 ]; then
-          echo "=== budget of ${BUDGET}s spent: commit $ROWS and call again to resume"
-          exit 0
-        fi
-        resume=(); [ -f "$ROWS" ] && resume=(--resume)
-        [ -n "${DRY:-}" ] && resume+=(--dry-run)
-        echo "=== $1 tp$2 $engine $trace kv=$kv (${left}s left)"
-        t0=$SECONDS
-        timeout -s INT -k 15 "$left" $AB recommend "${INPUTS[@]}" --model "$1" --tp "$2" \
-          --engine "$engine" --trace "$trace" --kv-dtype "$kv" --measure --per-bucket 1 \
-          --out "$ROWS" "${resume[@]}" --budget-s $((left - 20)) 2>&1 | tail -"${TAIL:-12}"
-        echo "=== exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
-      done
+      left=$((BUDGET - (SECONDS - start)))
+      if [ "$left" -lt 40 ]; then
+        echo "=== budget of ${BUDGET}s spent: commit $ROWS and call again to resume"
+        exit 0
+      fi
+      resume=(); [ -f "$ROWS" ] && resume=(--resume)
+      [ -n "${DRY:-}" ] && resume+=(--dry-run)
+      echo "=== $1 tp$2 $engine kv=$kv, 4 traces (${left}s left)"
+      t0=$SECONDS
+      timeout -s INT -k 15 "$left" $AB recommend "${INPUTS[@]}" --model "$1" --tp "$2" \
+        --engine "$engine" --trace azure-code --trace azure-conv --trace mooncake-conv \
+        --trace agents:450 --kv-dtype "$kv" --measure --per-bucket 1 \
+        --out "$ROWS" "${resume[@]}" --budget-s $((left - 30)) 2>&1 | tail -"${TAIL:-40}"
+      echo "=== exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
     done
   done
 done

@@ -4,7 +4,9 @@ the same workers, accuracy gate and measurement as `attnbench run`), rows append
 `--resume` skips the (case, backend) pairs `--out` already holds with a final status; a
 `--budget-s` stops starting new cases once spent, so a cut run keeps its rows and resumes.
 `--dry-run` prints the plan (and writes it next to `--out` as `.plan.json`) without a GPU;
-without a GPU `--measure` says so and answers from the given rows, buckets marked."""
+without a GPU `--measure` says so and answers from the given rows, buckets marked. Several
+`--trace` values are planned each on its own and timed in one session (one worker start and
+one set of ceilings for all), then answered one after another."""
 
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ def finished(path: Path) -> set[tuple[str, str]]:
 class MeasureRequest:
     """What `recommend --measure` / `--dry-run` was asked for, beside the deployment."""
 
-    trace: str | None
+    traces: tuple[str, ...]
     kv: str
     out: Path | None
     resume: bool
@@ -81,24 +83,35 @@ class MeasureRequest:
     per_bucket: int = 2
 
 
+Replayed = tuple[str, dict[int, int], str]
+"""A trace, its replay's running-batch histogram and the replay's source line."""
+
+
 def run_measure(
     paths: list[Path], shape: ModelShape, engine: str, req: MeasureRequest
-) -> tuple[Path | None, dict[int, int], str] | None:
-    """Plan, then (not `dry_run`) measure; the rows file to add to the answer with the
-    trace's histogram and its source, or None (dry run)."""
-    trace, kv, out, resume = req.trace, req.kv, req.out, req.resume
+) -> tuple[Path | None, list[Replayed]] | None:
+    """Plan every trace, then (not `dry_run`) measure them in one session; the rows file to
+    add to the answers (None without a GPU) and each trace's replay, or None (dry run)."""
+    kv, out, resume = req.kv, req.out, req.resume
     budget_s, dry_run, per_bucket = req.budget_s, req.dry_run, req.per_bucket
     if engine == "none":
         fail("--measure times an engine's configurations: --engine vllm or sglang")
-    if trace is None:
+    if not req.traces:
         fail("--measure draws its batches from a trace's replay: give --trace")
     if out is None:
         fail("--measure appends its rows to --out FILE.jsonl: give one")
     if per_bucket < 1:
         fail(f"--per-bucket={per_bucket}: must be at least 1")
-    plan, histogram, source = build_plan(paths, shape, engine, trace, kv, per_bucket)
-    for line in plan_lines(plan):
-        console.print(line, markup=False, highlight=False)
+    plan: list[PlannedCase] = []
+    replayed: list[Replayed] = []
+    for trace in req.traces:
+        cases, histogram, source = build_plan(paths, shape, engine, trace, kv, per_bucket)
+        if len(req.traces) > 1:
+            console.print(f"trace {trace}:", markup=False, highlight=False)
+        for line in plan_lines(cases):
+            console.print(line, markup=False, highlight=False)
+        plan += cases
+        replayed.append((trace, histogram, source))
     if dry_run:
         target = out.with_suffix(".plan.json")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +123,7 @@ def run_measure(
         fail(f"--out={out} exists: pass --resume to continue it, or another file")
     skip = finished(out) if resume else set()
     measured = _time_plan(plan, out, skip, budget_s)
-    return (out if measured else None), histogram, source
+    return (out if measured else None), replayed
 
 
 def _time_plan(
@@ -131,6 +144,7 @@ def _time_plan(
     try:
         for c in plan:
             todo = [b for b in c.backends if (c.spec.case_id, b) not in skip]
+            skip |= {(c.spec.case_id, b) for b in todo}  # a batch two traces share: once
             if not todo:
                 continue
             if budget_s and time.monotonic() - start > budget_s:

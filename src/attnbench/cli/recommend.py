@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from attnbench.analysis.deploy import ModelShape
+    from attnbench.cli.deploy_measure import MeasureRequest
 
 KV_HELP = "auto (the model's 16-bit dtype), fp8_e4m3 or fp8_e5m2"
 
@@ -98,10 +99,11 @@ def recommend(
     ] = None,
     engine: Annotated[str, typer.Option(help="vllm, sglang or none (library calls).")] = "vllm",
     trace: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             help="Weight decode by this trace's running batch over the engine's "
-            "CUDA-graph buckets: azure-code, azure-conv, mooncake-conv, agents:N or a file."
+            "CUDA-graph buckets: azure-code, azure-conv, mooncake-conv, agents:N or a file. "
+            "With --measure it may repeat: the traces are timed in one session."
         ),
     ] = None,
     lengths: Annotated[
@@ -136,8 +138,14 @@ def recommend(
     if name not in TARGETS:
         fail(f"--engine={engine!r} is not known; allowed: {', '.join(TARGETS)}")
     kv = _check_kv(kv_dtype)
-    if trace is not None and lengths is not None:
+    traces = list(dict.fromkeys(trace or []))  # a repeated value runs once
+    if traces and lengths is not None:
         fail("--trace and --lengths both weight the cases: give one")
+    if len(traces) > 1 and not (measure or dry_run):
+        fail(
+            f"--trace given {len(traces)} traces: one answer weights one trace (several "
+            "only with --measure, which times them in one session)"
+        )
     if json_out is not None:
         check_output_file(json_out, "--json")
     if (measure or dry_run) and model is None:
@@ -151,26 +159,61 @@ def recommend(
         return
     shape = _shape(model, tp, frame)
     if measure or dry_run:
-        from attnbench.cli.deploy_measure import MeasureRequest, run_measure
+        from attnbench.cli.deploy_measure import MeasureRequest
 
-        req = MeasureRequest(trace, kv, out, resume, budget_s, dry_run, per_bucket)
-        got = run_measure(paths, shape, name, req)
-        if got is None:
-            return
-        extra, hist, source = got
-        if extra is None:  # no GPU: the committed rows answer, every bucket shown
-            ask = Ask(shape, name, trace, lengths, kv)
-            _answer(paths, frame, ask, True, json_out, (hist, source))
-            return
-        if extra.resolve() not in {p.resolve() for p in paths}:
-            import pandas as pd
-
-            paths = [*paths, extra]  # only the new file is read again
-            frame = pd.concat([frame, _frame([extra])], ignore_index=True)
-        ask = Ask(shape, name, trace, lengths, kv)
-        _answer(paths, frame, ask, verbose, json_out, (hist, source))
+        req = MeasureRequest(tuple(traces), kv, out, resume, budget_s, dry_run, per_bucket)
+        ask = Ask(shape, name, None, lengths, kv)
+        _measured(paths, frame, ask, req, verbose, json_out)
         return
-    _answer(paths, frame, Ask(shape, name, trace, lengths, kv), verbose, json_out)
+    one = traces[0] if traces else None
+    if not _answer(paths, frame, Ask(shape, name, one, lengths, kv), verbose, json_out):
+        raise typer.Exit(1)
+
+
+def _measured(
+    paths: list[Path],
+    frame: pd.DataFrame,
+    ask: Ask,
+    req: MeasureRequest,
+    verbose: bool,
+    json_out: Path | None,
+) -> None:
+    """`--measure`: time the traces' batches, then answer each trace, one after another
+    (without a GPU, from the given rows with every bucket shown)."""
+    from dataclasses import replace
+
+    from attnbench.cli.deploy_measure import run_measure
+
+    got = run_measure(paths, ask.shape, ask.engine, req)
+    if got is None:
+        return
+    extra, replayed = got
+    if extra is not None and extra.resolve() not in {p.resolve() for p in paths}:
+        import pandas as pd
+
+        paths = [*paths, extra]  # only the new file is read again
+        frame = pd.concat([frame, _frame([extra])], ignore_index=True)
+    answered = True
+    for i, (trace, hist, source) in enumerate(replayed):
+        if i:
+            console.print("", markup=False, highlight=False)
+        one_json = json_out if len(replayed) == 1 or json_out is None else None
+        if json_out is not None and one_json is None:
+            one_json = json_out.with_name(f"{json_out.stem}-{_slug(trace)}{json_out.suffix}")
+        answered &= _answer(
+            paths,
+            frame,
+            replace(ask, trace=trace),
+            verbose or extra is None,
+            one_json,
+            (hist, source),
+        )
+    if not answered:
+        raise typer.Exit(1)
+
+
+def _slug(trace: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in Path(trace).stem or trace)
 
 
 def _index(frame: pd.DataFrame, json_out: Path | None) -> None:
@@ -217,7 +260,7 @@ def _answer(
     verbose: bool,
     json_out: Path | None,
     replayed: tuple[dict[int, int], str] | None = None,
-) -> None:
+) -> bool:
     from attnbench.analysis.deploy import answer
     from attnbench.cli.deploy_view import answer_json, answer_lines
 
@@ -238,8 +281,7 @@ def _answer(
         from attnbench.results import dumps
 
         write_output(json_out, dumps(answer_json(ans), indent=2) + "\n", "--json")
-    if ans.choice is None:
-        raise typer.Exit(1)
+    return ans.choice is not None
 
 
 def _only_lengths(frame: pd.DataFrame, lengths: str) -> pd.DataFrame:
