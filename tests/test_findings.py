@@ -30,7 +30,7 @@ from attnbench.report.findings import (
     sources,
     splice,
 )
-from attnbench.results import Header, ResultRow, ResultWriter
+from attnbench.results import Footer, Header, ResultRow, ResultWriter
 from attnbench.workload.spec import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,6 +237,29 @@ def test_gpu_test_reports_and_logs_give_their_commit(tmp_path: Path) -> None:
     assert walls.tables[0].rows == [
         ["h200-default-fresh.jsonl", "ok 3", "42", "`logs/s1.txt`", "5678def"]
     ]
+
+
+def test_a_default_runs_footer_is_its_wall_time(tmp_path: Path) -> None:
+    """The run's own footer (wall, setup, prebuild, modules compiled by the jobs) wins over
+    a session log's line for the same file."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "s1.txt").write_text(
+        "commit 5678def; stage s1; 2026\nrows: ok 3 in 999 s -> /out/h200-default-fresh.jsonl\n"
+    )
+    row = {"run_id": "r", "status": "ok", "spec": _spec().model_dump(mode="json")}
+    first_use = [{"name": "batch_prefill_x", "seconds": 61.3}]
+    prebuild = {"seconds": 140.2, "expected_s": 150.0, "first_use": first_use}
+    with ResultWriter(tmp_path / "h200-default-fresh.jsonl") as w:
+        w.write(_header("aaa1111", "2026-01-01T00:00:00+00:00"))
+        w.write(ResultRow(case_id="c1", backend="flashinfer:tc", latency_us=10.0, **row))
+        w.write(Footer(run_id="r", wall_s=231.4, setup_s=150.6, prebuild=prebuild))
+    (walls,) = build(load_inputs([tmp_path]), ["default-run"])
+    assert walls.tables[0].rows == [
+        ["h200-default-fresh.jsonl", "ok 1", "231", "151", "140", "1 (61 s)", "aaa1111"]
+    ]
+    assert len(walls.tables) == 2  # the footer table, then first plans per library
+    (head,) = walls.headlines
+    assert (head.figure, head.commit) == ("231 s", "aaa1111")
 
 
 def test_readme_block_links_each_headline_to_its_section(

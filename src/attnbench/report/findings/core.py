@@ -25,6 +25,7 @@ from attnbench.analysis.frame import (
     resolve_paths,
 )
 from attnbench.results import (
+    Footer,
     Header,
     is_document_path,
     is_results_path,
@@ -82,6 +83,8 @@ class Inputs:
     """Each text file (`x.txt`, `logs/x.txt`), by its name relative to its results folder."""
     written: dict[str, Counter[str]] = field(default_factory=dict)
     """Each results file's rows by status as written, superseded (resumed) rows included."""
+    footers: dict[str, list[Footer]] = field(default_factory=dict)
+    """Each results file's footers (one per run that ran to its end), by file name."""
 
     def name(self, file_stem: str) -> str | None:
         """The loaded file whose stem is `file_stem` (gzipped or not), or None."""
@@ -117,14 +120,14 @@ def _text_files(folders: Iterable[Path]) -> dict[str, str]:
     return out
 
 
-def _frame(
-    paths: Sequence[Path], headers: dict[str, list[Header]], written: dict[str, Counter[str]]
-) -> pd.DataFrame:
+def _frame(paths: Sequence[Path], into: Inputs) -> pd.DataFrame:
+    """Every file's rows, flattened; its headers, status counts and footers go `into`."""
     records: list[dict[str, Any]] = []
     for path in paths:
         rf = read_for_analysis(path)  # refuses rows the test-only fake timer timed
-        headers[path.name] = rf.headers
-        written[path.name] = Counter(r.status for r in rf.rows)
+        into.headers[path.name] = rf.headers
+        into.written[path.name] = Counter(r.status for r in rf.rows)
+        into.footers[path.name] = rf.footers
         for i, row in enumerate(rf.rows):
             header = rf.header_at(i)
             rec = flatten(row, header, path, len(records))
@@ -151,11 +154,10 @@ def load_inputs(paths: Sequence[str | Path] | None = None) -> Inputs:
         if not texts:
             raise
         files = []  # a folder of reports and logs only
-    headers: dict[str, list[Header]] = {}
-    written: dict[str, Counter[str]] = {}
-    rows = _frame([p for p in files if is_results_path(p)], headers, written)
-    docs = {p.name: read_json(p) for p in files if is_document_path(p)}
-    return Inputs(rows, headers, docs, texts, written)
+    out = Inputs(empty_frame(), texts=texts)
+    out.rows = _frame([p for p in files if is_results_path(p)], out)
+    out.docs = {p.name: read_json(p) for p in files if is_document_path(p)}
+    return out
 
 
 @dataclass
