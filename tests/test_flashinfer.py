@@ -682,3 +682,37 @@ def test_gpu_flashinfer_group_sizes_follow_the_dispatch_rule(group: int) -> None
                 Route("decode", "fa2"), spec, inputs, {"use_cuda_graph": False}
             )
         assert library_refusal(str(err.value)), str(err.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu_slow
+def test_a_prebuilt_module_is_not_compiled_again_at_first_use(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real FlashInfer: `run.prebuild_worker` builds the CUDA-core decode module at
+    head_dim 64 with fp16 (one no other GPU test builds), then the module's own
+    `build_and_load`, as a wrapper's plan calls it, finds it up to date: FlashInfer's JIT
+    build log records a ninja no-op, not a compile (at 1fe251d the prebuild's modules were
+    all compiled again)."""
+    pytest.importorskip("flashinfer")
+    import json
+    import os
+
+    from attnbench.measure.hardware import detect
+    from attnbench.run import prebuild, prebuild_worker
+
+    spec = make_spec(head_dim=64, dtype="float16", kv_dtype="float16")
+    needs = prebuild.module_needs("flashinfer:fa2", spec, detect("cuda:0"))
+    assert isinstance(needs, list), needs
+    (need,) = needs
+    report = prebuild_worker.build_flashinfer([need], os.cpu_count() or 1)
+    assert report["failed"] == [], report
+    (name,) = report["modules"]
+    log = tmp_path / "jit-builds.jsonl"
+    monkeypatch.setenv("FLASHINFER_JIT_BUILD_LOG", str(log))
+    (jit_spec,), _ = prebuild_worker.collect_specs([need])
+    jit_spec.build_and_load()
+    builds = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [b["name"] for b in builds] == [name]
+    assert builds[0]["seconds"] < prebuild.FIRST_USE_MIN_S, builds
+    assert prebuild.first_use_builds(log) == []
