@@ -17,6 +17,7 @@ from attnbench.cli.common import (
     every_if_all,
     fail,
     note,
+    print_fitted,
     write_output,
 )
 from attnbench.cli.paths import runs_dir
@@ -128,7 +129,12 @@ def replay(
     from attnbench.replay.deployment import Deployment
     from attnbench.replay.document import ReplayConfig
     from attnbench.replay.pipeline import ReplayError, run_replay
-    from attnbench.report.replay_tables import escape, extrapolation_notes, tables, trust_lines
+    from attnbench.report.replay_tables import (
+        escape,
+        extrapolation_notes,
+        printed_tables,
+        trust_lines,
+    )
 
     _check_numbers(
         gpu_mem_gib=gpu_mem_gib,
@@ -192,10 +198,10 @@ def replay(
     doc = outcome.document
     for n in doc.notes:
         note(n)
-    for table in tables(doc):
-        console.print(table)
+    for table, keys in printed_tables(doc):
+        print_fitted(table, keys)
     for line in trust_lines(doc):
-        console.print(escape(line), highlight=False, soft_wrap=True)
+        console.print(escape(line), highlight=False)  # wrapped at spaces to the width
     for n in extrapolation_notes(doc) + (doc.trust.notes if doc.trust else []):
         note(n)
     if live:
@@ -264,5 +270,5 @@ def _live(
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
-    console.print(live_table(res))
+    print_fitted(live_table(res), keys=1)
     return res
