@@ -3,7 +3,8 @@ or split over two lines (a word longer than a line, such as a path in an error m
 the one exception). A view is rendered at 80 columns and at 400; every word of the narrow
 rendering must be a word of the wide one (a split word leaves fragments that are not), and no
 word may end in an ellipsis. Views: `--help` of every command, `models`, `backends`, `suites`,
-`config`, `lengths`, `show` on every committed results file and fp8 study, and `replay`'s
+`config`, `lengths`, `show` on every committed results file and JSON document (fp8 study,
+replay, replay validation, fidelity, read probe, device record), and `replay`'s
 summary (its runs, ranking, crossing, padded-vs-ragged and cost-model tables and the lines on
 how far each candidate is validated) on the committed calibration rows."""
 
@@ -28,7 +29,7 @@ COMMANDS = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-def
 SHOWN = sorted(
     str(p.relative_to(ROOT))
     for p in RESULTS.rglob("*")
-    if p.name.endswith((".jsonl", ".jsonl.gz")) or "fp8-study" in p.name
+    if p.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))
 )
 
 runner = CliRunner()
@@ -137,3 +138,5 @@ def test_every_committed_results_file_is_shown() -> None:
     assert len(SHOWN) >= 30
     assert "results/h200-gqa-flex.jsonl" in SHOWN
     assert "results/h200-fp8-study.json.gz" in SHOWN
+    for doc in ("replay-azure-conv.json", "replay-validation.json.gz", "fidelity.json"):
+        assert f"results/h200-{doc}" in SHOWN

@@ -126,15 +126,11 @@ def replay(
     """Replay a serving trace through a continuous-batching simulator whose step times come from
     the measured attention rows: ITL, TTFT and throughput per backend variant and hybrid."""
     from attnbench.analysis.frame import NoResultsError, resolve_paths
+    from attnbench.cli.show_documents import print_replay_summary
     from attnbench.replay.deployment import Deployment
     from attnbench.replay.document import ReplayConfig
     from attnbench.replay.pipeline import ReplayError, run_replay
-    from attnbench.report.replay_tables import (
-        escape,
-        extrapolation_notes,
-        printed_tables,
-        trust_lines,
-    )
+    from attnbench.report.replay_tables import escape
 
     _check_numbers(
         gpu_mem_gib=gpu_mem_gib,
@@ -198,12 +194,7 @@ def replay(
     doc = outcome.document
     for n in doc.notes:
         note(n)
-    for table, keys in printed_tables(doc):
-        print_fitted(table, keys)
-    for line in trust_lines(doc):
-        console.print(escape(line), highlight=False)  # wrapped at spaces to the width
-    for n in extrapolation_notes(doc) + (doc.trust.notes if doc.trust else []):
-        note(n)
+    print_replay_summary(doc)
     if live:
         doc.live = _live(outcome, live, live_prefill, live_out, out, device)
     if out is not None:
