@@ -9,6 +9,8 @@
 # 1400 px, trims the blank margin and reduces the palette so the set stays well under 1 MB.
 # SHOTS_390=DIR also photographs every section at 390 px into DIR (to check, not committed). Needs chromium (`apt-get install -y chromium`) and
 # Pillow (a matplotlib dependency). Set KEEP=1 to keep the work folder.
+# To check that nothing makes the page scroll sideways at 390 or 1400 px (every <details> open):
+#   python scripts/report_layout.py WORK/report/report.html 390 1400   (with KEEP=1)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"

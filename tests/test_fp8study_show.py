@@ -148,9 +148,17 @@ def test_show_prints_a_saved_studys_kernel_records(
 
 
 def test_show_names_a_json_document_that_is_no_fp8_study(tmp_path: Path) -> None:
-    other = tmp_path / "replay.json"
-    other.write_text(json.dumps({"schema": "attnbench-replay"}))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"what": "something else"}))
     res = runner.invoke(app, ["show", str(other)])
     assert res.exit_code == 2
-    assert "not an attnbench fp8 study" in res.output
+    assert "not a document `attnbench show` reads (results rows, an fp8 study, a replay" in (
+        res.output
+    )
+    assert "Traceback" not in res.output
+    broken = tmp_path / "replay.json"  # claims to be a replay document: the bad field named
+    broken.write_text(json.dumps({"schema": "attnbench.replay/1"}))
+    res = runner.invoke(app, ["show", str(broken)])
+    assert res.exit_code == 2
+    assert "not a valid replay document: field" in res.output
     assert "Traceback" not in res.output

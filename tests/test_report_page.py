@@ -11,7 +11,14 @@ import pytest
 
 from attnbench.analysis.frame import load
 from attnbench.report.blocks import Code, Figure, Section, Table, Text
-from attnbench.report.build import lead_blocks, section_html, write_report
+from attnbench.report.build import (
+    CSS,
+    command_html,
+    flag_groups,
+    lead_blocks,
+    section_html,
+    write_report,
+)
 from attnbench.report.first_screen import (
     decisions_from_answers,
     first_screen_blocks,
@@ -144,3 +151,53 @@ def test_committed_screenshots_exist_and_stay_small() -> None:
         shot = SHOTS / name
         assert shot.read_bytes().startswith(PNG), name
         assert shot.stat().st_size < SHOT_MAX_BYTES, name
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def test_a_command_breaks_only_between_flags() -> None:
+    cmd = "python -m sglang.launch_server --model-path MODEL --tp 1 --enforce-eager"
+    assert flag_groups(cmd) == [
+        "python",
+        "-m sglang.launch_server",
+        "--model-path MODEL",
+        "--tp 1",
+        "--enforce-eager",
+    ]
+    assert command_html("attnbench models") == "attnbench models"  # no flag: as it is
+    html = command_html(cmd)
+    assert html.count('<span class="fl">') == 5
+    assert '<span class="fl">--model-path MODEL</span> <span' in html  # a space between
+    assert "span.fl{white-space:nowrap}" in CSS
+
+
+def test_the_decision_cells_commands_are_non_breaking_flag_groups(page: str) -> None:
+    first = page.split("<main>", 1)[1].split("</section>", 1)[0]
+    codes = re.findall(r"<code>(.*?)</code>", first)
+    commands = [c for c in codes if "vllm serve" in c or "sglang.launch_server" in c]
+    assert len(commands) >= 2
+    for c in commands:
+        outside = re.sub(r'<span class="fl">[^<]*</span>', "", c)
+        assert outside.strip() == "", c  # only spaces between the groups
+        for group in re.findall(r'<span class="fl">([^<]*)</span>', c)[1:]:
+            assert group.startswith("-"), group  # each later group is one flag and its values
+
+
+def test_figures_fit_the_width_and_the_first_screen_has_a_phone_rendition(page: str) -> None:
+    assert "figure img{max-width:100%;height:auto" in CSS
+    assert "figure img.fit{max-width:100%}" in CSS  # at <= 640 px too, where others scroll
+    assert "p,li{overflow-wrap:break-word}" in CSS  # a long path never widens the page
+    first = page.split("<main>", 1)[1].split("</section>", 1)[0]
+    (pic,) = re.findall(r"<picture>.*?</picture>", first, re.S)
+    assert '<source media="(max-width:640px)" srcset="data:image/png;base64,' in pic
+    assert '<img class="fit"' in pic
+    frame = load(sorted((ROOT / "results").glob("h200-*engines*.jsonl.gz"))).frame
+    (fig,) = [b for b in first_screen_blocks(frame) if isinstance(b, Figure)]
+    assert fig.narrow is not None
+    assert fig.narrow.startswith(PNG)
+    width, height = _png_size(fig.narrow)
+    assert width <= 400 < height  # drawn for a phone: panels one above the other
+    assert _png_size(fig.png)[0] > width

@@ -3,7 +3,10 @@ or split over two lines (a word longer than a line, such as a path in an error m
 the one exception). A view is rendered at 80 columns and at 400; every word of the narrow
 rendering must be a word of the wide one (a split word leaves fragments that are not), and no
 word may end in an ellipsis. Views: `--help` of every command, `models`, `backends`, `suites`,
-`config`, `lengths`, and `show` on every committed results file and fp8 study."""
+`config`, `lengths`, `show` on every committed results file and JSON document (fp8 study,
+replay, replay validation, fidelity, read probe, device record), and `replay`'s
+summary (its runs, ranking, crossing, padded-vs-ragged and cost-model tables and the lines on
+how far each candidate is validated) on the committed calibration rows."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ COMMANDS = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-def
 SHOWN = sorted(
     str(p.relative_to(ROOT))
     for p in RESULTS.rglob("*")
-    if p.name.endswith((".jsonl", ".jsonl.gz")) or "fp8-study" in p.name
+    if p.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))
 )
 
 runner = CliRunner()
@@ -85,6 +88,29 @@ def test_view_fits(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     check_fits(args, monkeypatch)
 
 
+CALIBRATION = "results/h200-replay-calibration.jsonl.gz"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--trace", "azure-conv", "--limit", "40", "--rate-scale", "1,2", "--itl-target-ms", "6"],
+        ["--trace", "agents:16", "--limit", "40"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_replay_fits(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few dozen requests of a trace (the whole azure-conv trace takes minutes): the same
+    tables and lines as a full replay, with the hybrid's 50-character name among them."""
+    monkeypatch.chdir(ROOT)
+    check_fits(["replay", CALIBRATION, *args], monkeypatch)
+    out = render(["replay", CALIBRATION, *args], WIDTH, monkeypatch)
+    assert "hybrid(prefill" in out
+    assert "not distinguishable from" in out
+    assert ("crosses 6 ms" in out) != ("agents:16" in args)  # the crossing table, or
+    assert ("padded vs ragged" in out) == ("agents:16" in args)  # the padded twins
+
+
 @pytest.mark.parametrize("path", SHOWN)
 def test_show_fits(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both renderings share one read of the file and one summary (the summary's significance
@@ -112,3 +138,5 @@ def test_every_committed_results_file_is_shown() -> None:
     assert len(SHOWN) >= 30
     assert "results/h200-gqa-flex.jsonl" in SHOWN
     assert "results/h200-fp8-study.json.gz" in SHOWN
+    for doc in ("replay-azure-conv.json", "replay-validation.json.gz", "fidelity.json"):
+        assert f"results/h200-{doc}" in SHOWN

@@ -17,6 +17,7 @@ from attnbench.cli.common import (
     every_if_all,
     fail,
     note,
+    print_fitted,
     write_output,
 )
 from attnbench.cli.paths import runs_dir
@@ -125,10 +126,11 @@ def replay(
     """Replay a serving trace through a continuous-batching simulator whose step times come from
     the measured attention rows: ITL, TTFT and throughput per backend variant and hybrid."""
     from attnbench.analysis.frame import NoResultsError, resolve_paths
+    from attnbench.cli.show_documents import print_replay_summary
     from attnbench.replay.deployment import Deployment
     from attnbench.replay.document import ReplayConfig
     from attnbench.replay.pipeline import ReplayError, run_replay
-    from attnbench.report.replay_tables import escape, extrapolation_notes, tables, trust_lines
+    from attnbench.report.replay_tables import escape
 
     _check_numbers(
         gpu_mem_gib=gpu_mem_gib,
@@ -192,12 +194,7 @@ def replay(
     doc = outcome.document
     for n in doc.notes:
         note(n)
-    for table in tables(doc):
-        console.print(table)
-    for line in trust_lines(doc):
-        console.print(escape(line), highlight=False, soft_wrap=True)
-    for n in extrapolation_notes(doc) + (doc.trust.notes if doc.trust else []):
-        note(n)
+    print_replay_summary(doc)
     if live:
         doc.live = _live(outcome, live, live_prefill, live_out, out, device)
     if out is not None:
@@ -264,5 +261,5 @@ def _live(
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
-    console.print(live_table(res))
+    print_fitted(live_table(res), keys=1)
     return res

@@ -1,6 +1,7 @@
 """`attnbench show FILE...`: every row of results files, readable at 80 columns and wider when
 the terminal is, then the summary `run` ends with. `print_summary` is that end of `run`. A saved
-fp8 study (`attnbench fp8 --out`, .json or .json.gz) prints as the study's tables."""
+fp8 study (`attnbench fp8 --out`, .json or .json.gz) prints as the study's tables; a replay,
+replay-validation or fidelity document as its tables (`cli.show_documents`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def show(
     files: Annotated[
         list[Path],
         typer.Argument(
-            help="Results files (.jsonl) or saved fp8 studies (.json) to print.", metavar="FILE"
+            help="Results files (.jsonl), fp8 studies, replay, replay-validation or fidelity "
+            "documents (.json) to print.",
+            metavar="FILE",
         ),
     ],
     show_all: Annotated[
@@ -39,7 +42,9 @@ def show(
     """Print every row of results files: one heading per case, one line per variant (median,
     bandwidth, compute, fractions of the measured ceilings; more columns in a wider terminal),
     failures with their reasons, then the summary. An fp8 study: its tables (quantisation
-    error, needle recall, one row per kernel record, the summary)."""
+    error, needle recall, one row per kernel record, the summary). A replay document: the
+    tables `replay` printed; a replay validation: each variant's error; a fidelity document:
+    one line per case."""
     from attnbench.results import ResultsFileError, is_document_path, read_results
 
     for path in files:
@@ -81,7 +86,8 @@ def note_invalid(path: Path, rows: Sequence[ResultRow]) -> None:
 def print_study(path: Path, summary: bool = True) -> None:
     """A saved fp8 study: a heading (device, commit, whether it finished), then its tables;
     the kernel table has one row per record, FA3's error split beside FlashInfer's."""
-    from attnbench.fp8study import load_study
+    from attnbench.cli.show_documents import KINDS, print_other_document
+    from attnbench.fp8study import DOCUMENT_TYPE
     from attnbench.fp8study.tables import (
         errors_table,
         kernel_table,
@@ -89,13 +95,17 @@ def print_study(path: Path, summary: bool = True) -> None:
         study_heading,
         summary_table,
     )
+    from attnbench.results import read_json
 
     try:
-        doc = load_study(path)
+        doc = read_json(path)
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}")
-    except ValueError as exc:  # not JSON, or a JSON document other than an fp8 study
-        fail(f"{exc} (`attnbench show` reads results files and fp8 studies)")
+    except ValueError as exc:  # not JSON
+        fail(f"{exc} (`attnbench show` reads {KINDS})")
+    if not isinstance(doc, dict) or doc.get("type") != DOCUMENT_TYPE:
+        print_other_document(path, doc)  # a replay, validation or fidelity document
+        return
     console.print(f"{path}: {study_heading(doc)}", style="bold", markup=False, highlight=False)
     if doc.get("errors"):
         print_fitted(errors_table(doc), 3, console)

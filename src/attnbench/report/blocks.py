@@ -52,6 +52,10 @@ class Figure:
     png: bytes
     caption: str
     name: str = "figure"
+    narrow: bytes | None = None
+    """A rendition for phones (panels in one column, drawn to read at 390 px): the HTML page
+    shows it at <= 640 px, fitted to the width; None: the figure keeps its drawn size there
+    and scrolls sideways in its box."""
 
 
 Block = Text | Code | Table | Figure

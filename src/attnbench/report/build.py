@@ -121,7 +121,7 @@ def scrub(sec: Section) -> Section:
             heads = [_clean(h) for h in b.headers]
             blocks.append(Table(heads, rows, no_machine_paths(b.caption)))
         else:
-            blocks.append(Figure(b.png, no_machine_paths(b.caption), b.name))
+            blocks.append(Figure(b.png, no_machine_paths(b.caption), b.name, b.narrow))
     return Section(no_machine_paths(sec.title), blocks)
 
 
@@ -178,17 +178,39 @@ def render_markdown(
     return "\n".join(lines).rstrip() + "\n"
 
 
-_INLINE = [
-    (re.compile(r"`([^`]+)`"), r"<code>\1</code>"),
-    (re.compile(r"\*\*([^*]+)\*\*"), r"<strong>\1</strong>"),
-]
+_CODE = re.compile(r"`([^`]+)`")
+_BOLD = re.compile(r"\*\*([^*]+)\*\*")
+
+
+def flag_groups(command: str) -> list[str]:
+    """`vllm serve M --tp 8 --enforce-eager` -> [`vllm serve M`, `--tp 8`, `--enforce-eager`]:
+    a command cut where a flag starts (a word after a space that begins with `-`), each flag
+    with its values; the page breaks a command only between these groups."""
+    groups: list[list[str]] = []
+    for word in command.split(" "):
+        if not groups or (word.startswith("-") and groups[-1]):
+            groups.append([])
+        groups[-1].append(word)
+    return [" ".join(g) for g in groups]
+
+
+def command_html(escaped: str) -> str:
+    """An (escaped) command as flag groups that never break inside (`<span class="fl">`),
+    one space between them where a line may break; text without flags is left as it is."""
+    groups = flag_groups(escaped)
+    if len(groups) < 2:
+        return escaped
+    return " ".join(f'<span class="fl">{g}</span>' for g in groups)
+
+
+def _code(m: re.Match[str]) -> str:
+    return f"<code>{command_html(m.group(1))}</code>"
 
 
 def _inline(text: str) -> str:
     out = html.escape(str(text), quote=False)
-    for pat, rep in _INLINE:
-        out = pat.sub(rep, out)
-    return out
+    out = _CODE.sub(_code, out)
+    return _BOLD.sub(r"<strong>\1</strong>", out)
 
 
 def _text_html(md: str) -> str:
@@ -224,6 +246,7 @@ th{background:#eef1f6;position:sticky;top:0}tr:nth-child(even) td{background:#fa
 caption{caption-side:top;text-align:left;font-style:italic;color:#555;padding:4px 0}
 figure{margin:12px 0;overflow-x:auto}
 figure img{max-width:100%;height:auto;border:1px solid #e4e8ef}
+span.fl{white-space:nowrap}p,li{overflow-wrap:break-word}
 details{margin:8px 0}summary{cursor:pointer;color:#2454a6;font-size:13.5px;padding:3px 0}
 figcaption{font-size:13px;color:#555}
 code{background:#eef1f6;padding:0 3px;border-radius:3px;font-size:12px}
@@ -231,7 +254,8 @@ pre{background:#1d2430;color:#e8edf3;padding:10px 14px;border-radius:6px;overflo
 font-size:12.5px;white-space:pre-wrap}
 @media (max-width:640px){header{padding:12px 14px}main{padding:4px 6px 24px}
 section{padding:4px 10px 10px}nav{padding:8px 10px}th,td{padding:2px 5px;min-width:5.5em}
-table{font-size:11.5px}figure img{max-width:none}#decision td{min-width:13em}}
+table{font-size:11.5px}figure img{max-width:none}figure img.fit{max-width:100%}
+#decision td{min-width:13em}}
 """
 
 
@@ -256,15 +280,27 @@ def _block_html(block: Block) -> str:
     if isinstance(block, Text):
         return _text_html(block.markdown)
     if isinstance(block, Code):
-        return f"<pre>{html.escape(block.text)}</pre>"
+        lines = html.escape(block.text).split("\n")
+        return f"<pre>{chr(10).join(command_html(ln) for ln in lines)}</pre>"
     if isinstance(block, Table):
         return _table_html(block)
-    data = base64.b64encode(block.png).decode("ascii")
+    return _figure_html(block)
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _figure_html(block: Figure) -> str:
+    """`<figure>`: the drawn PNG; with a phone rendition, a `<picture>` that shows it at
+    <= 640 px, fitted to the width (`img.fit`)."""
     alt = html.escape(block.caption, quote=True)
-    return (
-        f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{_inline(block.caption)}</figcaption></figure>"
-    )
+    fit = ' class="fit"' if block.narrow is not None else ""
+    img = f'<img{fit} alt="{alt}" src="{_data_uri(block.png)}">'
+    if block.narrow is not None:
+        source = f'<source media="(max-width:640px)" srcset="{_data_uri(block.narrow)}">'
+        img = f"<picture>{source}{img}</picture>"
+    return f"<figure>{img}<figcaption>{_inline(block.caption)}</figcaption></figure>"
 
 
 LEAD_TEXT_MAX = 700

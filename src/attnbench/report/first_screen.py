@@ -212,6 +212,7 @@ def first_screen_blocks(frame: pd.DataFrame, label: str = "") -> list[Block]:
                 f"{lead[0].model}: decode time per batch-size bucket of every deployable "
                 "configuration (paged caches only), lower is better",
                 "deploy-buckets",
+                narrow=bucket_decode(panels, label, narrow=True),
             )
         )
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from attnbench.report.plots import _figure, _finish, colors
 
@@ -19,35 +20,53 @@ class BucketPanel:
     per_batch_us: Mapping[str, Mapping[int, float]]
 
 
-def bucket_decode(panels: Sequence[BucketPanel], label: str) -> bytes | None:
+NARROW_WIDTH_IN = 4.0
+"""The phone rendition's width: 400 px, shown at about 360 px on a 390 px screen."""
+
+
+def bucket_decode(panels: Sequence[BucketPanel], label: str, narrow: bool = False) -> bytes | None:
     """x: the measured batch sizes the capture buckets are priced at (log 2); y: decode
-    attention time per step and layer (µs); the engine's choice drawn thicker."""
+    attention time per step and layer (µs); the engine's choice drawn thicker. `narrow`: the
+    phone rendition, panels one above the other and 4 in wide, each legend in one column."""
     panels = [d for d in panels if d.per_batch_us]
     if not panels:
         return None
-    fig, axes = _figure(len(panels), width=6.5, height=3.6)
+    if narrow:
+        fig, axes = _figure(1, len(panels), width=NARROW_WIDTH_IN, height=3.3)
+    else:
+        fig, axes = _figure(len(panels), width=6.5, height=3.3)
     cmap = colors([c for d in panels for c in d.per_batch_us])
     for ax, d in zip(axes, panels, strict=True):
-        for config, times in sorted(d.per_batch_us.items()):
-            xs = sorted(times)
-            chosen = config == d.choice
-            ax.plot(
-                xs,
-                [times[x] for x in xs],
-                "o-",
-                lw=3 if chosen else 1.4,
-                ms=6 if chosen else 4,
-                color=cmap[config],
-                label=config + (" (chosen)" if chosen else ""),
-            )
-        batches = sorted({x for t in d.per_batch_us.values() for x in t})
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.set_xlabel("batch size bucket (running requests)")
-        ax.set_ylabel("decode µs per step, layer")
-        ax.set_title(d.title, fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(
-            fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, 0), borderaxespad=4, ncol=2
+        _bucket_panel(ax, d, cmap, legend_cols=1 if narrow else 2)
+    title = "Decode time per bucket, deployable configurations"
+    return _finish(fig, title.replace(", ", ",\n") if narrow else title, label)
+
+
+def _bucket_panel(ax: Any, d: BucketPanel, cmap: Mapping[str, Any], legend_cols: int) -> None:
+    """One engine's lines; its legend below the axis label (the figure grows to hold it)."""
+    for config, times in sorted(d.per_batch_us.items()):
+        xs = sorted(times)
+        chosen = config == d.choice
+        ax.plot(
+            xs,
+            [times[x] for x in xs],
+            "o-",
+            lw=3 if chosen else 1.4,
+            ms=6 if chosen else 4,
+            color=cmap[config],
+            label=config + (" (chosen)" if chosen else ""),
         )
-    return _finish(fig, "Decode time per bucket, deployable configurations", label)
+    batches = sorted({x for t in d.per_batch_us.values() for x in t})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.set_xlabel("batch size bucket (running requests)")
+    ax.set_ylabel("decode µs per step, layer")
+    ax.set_title(d.title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(  # below the tick labels and axis label (about 40 pt: 5 legend font sizes)
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0),
+        borderaxespad=5.2,
+        ncol=legend_cols,
+    )

@@ -41,12 +41,22 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f}%" if math.isfinite(v) else "-"
 
 
+NAME_WIDTH = 26
+"""The candidate or variant column wraps at spaces past this width (a hybrid's name is 50
+characters), so the other columns fit beside it at 80 columns (`cli.common.print_fitted`)."""
+NAME_COLUMNS = ("candidate", "variant", "backend", "variant / part")
+
+
 def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ()) -> Table:
     from rich.table import Table
 
     t = Table(title=title)
     for col in columns:
-        t.add_column(col, justify="left" if col in left else "right")
+        t.add_column(
+            col,
+            justify="left" if col in left else "right",
+            max_width=NAME_WIDTH if col in NAME_COLUMNS else None,
+        )
     return t
 
 
@@ -204,14 +214,24 @@ def trust_lines(doc: ReplayDocument) -> list[str]:
 
 def tables(doc: ReplayDocument) -> list[Table]:
     """Every table of the document, in the order the command prints them."""
-    out = [runs_table(doc)]
+    return [t for t, _ in printed_tables(doc)]
+
+
+RANKING_KEYS = 3
+"""A ranking split to fit the terminal repeats its metric, rank and candidate in each part."""
+
+
+def printed_tables(doc: ReplayDocument) -> list[tuple[Table, int]]:
+    """Every table of the document with the number of its leading columns that name a row
+    (repeated in each part where `cli.common.print_fitted` splits it to fit the terminal)."""
+    out = [(runs_table(doc), 1)]
     ranking = ranking_table(doc)
     if ranking is not None:
-        out.append(ranking)
-    out += [t for t in (crossing_table(doc), padded_table(doc)) if t is not None]
-    out.append(models_table(doc))
+        out.append((ranking, RANKING_KEYS))
+    out += [(t, 1) for t in (crossing_table(doc), padded_table(doc)) if t is not None]
+    out.append((models_table(doc), 1))
     if doc.live is not None:
-        out.append(live_table(doc.live))
+        out.append((live_table(doc.live), 1))
     return out
 
 

@@ -189,6 +189,8 @@ def _part(table: Table, columns: list[int], title: bool) -> Table:
             header_style=col.header_style,
             no_wrap=col.no_wrap,
             overflow=col.overflow,
+            min_width=col.min_width,
+            max_width=col.max_width,
         )
         cells.append(list(col.cells))
     for row in zip(*cells, strict=True):
