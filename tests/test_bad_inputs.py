@@ -34,11 +34,18 @@ SPEC = (
     '{"kind": "decode", "num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 16, '
     '"kv_lens": [64], "qo_lens": [1]}'
 )
+LLAMA_8B = '"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128'
 ROW = (
     '{"type": "result", "run_id": "r", "case_id": "c", "backend": "b", "status": "ok", '
     f'"spec": {SPEC}}}\n'
 )
 ROW_NEGATIVE = ROW.replace('"status": "ok", ', '"status": "ok", "latency_us": -5.0, ')
+ROW_PREFILL = (
+    ROW.replace('"kind": "decode"', '"kind": "prefill"')
+    .replace('"num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 16', LLAMA_8B)
+    .replace('"qo_lens": [1]', '"qo_lens": [64]')
+    .replace('"status": "ok", ', '"status": "ok", "latency_us": 50.0, ')
+)
 RESUMED = (
     f'{{"type": "header", "schema_version": {SCHEMA_VERSION}, "run_id": "r", "provenance": {{}}, '
     '"settings": {"suite": "custom", "num_heads": 64, "batch_size": 32}}\n'
@@ -585,7 +592,40 @@ ANALYZE = [
         files={"b.jsonl": BAD_UTF8},
         id="compare-binary",
     ),
-    case(["report"], 2, "no results files found", id="report-nothing-here"),
+    case(
+        ["report"],
+        2,
+        "no results files found in $ATTNBENCH_RESULTS=empty",
+        env={"ATTNBENCH_RESULTS": "empty"},
+        files={"empty/notes.txt": "x"},
+        id="report-nothing-here",
+    ),
+    case(  # from another folder (this test's empty one): the checkout's committed results/
+        ["recommend"],
+        0,
+        "Deployments measured on NVIDIA H200: one line per model shape.",
+        id="recommend-from-another-folder",
+    ),
+    case(
+        ["recommend", "{rows}", "--model", "llama-3.1-70b", "--tp", "8", "--engine", "vllm"],
+        2,
+        "no answer for llama-3.1-70b tp8 with vLLM from these rows: no vllm rows at",
+        id="recommend-engine-without-rows",
+    ),
+    case(
+        ["recommend", "p.jsonl", "--model", "llama-3.1-8b", "--engine", "none"],
+        2,
+        "no answer for llama-3.1-8b tp1 with library calls from these rows",
+        files={"p.jsonl": HEADER + ROW_PREFILL},
+        id="recommend-model-without-decode",
+    ),
+    case(
+        ["recommend", "p.jsonl"],
+        2,
+        "no decode row of a model preset's shape passed the accuracy gate: nothing to answer",
+        files={"p.jsonl": HEADER + ROW_PREFILL},
+        id="recommend-index-without-decode",
+    ),
     case(
         ["report"],
         2,

@@ -20,7 +20,7 @@ from attnbench.cli.common import check_output_file, console, fail, note, write_o
 if TYPE_CHECKING:
     import pandas as pd
 
-    from attnbench.analysis.deploy import ModelShape
+    from attnbench.analysis.deploy import Answer, ModelShape
 
 KV_HELP = "auto (the model's 16-bit dtype), fp8_e4m3 or fp8_e5m2"
 
@@ -239,7 +239,18 @@ def _answer(
 
         write_output(json_out, dumps(answer_json(ans), indent=2) + "\n", "--json")
     if ans.choice is None:
-        raise typer.Exit(1)
+        fail(_no_answer(ans))
+
+
+def _no_answer(ans: Answer) -> str:
+    """The one error line of an answer the rows cannot give: what is missing (the first gap)
+    and that the command printed above measures it."""
+    who = {"vllm": "vLLM", "sglang": "SGLang", "none": "library calls"}[ans.engine]
+    missing = ans.gaps[0].text if ans.gaps else "no option passed the accuracy gate"
+    return (
+        f"no answer for {ans.shape.label} with {who} from these rows: "
+        f"{missing}; the command above measures it (or pass other RESULTS)"
+    )
 
 
 def _only_lengths(frame: pd.DataFrame, lengths: str) -> pd.DataFrame:
