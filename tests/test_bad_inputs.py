@@ -168,6 +168,20 @@ RUN = [
         id="var-git-sha-newline",
     ),
     case(
+        ["run", *TINY, "--out", "g.jsonl"],
+        2,
+        "ATTNBENCH_GIT_SHA='abc\\ndef' is not a commit name",  # refused before any header
+        env={"ATTNBENCH_GIT_SHA": "abc\ndef"},
+        id="run-git-sha-newline",
+    ),
+    case(  # what `run --help` shows as the default: every variant that runs here, each
+        # refused at fp8 KV on a CPU (nothing compiles)
+        ["run", *TINY[:2], "-b", "all", *TINY[4:8], "--kv-dtype", "fp8_e4m3", "--out", "a.jsonl"],
+        3,
+        "sdpa:math: sdpa has no fp8 KV path",
+        id="run-backend-all",
+    ),
+    case(
         ["--version"],
         2,
         "is not a commit name",
