@@ -1082,3 +1082,19 @@ def test_backend_names_are_read_as_the_registry_spells_them() -> None:
     settings, _ = load_settings({"kinds": ["decode", "prefill,decode"], "lengths": ["16;16"]})
     assert settings.kinds == ["decode", "prefill"]
     assert settings.lengths == ["16"]
+
+
+def test_rows_without_decode_never_print_none_as_a_kernel_name(tmp_path: Path) -> None:
+    from tests.fixtures_results import row, spec, write_results
+
+    s = spec("prefill", [1024], qo_lens=[1024], lengths="ctx1024")
+    path = write_results(tmp_path / "p.jsonl", [row(s, "flashinfer:tc"), row(s, "sdpa:cudnn")])
+    res = runner.invoke(app, ["report", str(path), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "decode none (no row passed the accuracy gate)" in text
+    assert "no decode row passed the accuracy gate, so no decode backend is chosen" in text
+    assert "None" not in text  # no `None` kernel, no "backend for None"
+    res = runner.invoke(app, ["recommend", str(path), "--model", "llama-3.1-8b"])
+    assert res.exit_code == 2, res.output
+    assert "None" not in res.output
