@@ -34,11 +34,18 @@ SPEC = (
     '{"kind": "decode", "num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 16, '
     '"kv_lens": [64], "qo_lens": [1]}'
 )
+LLAMA_8B = '"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128'
 ROW = (
     '{"type": "result", "run_id": "r", "case_id": "c", "backend": "b", "status": "ok", '
     f'"spec": {SPEC}}}\n'
 )
 ROW_NEGATIVE = ROW.replace('"status": "ok", ', '"status": "ok", "latency_us": -5.0, ')
+ROW_PREFILL = (
+    ROW.replace('"kind": "decode"', '"kind": "prefill"')
+    .replace('"num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 16', LLAMA_8B)
+    .replace('"qo_lens": [1]', '"qo_lens": [64]')
+    .replace('"status": "ok", ', '"status": "ok", "latency_us": 50.0, ')
+)
 RESUMED = (
     f'{{"type": "header", "schema_version": {SCHEMA_VERSION}, "run_id": "r", "provenance": {{}}, '
     '"settings": {"suite": "custom", "num_heads": 64, "batch_size": 32}}\n'
@@ -159,6 +166,20 @@ RUN = [
         "ATTNBENCH_GIT_SHA='abc\\ndef' is not a commit name",
         env={"ATTNBENCH_GIT_SHA": "abc\ndef"},
         id="var-git-sha-newline",
+    ),
+    case(
+        ["run", *TINY, "--out", "g.jsonl"],
+        2,
+        "ATTNBENCH_GIT_SHA='abc\\ndef' is not a commit name",  # refused before any header
+        env={"ATTNBENCH_GIT_SHA": "abc\ndef"},
+        id="run-git-sha-newline",
+    ),
+    case(  # what `run --help` shows as the default: every variant that runs here, each
+        # refused at fp8 KV on a CPU (nothing compiles)
+        ["run", *TINY[:2], "-b", "all", *TINY[4:8], "--kv-dtype", "fp8_e4m3", "--out", "a.jsonl"],
+        3,
+        "sdpa:math: sdpa has no fp8 KV path",
+        id="run-backend-all",
     ),
     case(
         ["--version"],
@@ -585,7 +606,40 @@ ANALYZE = [
         files={"b.jsonl": BAD_UTF8},
         id="compare-binary",
     ),
-    case(["report"], 2, "no results files found", id="report-nothing-here"),
+    case(
+        ["report"],
+        2,
+        "no results files found in $ATTNBENCH_RESULTS=empty",
+        env={"ATTNBENCH_RESULTS": "empty"},
+        files={"empty/notes.txt": "x"},
+        id="report-nothing-here",
+    ),
+    case(  # from another folder (this test's empty one): the checkout's committed results/
+        ["recommend"],
+        0,
+        "Deployments measured on NVIDIA H200: one line per model shape.",
+        id="recommend-from-another-folder",
+    ),
+    case(
+        ["recommend", "{rows}", "--model", "llama-3.1-70b", "--tp", "8", "--engine", "vllm"],
+        2,
+        "no answer for llama-3.1-70b tp8 with vLLM from these rows: no vllm rows at",
+        id="recommend-engine-without-rows",
+    ),
+    case(
+        ["recommend", "p.jsonl", "--model", "llama-3.1-8b", "--engine", "none"],
+        2,
+        "no answer for llama-3.1-8b tp1 with library calls from these rows",
+        files={"p.jsonl": HEADER + ROW_PREFILL},
+        id="recommend-model-without-decode",
+    ),
+    case(
+        ["recommend", "p.jsonl"],
+        2,
+        "no decode row of a model preset's shape passed the accuracy gate: nothing to answer",
+        files={"p.jsonl": HEADER + ROW_PREFILL},
+        id="recommend-index-without-decode",
+    ),
     case(
         ["report"],
         2,
@@ -1028,3 +1082,19 @@ def test_backend_names_are_read_as_the_registry_spells_them() -> None:
     settings, _ = load_settings({"kinds": ["decode", "prefill,decode"], "lengths": ["16;16"]})
     assert settings.kinds == ["decode", "prefill"]
     assert settings.lengths == ["16"]
+
+
+def test_rows_without_decode_never_print_none_as_a_kernel_name(tmp_path: Path) -> None:
+    from tests.fixtures_results import row, spec, write_results
+
+    s = spec("prefill", [1024], qo_lens=[1024], lengths="ctx1024")
+    path = write_results(tmp_path / "p.jsonl", [row(s, "flashinfer:tc"), row(s, "sdpa:cudnn")])
+    res = runner.invoke(app, ["report", str(path), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "decode none (no row passed the accuracy gate)" in text
+    assert "no decode row passed the accuracy gate, so no decode backend is chosen" in text
+    assert "None" not in text  # no `None` kernel, no "backend for None"
+    res = runner.invoke(app, ["recommend", str(path), "--model", "llama-3.1-8b"])
+    assert res.exit_code == 2, res.output
+    assert "None" not in res.output

@@ -224,7 +224,22 @@ def test_cli_recommend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_cli_recommend_without_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ATTNBENCH_RESULTS", raising=False)
+    monkeypatch.setenv("ATTNBENCH_RESULTS", str(tmp_path))
     res = runner.invoke(app, ["recommend"])
     assert res.exit_code == 2
     assert "no results files found" in res.output
+
+
+def test_cli_recommend_from_another_folder_reads_the_committed_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnbench.analysis.frame import checkout_results
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ATTNBENCH_RESULTS", raising=False)
+    committed = checkout_results()
+    assert committed == Path(__file__).resolve().parents[1] / "results"
+    res = runner.invoke(app, ["recommend", "--model", "llama-3.1-8b"])
+    assert res.exit_code == 0, res.output
+    assert "decision:" in res.output
+    assert not list(tmp_path.iterdir())  # nothing written where it ran

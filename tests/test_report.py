@@ -151,8 +151,16 @@ def test_section_hook_and_extras(
 
 
 def test_default_results_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnbench.analysis import frame
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ATTNBENCH_RESULTS", raising=False)
+    committed_dir = frame.checkout_results()
+    assert committed_dir is not None  # tests run from a checkout
+    found = resolve_paths(None)  # another folder: the checkout's committed results/
+    assert found
+    assert all(p.parent == committed_dir for p in found)
+    monkeypatch.setattr(frame, "checkout_results", lambda: None)  # an installed wheel
     with pytest.raises(NoResultsError, match="no results files found in results/"):
         resolve_paths(None)
     rows = [row(s, "sdpa:cudnn") for s in decode_specs((1024,))]

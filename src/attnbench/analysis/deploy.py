@@ -210,7 +210,7 @@ def answer(
     if default is None:
         ans.gaps.append(
             Gap(
-                f"no {engine} rows at {shape.label} ({shape.heads})",
+                f"no {ENGINE_ROWS[engine]} rows at {shape.label} ({shape.heads})",
                 measure_command(shape, engine, trace, kv_dtype),
             )
         )
@@ -242,6 +242,10 @@ def answer(
     return ans
 
 
+ENGINE_ROWS = {"vllm": "vllm", "sglang": "sglang", "none": "paged library-call"}
+"""How a gap names the rows an engine's answer reads."""
+
+
 def measure_command(shape: ModelShape, engine: str, trace: str | None, kv_dtype: str) -> str:
     """The `attnbench` command that measures this deployment on its traffic (GPU); for
     `--engine none`, the raw variants' sweep at the model's shard."""
@@ -249,12 +253,20 @@ def measure_command(shape: ModelShape, engine: str, trace: str | None, kv_dtype:
     if engine == "none":
         return (
             f"attnbench run --model {shape.model} --tp {shape.tp} -k decode -k prefill "
-            f"-l {trace or 'mixed(256..65536)'}{kv} --out runs/deploy-raw.jsonl"
+            f"-l {run_lengths(trace)}{kv} --out runs/deploy-raw.jsonl"
         )
     return (
         f"attnbench recommend --model {shape.model} --tp {shape.tp} --engine {engine} "
         f"--trace {trace or 'azure-conv'}{kv} --measure --out runs/deploy.jsonl"
     )
+
+
+def run_lengths(trace: str | None) -> str:
+    """The `run --lengths` value for a `recommend --trace`: `trace:NAME` for a built-in trace
+    or a trace file, else `mixed` (`agents:N` and synthetic traffic have no lengths form)."""
+    if trace is None or trace.lower().startswith(("agents:", "synthetic:")):
+        return "mixed"
+    return f"trace:{trace}"
 
 
 def coverage_gaps(ans: Answer, trace: str | None) -> list[Gap]:

@@ -87,6 +87,12 @@ def _fa_version(variant: str) -> int | None:
     return {"fa3": 3, "fa2": 2, "fa4": 4}.get(base)
 
 
+NO_DECODE = (
+    "no decode row passed the accuracy gate, so no decode backend is chosen: measure decode "
+    "(`attnbench run -k decode`)"
+)
+
+
 def _kv(plan: Plan, engine: str) -> tuple[str, str | None]:
     if plan.kv_dtype.startswith("fp8"):
         return plan.kv_dtype, None
@@ -98,8 +104,10 @@ def export_vllm(plan: Plan) -> EngineExport:
     (it sets per-token latency); the prefill cost of that compromise is stated from the rows."""
     out = EngineExport("vLLM", VLLM_VERSION)
     dec, pre = plan.decode_backend, plan.prefill_backend
-    name = _VLLM.get(_lib(dec))
-    if name is None:
+    name = _VLLM.get(_lib(dec)) if dec else None
+    if dec is None:
+        out.notes.append(NO_DECODE)
+    elif name is None:
         out.notes.append(f"vLLM has no backend for {dec}: choose the next variant in the matrix")
     else:
         version = _fa_version(_variant(dec))
@@ -152,6 +160,8 @@ def export_sglang(plan: Plan) -> EngineExport:
             out.notes.append(f"SGLang has no attention backend for {backend} ({role})")
         else:
             names[role] = name
+    if dec is None:
+        out.notes.append(NO_DECODE)
     if names and len(set(names.values())) == 1 and len(names) == 2:
         out.args += ["--attention-backend", names["decode"]]
     else:

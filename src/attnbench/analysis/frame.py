@@ -95,7 +95,9 @@ def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
     """The files to read: the given paths (directories expand to their .jsonl/.json files),
     else `$ATTNBENCH_RESULTS` (a file, directory or glob; several joined by the path
     separator), else the committed `results/` of the current directory, else the results
-    shipped inside the package (`attnbench/data/results/`, when a release embeds them).
+    shipped inside the package (`attnbench/data/results/`, when a release embeds them), else
+    the committed `results/` of the checkout this package runs from (`checkout_results`), so
+    a command run from another folder reads the committed measurements too.
 
     Raises NoResultsError when nothing is found, FileNotFoundError for a named file that is
     not there.
@@ -117,14 +119,32 @@ def resolve_paths(paths: Sequence[str | Path] | None = None) -> list[Path]:
     entries = env.split(os.pathsep) if env else [str(DEFAULT_DIR)]
     found = [f for e in entries if e for f in _expand(e) if f.is_file()]
     if not env and not any(is_results_path(f) for f in found):
-        shipped = Path(str(resources.files("attnbench"))) / "data" / "results"
-        found = [f for f in _expand(shipped) if f.is_file()] if shipped.is_dir() else []
+        found = _committed_files()
     if not any(is_results_path(f) for f in found):
         raise NoResultsError(
             f"no results files found in {where}; pass RESULTS files, set {RESULTS_ENV}, "
             "or create some with `attnbench run`"
         )
     return found
+
+
+def checkout_results() -> Path | None:
+    """The committed `results/` of the source checkout this package is imported from
+    (`<root>/src/attnbench`, with `<root>/pyproject.toml`); None for an installed wheel."""
+    root = Path(str(resources.files("attnbench"))).resolve().parent.parent
+    folder = root / DEFAULT_DIR
+    return folder if (root / "pyproject.toml").is_file() and folder.is_dir() else None
+
+
+def _committed_files() -> list[Path]:
+    """The results shipped in the package (`attnbench/data/results/`), else the checkout's."""
+    shipped = Path(str(resources.files("attnbench"))) / "data" / "results"
+    for folder in (shipped, checkout_results()):
+        if folder is not None and folder.is_dir():
+            found = [f for f in _expand(folder) if f.is_file()]
+            if any(is_results_path(f) for f in found):
+                return found
+    return []
 
 
 def load(paths: Iterable[Path]) -> Loaded:

@@ -211,6 +211,8 @@ def _fp8_choice(
 def _page_choice(
     ok: pd.DataFrame, backend: str | None, kv_dtype: str, noise_floor: float
 ) -> Choice:
+    if backend is None:
+        return Choice("page_size", "-", "no decode winner to choose a page size for")
     rows = ok[(ok["backend"] == backend) & (ok["kind"] == "decode") & ~ok["padded"]]
     rows = rows[rows["kv_dtype"] == kv_dtype] if kv_dtype != "auto" else rows[~rows["fp8"]]
     if rows.empty:

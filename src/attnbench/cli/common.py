@@ -43,7 +43,8 @@ EXIT_INTERRUPTED = 130
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok (measured / written); 1 `compare` found a regression (or `findings "
     "--check` a figure that differs from the files); "
-    "2 bad input (the message names the flag, setting or file); "
+    "2 bad input (the message names the flag, setting or file; `recommend`: no answer in the "
+    "rows); "
     "3 nothing could run (every case unsupported or failed, the fp64 reference alone is not a "
     "run, or no GPU for a GPU-only step); "
     "130 interrupted (finished rows are kept)."

@@ -20,7 +20,7 @@ from attnbench.cli.common import check_output_file, console, fail, note, write_o
 if TYPE_CHECKING:
     import pandas as pd
 
-    from attnbench.analysis.deploy import ModelShape
+    from attnbench.analysis.deploy import Answer, ModelShape
     from attnbench.cli.deploy_measure import MeasureRequest
 
 KV_HELP = "auto (the model's 16-bit dtype), fp8_e4m3 or fp8_e5m2"
@@ -166,8 +166,9 @@ def recommend(
         _measured(paths, frame, ask, req, verbose, json_out)
         return
     one = traces[0] if traces else None
-    if not _answer(paths, frame, Ask(shape, name, one, lengths, kv), verbose, json_out):
-        raise typer.Exit(1)
+    why = _answer(paths, frame, Ask(shape, name, one, lengths, kv), verbose, json_out)
+    if why is not None:
+        fail(why)
 
 
 def _measured(
@@ -193,14 +194,14 @@ def _measured(
 
         paths = [*paths, extra]  # only the new file is read again
         frame = pd.concat([frame, _frame([extra])], ignore_index=True)
-    answered = True
+    whys: list[str] = []
     for i, (trace, hist, source) in enumerate(replayed):
         if i:
             console.print("", markup=False, highlight=False)
         one_json = json_out if len(replayed) == 1 or json_out is None else None
         if json_out is not None and one_json is None:
             one_json = json_out.with_name(f"{json_out.stem}-{_slug(trace)}{json_out.suffix}")
-        answered &= _answer(
+        why = _answer(
             paths,
             frame,
             replace(ask, trace=trace),
@@ -208,8 +209,9 @@ def _measured(
             one_json,
             (hist, source),
         )
-    if not answered:
-        raise typer.Exit(1)
+        whys += [f"{trace}: {why}"] if why is not None else []
+    if whys:
+        fail("; ".join(whys))
 
 
 def _slug(trace: str) -> str:
@@ -260,7 +262,8 @@ def _answer(
     verbose: bool,
     json_out: Path | None,
     replayed: tuple[dict[int, int], str] | None = None,
-) -> bool:
+) -> str | None:
+    """Print the answer; None, or the error line of an answer the rows cannot give."""
     from attnbench.analysis.deploy import answer
     from attnbench.cli.deploy_view import answer_json, answer_lines
 
@@ -281,7 +284,18 @@ def _answer(
         from attnbench.results import dumps
 
         write_output(json_out, dumps(answer_json(ans), indent=2) + "\n", "--json")
-    return ans.choice is not None
+    return None if ans.choice is not None else _no_answer(ans)
+
+
+def _no_answer(ans: Answer) -> str:
+    """The one error line of an answer the rows cannot give: what is missing (the first gap)
+    and that the command printed above measures it."""
+    who = {"vllm": "vLLM", "sglang": "SGLang", "none": "library calls"}[ans.engine]
+    missing = ans.gaps[0].text if ans.gaps else "no option passed the accuracy gate"
+    return (
+        f"no answer for {ans.shape.label} with {who} from these rows: "
+        f"{missing}; the command above measures it (or pass other RESULTS)"
+    )
 
 
 def _only_lengths(frame: pd.DataFrame, lengths: str) -> pd.DataFrame:

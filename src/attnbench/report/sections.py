@@ -83,7 +83,7 @@ def overview(data: ReportData) -> Section | None:
                 h.run_id,
                 str(p.get("time", ""))[:19],
                 f"torch {p.get('torch', '?')}",
-                f"CUDA {p.get('cuda', '?')}",
+                f"CUDA {p.get('cuda') or '-'}",
                 p.get("driver", ""),
                 libs,
                 p.get("git_sha", ""),
@@ -122,6 +122,11 @@ def ceilings(data: ReportData) -> Section | None:
     )
 
 
+def _code_or_none(backend: str | None) -> str:
+    """`flex` in code, or `none (no row passed the accuracy gate)` for a role with no winner."""
+    return f"`{backend}`" if backend else "none (no row passed the accuracy gate)"
+
+
 def _plan_blocks(rec: Recommendation) -> list[Block]:
     """The fastest kernels per role (the hybrid plan), its table, and the engine flags that
     would express it per phase: evidence beside the Decision (`report.first_screen`), which is
@@ -130,8 +135,8 @@ def _plan_blocks(rec: Recommendation) -> list[Block]:
     kv = plan.kv_dtype if plan.kv_dtype != "auto" else f"16-bit ({plan.model_dtype})"
     blocks: list[Block] = [
         Text(
-            f"**Fastest kernels**: prefill `{plan.prefill_backend}` · decode "
-            f"`{plan.decode_backend}` · "
+            f"**Fastest kernels**: prefill {_code_or_none(plan.prefill_backend)} · decode "
+            f"{_code_or_none(plan.decode_backend)} · "
             f"KV cache {kv} · page size {plan.page_size or '-'}."
         ),
         Table(
