@@ -81,6 +81,7 @@ def test_help_fits(command: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
         ["config"],
         ["lengths", "mixed"],
         ["lengths", "trace-prefix:mooncake-conv,2"],
+        ["lengths", "trace-prefix:mooncake-conv,2", "--show"],
     ],
     ids=lambda a: " ".join(a),
 )

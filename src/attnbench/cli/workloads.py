@@ -62,9 +62,9 @@ def lengths(
         )
     print_fitted(table)
     if show:
+        import textwrap
+
         for case in cases:
-            console.print(
-                f"{case.label}: {', '.join(str(n) for n in case.kv_lens)}",
-                soft_wrap=True,
-                markup=False,
-            )
+            text = f"{case.label}: {', '.join(str(n) for n in case.kv_lens)}"
+            for line in textwrap.wrap(text, width=80, subsequent_indent="  "):
+                console.print(line, soft_wrap=True, markup=False, highlight=False)
