@@ -186,6 +186,16 @@ def test_the_decision_cells_commands_are_non_breaking_flag_groups(page: str) -> 
             assert group.startswith("-"), group  # each later group is one flag and its values
 
 
+def test_on_a_phone_the_decision_table_stacks_its_cells_under_their_labels(page: str) -> None:
+    """At <= 640 px the decision's cells stack, each under its column's name (`data-label`):
+    three columns of commands do not fit 390 px."""
+    first = page.split("<main>", 1)[1].split("</section>", 1)[0]
+    labels = re.findall(r'<td data-label="([^"]*)">', first)
+    assert {"model", "vLLM", "SGLang"} <= set(labels)
+    assert "#decision thead{display:none}" in CSS
+    assert "#decision td::before{content:attr(data-label)" in CSS
+
+
 def test_figures_fit_the_width_and_the_first_screen_has_a_phone_rendition(page: str) -> None:
     assert "figure img{max-width:100%;height:auto" in CSS
     assert "figure img.fit{max-width:100%}" in CSS  # at <= 640 px too, where others scroll

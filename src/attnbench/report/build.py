@@ -255,7 +255,9 @@ font-size:12.5px;white-space:pre-wrap}
 @media (max-width:640px){header{padding:12px 14px}main{padding:4px 6px 24px}
 section{padding:4px 10px 10px}nav{padding:8px 10px}th,td{padding:2px 5px;min-width:5.5em}
 table{font-size:11.5px}figure img{max-width:none}figure img.fit{max-width:100%}
-#decision td{min-width:13em}}
+#decision table,#decision caption,#decision tbody,#decision tr,#decision td{display:block}
+#decision thead{display:none}#decision td{min-width:0;border-width:0 0 1px}
+#decision td::before{content:attr(data-label);display:block;font-weight:600;color:#555}}
 """
 
 
@@ -267,8 +269,15 @@ def device_name(gpu: str) -> str:
 def _table_html(block: Table) -> str:
     cap = f"<caption>{_inline(block.caption)}</caption>" if block.caption else ""
     head = "".join(f"<th>{_inline(h)}</th>" for h in block.headers)
+    labels = [html.escape(str(h).replace("`", ""), quote=True) for h in block.headers]
     rows = "".join(
-        "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in block.rows
+        "<tr>"
+        + "".join(
+            f'<td data-label="{labels[i] if i < len(labels) else ""}">{_inline(c)}</td>'
+            for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in block.rows
     )
     return (
         f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead>'
