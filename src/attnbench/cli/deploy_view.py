@@ -99,11 +99,13 @@ def answer_lines(ans: Answer, verbose: bool = False) -> list[str]:
 
 
 def gap_lines(ans: Answer) -> list[str]:
-    """`not covered: ...; measure it with:` and the command, wrapped between flags."""
+    """`not covered: ...; measure with:` and the command, wrapped between flags; gaps that
+    one command measures share it (printed once, after the last of them)."""
     out = []
-    for g in ans.gaps:
-        out += wrap(f"{g.text}; measure with:", "not covered: ", "  ")
-        out += command_lines(split_flags(g.command))
+    for i, g in enumerate(ans.gaps):
+        last = i + 1 == len(ans.gaps) or ans.gaps[i + 1].command != g.command
+        out += wrap(f"{g.text}{'; measure with:' if last else ';'}", "not covered: ", "  ")
+        out += command_lines(split_flags(g.command)) if last else []
     return out
 
 
