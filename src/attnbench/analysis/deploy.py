@@ -189,6 +189,34 @@ def _nearest(batch: int, measured: list[int]) -> int:
     return min(measured, key=lambda m: (abs(math.log(batch / m)), m))
 
 
+def refusal_reason(frame: pd.DataFrame, shape: ModelShape, variant: str) -> str | None:
+    """Why `variant` refused every case of `shape` in the rows (the most frequent reason),
+    or None where it ran, failed or was not run at all."""
+    if frame.empty or "status" not in frame:
+        return None
+    rows = shape_rows(frame, shape)
+    rows = rows[rows["backend"] == variant]
+    if rows.empty or not (rows["status"] == "unsupported").all():
+        return None
+    reasons = rows["reason"].dropna()
+    return str(reasons.value_counts().index[0]) if not reasons.empty else "unsupported"
+
+
+def _stand_in_gap(
+    frame: pd.DataFrame, shape: ModelShape, stand_in: str, trace: str | None, kv_dtype: str
+) -> Gap:
+    """The gap of a library-call answer whose default (`RAW_DEFAULT`) has no timed row: the
+    refusal it recorded (nothing to measure), or the command that measures it."""
+    why = refusal_reason(frame, shape, RAW_DEFAULT)
+    if why is not None:
+        return Gap(f"{RAW_DEFAULT} refused {shape.label}: {why}; {stand_in} stands in", "")
+    return Gap(
+        f"{RAW_DEFAULT} has no timed row at {shape.label} (not run): {stand_in} stands in as "
+        "the default",
+        measure_command(shape, "none", trace, kv_dtype),
+    )
+
+
 def answer(
     frame: pd.DataFrame,
     shape: ModelShape,
@@ -216,13 +244,7 @@ def answer(
         )
         return ans
     if engine == "none" and default.key.variant != RAW_DEFAULT:
-        ans.gaps.append(
-            Gap(
-                f"{RAW_DEFAULT} has no timed row at {shape.label} (refused or not run): "
-                f"{default.key.variant} stands in as the default",
-                measure_command(shape, engine, trace, kv_dtype),
-            )
-        )
+        ans.gaps.append(_stand_in_gap(frame, shape, default.key.variant, trace, kv_dtype))
     ans.measured_batches = sorted({c.batch for c in default.cases("decode").values()})
     sizes = capture_sizes("vllm" if engine == "none" else engine)
     weights, ans.buckets = batch_weights(ans.measured_batches, sizes, running)

@@ -104,8 +104,9 @@ def gap_lines(ans: Answer) -> list[str]:
     out = []
     for i, g in enumerate(ans.gaps):
         last = i + 1 == len(ans.gaps) or ans.gaps[i + 1].command != g.command
-        out += wrap(f"{g.text}{'; measure with:' if last else ';'}", "not covered: ", "  ")
-        out += command_lines(split_flags(g.command)) if last else []
+        tail = ("; measure with:" if last else ";") if g.command else ""
+        out += wrap(f"{g.text}{tail}", "not covered: ", "  ")
+        out += command_lines(split_flags(g.command)) if last and g.command else []
     return out
 
 
