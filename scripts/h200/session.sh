@@ -106,9 +106,9 @@ s13a)  # session 13, call 1, on a FRESH machine (carry .device only; `trap - EXI
   # The prebuild now builds each module in its own folder; FlashInfer's JIT build log (kept
   # here as jit-builds-*.jsonl, and read by the run into its footer's `first_use`) shows any
   # module the jobs still compiled.
-  TAIL=400 step 360 default-fresh env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-fresh.jsonl" \
+  TAIL=400 step 350 default-fresh env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-fresh.jsonl" \
     $AB run --device cuda --out "$OUT/h200-default-fresh.jsonl"
-  TAIL=400 step 170 default-warm env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-warm.jsonl" \
+  TAIL=400 step 150 default-warm env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-warm.jsonl" \
     $AB run --device cuda --out "$OUT/h200-default-warm.jsonl"
   ;;
 s13c)  # the head_dim zoo on FlashInfer (issue 36), with the prebuild: flashinfer:tc's decode
