@@ -333,7 +333,7 @@ def first_use_builds(log: Path, since: float = 0.0) -> list[dict[str, Any]]:
 
 
 def first_use_line(builds: list[dict[str, Any]]) -> str | None:
-    """`first use: 2 FlashInfer modules compiled while timing (84 s)`, or None."""
+    """`first use: 2 FlashInfer modules compiled by the jobs (1 min 24 s)`, or None."""
     from attnbench.run.progress import fmt_s
 
     if not builds:

@@ -1,9 +1,9 @@
 """The prebuild's two processes (`run.prebuild` starts them):
 `python -m attnbench.run.prebuild_worker flashinfer|flex IN.json OUT.json`. The first makes the
 FlashInfer JitSpecs of its module needs and builds them side by side (a ninja run each, in
-the module's own folder); the second plans
-flex on each spec so Inductor's on-disk caches hold its kernels. Each writes a JSON report:
-what it built, and one line per thing it could not, with why."""
+the module's own folder); the second plans flex on each spec so Inductor's on-disk caches
+hold its kernels. Each writes a JSON report: what it built, and one line per thing it could
+not, with why."""
 
 from __future__ import annotations
 
