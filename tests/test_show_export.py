@@ -255,3 +255,24 @@ def test_synthetic_file_round_trip_through_show(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "flashinfer:trtllm-gen" in res.output
     assert "SM100" in res.output
+
+
+def test_summary_never_names_a_contiguous_baseline_the_fastest() -> None:
+    """In the brief's mixed decode batch, FA3 on a contiguous copy ran faster than paged FA3;
+    no engine runs it, so the paged kernel wins and the baseline is a note of what paging
+    costs (issue 31: `show` summaries named fa3-contiguous)."""
+    rows = read_results(ROOT / "results" / "h200-brief.jsonl.gz").rows
+    summary = summarize_rows(rows)
+    assert all("-contiguous" not in c.winner for c in summary.cases)
+    mixed = [c for c in summary.cases if c.label.startswith("decode mixed(256..65536)")]
+    assert mixed
+    base = {
+        r.case_id: r.latency_us or 0.0
+        for r in rows
+        if r.backend == "flash-attn:fa3-contiguous" and r.status == "ok"
+    }
+    for case in mixed:
+        if base.get(case.case_id, float("inf")) < case.latency_us:
+            assert "baseline flash-attn:fa3-contiguous" in case.default_note
+    text = "\n".join(render_summary(summary, width=80))
+    assert "baseline flash-attn:fa3-contiguous" in text

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from attnbench.analysis.compare import FAILED, Timing, estimate_ratio
@@ -135,12 +135,39 @@ def summarize_rows(rows: Iterable[ResultRow]) -> RunSummary:
             (r for r in case_rows if r.status == "ok" and valid_latency(r.latency_us)),
             key=lambda r: float(r.latency_us or 0.0),
         )
-        kernels = [r for r in ok if r.backend != ORACLE]
+        kernels = [r for r in ok if r.backend != ORACLE and not _baseline(r.backend)]
+        baselines = [r for r in ok if _baseline(r.backend)]
         if kernels:
-            out.cases.append(_case(case_id, label, kernels, {r.backend: r for r in case_rows}))
+            case = _case(case_id, label, kernels, {r.backend: r for r in case_rows})
+            out.cases.append(_with_baseline(case, kernels[0], baselines))
+        elif baselines:  # a run of baselines only: the fastest of them, said to be one
+            out.cases.append(_case(case_id, label, baselines, {r.backend: r for r in case_rows}))
         else:
             out.no_winner.append(_no_winner(label, case_rows, ok))
     return out
+
+
+def _baseline(name: str) -> bool:
+    """A `-contiguous` baseline: it prices paging, but no serving engine runs it, so it is
+    never "the fastest variant" while a variant on the paged cache passed."""
+    variant = Variant.maybe(name)
+    return variant is not None and variant.baseline
+
+
+def _with_baseline(case: CaseSummary, best: ResultRow, baselines: list[ResultRow]) -> CaseSummary:
+    """The case with a note when a baseline ran faster than the winner (on a paged winner,
+    what paging costs)."""
+    if not baselines or float(baselines[0].latency_us or 0.0) >= case.latency_us:
+        return case
+    base = baselines[0]
+    est = estimate_ratio(timing(base), timing(best))  # winner / baseline
+    took = f"{est.ratio:.2f}x its time" if est.verdict == "slower" else "a tie"
+    note = (
+        f"baseline {base.backend} (a contiguous KV copy no engine runs) "
+        f"{fmt_latency(float(base.latency_us or 0.0))}: the winner took {took}"
+    )
+    notes = f"{case.default_note}; {note}" if case.default_note else note
+    return replace(case, default_note=notes)
 
 
 def _no_winner(label: str, rows: list[ResultRow], ok: list[ResultRow]) -> NoWinner:
