@@ -106,7 +106,9 @@ def test_panels_without_rows_are_left_out(tmp_path: Path) -> None:
         "Unsupported and failed",
     ):
         assert f"## {absent}" not in text
-    assert page.read_text().count("data:image/png") == 2  # latency vs context + roofline
+    html = page.read_text()
+    assert html.count("<figure>") == 2  # latency vs context + roofline
+    assert html.count("data:image/png") == 4  # each with its phone rendition
 
 
 @pytest.fixture

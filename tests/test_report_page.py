@@ -4,6 +4,7 @@ any file list, bullets or navigation; each other section's lead open and its det
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from attnbench.analysis.frame import load
 from attnbench.report.blocks import Code, Figure, Section, Table, Text
 from attnbench.report.build import (
     CSS,
+    build_sections,
     command_html,
     flag_groups,
     lead_blocks,
@@ -156,6 +158,94 @@ def test_committed_screenshots_exist_and_stay_small() -> None:
 def _png_size(png: bytes) -> tuple[int, int]:
     """(width, height) from a PNG's IHDR chunk."""
     return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+PHONE_PX = 420
+"""The widest a phone rendition may be drawn: 400 px (4 in) and some slack."""
+PHONE_SOURCE = re.compile(
+    r'<source media="\(max-width:640px\)" srcset="data:image/png;base64,([^"]+)"'
+)
+
+
+def test_every_figure_of_the_page_has_a_phone_rendition(page: str) -> None:
+    """Every `<figure>` shows a PNG drawn for phones at <= 640 px (panels in one column, at
+    most PHONE_PX wide), fitted to the width; the wide PNG stays for larger screens."""
+    figures = re.findall(r"<figure>.*?</figure>", page, re.S)
+    assert len(figures) >= 8  # buckets, decode, relative, roofline, ragged, fp8, trees, prefix
+    for fig in figures:
+        source = PHONE_SOURCE.search(fig)
+        assert source is not None, fig[:120]
+        narrow = base64.b64decode(source.group(1))
+        assert narrow.startswith(PNG)
+        assert _png_size(narrow)[0] <= PHONE_PX
+        assert '<img class="fit"' in fig
+
+
+STUDY_RESULTS = (
+    "h200-mla.jsonl.gz",
+    "h200-shared-prefix.jsonl.gz",
+    "h200-sm-activity.json",
+    "h200-replay-agents450.json",
+    "h200-replay-validation.json.gz",
+)
+"""Committed results whose figures the synthetic page lacks: MLA against its ceilings, the
+cascade crossover, SM activity, a serving replay (one rate: the legend that moves) and a
+replay validation."""
+
+
+def test_every_study_figure_has_a_phone_rendition() -> None:
+    groups = build_sections(load([ROOT / "results" / name for name in STUDY_RESULTS]))
+    figures = {
+        b.name: b
+        for _, sections in groups
+        for sec in sections
+        for b in sec.blocks
+        if isinstance(b, Figure)
+    }
+    wanted = {"mla-ceilings", "cascade-crossover", "sm-activity", "replay", "replay-validation"}
+    assert wanted <= set(figures)
+    for name, fig in figures.items():
+        assert fig.narrow is not None, name
+        width, height = _png_size(fig.narrow)
+        assert width <= PHONE_PX < _png_size(fig.png)[0], name
+        assert height > width, name  # panels one above the other
+
+
+def test_the_phone_rendition_keeps_its_labels_inside_apart_and_off_the_data() -> None:
+    """Two panels with long titles and axis labels, a long y tick label, a legend over the
+    data: drawn for phones, nothing runs past the figure's sides, the panels (labels and
+    legends included) do not overlap, and no legend covers a point or a line."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attnbench.report.plot_layout import legend_hides_data
+    from attnbench.report.plots import _figure, _finish
+
+    fig, axes = _figure(2)
+    for k, ax in enumerate(axes):
+        for i in range(5):
+            ax.plot([1, 2, 3], [i, i + 1 + k, i + 2], "o-", label=f"flashinfer:variant-{i} long")
+        ax.legend(loc="center", fontsize=8)
+        ax.set_title("decode llama-3.1-70b/tp8 bs4 bf16/e4m3 p16, a title longer than the panel")
+        ax.set_xlabel("context length per request (tokens), an x label longer than the panel")
+        ax.set_ylabel("latency per call (µs, median, 95% CI), a long y label")
+        ax.set_yticks([0, 3, 6], ["0", "three thousand", "6"])
+    drawing = _finish(fig, "A figure title far longer than a phone's width allows", "label " * 30)
+    assert _png_size(drawing.narrow)[0] == 400
+    FigureCanvasAgg(fig)  # closed as laid out for phones: measure it again
+    renderer = fig.canvas.get_renderer()
+    width = fig.bbox.width
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
+    for ax, box in zip(fig.axes, boxes, strict=True):
+        assert box.x0 >= 0  # titles, labels, ticks, legend: not cut
+        assert box.x1 <= width
+        assert not legend_hides_data(fig, ax, strict=True)
+    assert not boxes[0].overlaps(boxes[1])
+    panels = [ax.get_window_extent(renderer).width for ax in fig.axes]
+    assert min(panels) > 0.5 * width  # a legend moved away leaves no room behind
+    for text in (*fig.texts, fig._suptitle):
+        extent = text.get_window_extent(renderer)
+        assert extent.x0 >= 0
+        assert extent.x1 <= width
 
 
 def test_a_command_breaks_only_between_flags() -> None:

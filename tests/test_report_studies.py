@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -398,21 +399,44 @@ def test_no_machine_paths_in_the_page(tmp_path: Path, path_section: None) -> Non
     )
 
 
-def test_legend_moves_off_data() -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    from attnbench.report.plots import _figure, _finish, _legend_hides_data
+def _single_rate_figure() -> tuple[Any, Any]:
+    """One panel where every candidate sits at one x (a single-rate replay): a legend inside
+    covers the points."""
+    from attnbench.report.plots import _figure
 
     fig, (ax,) = _figure(1)
-    for i in range(9):  # a single-rate replay: every candidate at one x
+    for i in range(9):
         name = f"hybrid(prefill flash-attn:fa3, decode flashinfer:tc) candidate {i}"
         ax.plot([450.0], [400.0 + 40 * i], "o", label=name)
     ax.legend(fontsize=7)
-    assert _legend_hides_data(fig, ax)
-    png = _finish(fig, "t", "label")
-    FigureCanvasAgg(fig)  # the figure was closed: a canvas to measure it again
-    assert png.startswith(b"\x89PNG")
-    assert not _legend_hides_data(fig, ax)
+    return fig, ax
+
+
+def test_legend_moves_off_data() -> None:
+    from attnbench.report.plot_layout import legend_hides_data
+    from attnbench.report.plots import _lay_out
+
+    fig, ax = _single_rate_figure()
+    assert legend_hides_data(fig, ax)
+    _lay_out(fig, "t", "label", shared_legend=False)
+    assert not legend_hides_data(fig, ax)
     renderer = fig.canvas.get_renderer()
     legend = ax.get_legend().get_window_extent(renderer)
     assert legend.x0 > ax.get_window_extent(renderer).x1  # beside the panel
+
+
+def test_on_a_phone_the_legend_goes_below_its_panel_and_stays_in_the_figure() -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attnbench.report.plots import _finish
+
+    fig, ax = _single_rate_figure()
+    drawing = _finish(fig, "t", "label")
+    assert drawing.png.startswith(b"\x89PNG")
+    assert drawing.narrow.startswith(b"\x89PNG")
+    FigureCanvasAgg(fig)  # the figure was closed, as laid out for phones: measure it again
+    renderer = fig.canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert legend.y1 < ax.get_window_extent(renderer).y0  # below the panel
+    assert legend.x0 >= 0
+    assert legend.x1 <= fig.bbox.width  # its longest entry is not cut

@@ -55,7 +55,19 @@ class Figure:
     narrow: bytes | None = None
     """A rendition for phones (panels in one column, drawn to read at 390 px): the HTML page
     shows it at <= 640 px, fitted to the width; None: the figure keeps its drawn size there
-    and scrolls sideways in its box."""
+    and scrolls sideways in its box (every figure of `report.plots*` has one: `Drawing`)."""
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """A figure drawn for the page (`png`) and for phones (`narrow`, panels in one column):
+    what every figure function of `report.plots*` returns."""
+
+    png: bytes
+    narrow: bytes
+
+    def figure(self, caption: str, name: str) -> Figure:
+        return Figure(self.png, caption, name, self.narrow)
 
 
 Block = Text | Code | Table | Figure

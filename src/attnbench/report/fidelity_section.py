@@ -30,7 +30,6 @@ from attnbench.analysis.frame import fmt_us
 from attnbench.report import plots_studies
 from attnbench.report.blocks import (
     Block,
-    Figure,
     ReportData,
     Section,
     Table,
@@ -245,11 +244,10 @@ def sm_activity_section(data: ReportData) -> Section | None:
             "SM activity per decode kernel and batch (ncu)",
         ),
     ]
-    png = plots_studies.sm_activity(activity, data.label)
-    if png:
+    drawing = plots_studies.sm_activity(activity, data.label)
+    if drawing:
         blocks.append(
-            Figure(
-                png,
+            drawing.figure(
                 "SM active % and achieved occupancy per decode kernel, uniform vs ragged batches "
                 "of one total KV (dashed: the brief's 62% idle)",
                 "sm-activity",

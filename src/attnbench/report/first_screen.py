@@ -18,7 +18,6 @@ from attnbench.analysis.deploy_options import Option
 from attnbench.analysis.frame import fmt_us
 from attnbench.report.blocks import (
     Block,
-    Figure,
     ReportData,
     Section,
     Table,
@@ -204,15 +203,13 @@ def first_screen_blocks(frame: pd.DataFrame, label: str = "") -> list[Block]:
     panels = [
         BucketPanel(f"{_NAMES[d.engine]} · {d.model}", d.choice, d.per_batch_us) for d in lead
     ]
-    png = bucket_decode(panels, label) if lead else None
-    if png:
+    drawing = bucket_decode(panels, label) if lead else None
+    if drawing:
         blocks.append(
-            Figure(
-                png,
+            drawing.figure(
                 f"{lead[0].model}: decode time per batch-size bucket of every deployable "
                 "configuration (paged caches only), lower is better",
                 "deploy-buckets",
-                narrow=bucket_decode(panels, label, narrow=True),
             )
         )
     else:

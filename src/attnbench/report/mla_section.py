@@ -11,7 +11,6 @@ from attnbench.analysis.model_studies import MlaCase, MlaCell, is_mla, mla_backe
 from attnbench.report import plots_studies
 from attnbench.report.blocks import (
     Block,
-    Figure,
     ReportData,
     Section,
     Table,
@@ -125,11 +124,10 @@ def mla_section(data: ReportData) -> Section | None:
     if not cases:
         return None
     blocks: list[Block] = [Text(summary(cases)), mla_table(cases)]
-    png = plots_studies.mla_ceilings(data.ok[is_mla(data.ok)], data.ceilings, data.label)
-    if png:
+    drawing = plots_studies.mla_ceilings(data.ok[is_mla(data.ok)], data.ceilings, data.label)
+    if drawing:
         blocks.append(
-            Figure(
-                png,
+            drawing.figure(
                 "MLA decode's fraction of the measured matmul ceiling against context, per kernel "
                 "and batch size; and every MLA row on a roofline with the measured copy-bandwidth "
                 "and matmul ceilings and their ridge",

@@ -1,4 +1,5 @@
-"""Figures of the report, each a PNG (bytes) or None when its rows do not exist.
+"""Figures of the report, each a `Drawing` (the PNG for the page and one for phones) or None
+when its rows do not exist.
 
 Every function takes the ok rows of one GPU (`analysis.frame.ok_rows`), draws with matplotlib's Agg
 backend (imported inside the function: `import attnbench.report.plots` stays cheap) and stamps the
@@ -18,6 +19,14 @@ import numpy as np
 import pandas as pd
 
 from attnbench.analysis.frame import dtype_label, human_tokens, shape_label
+from attnbench.report.blocks import Drawing
+from attnbench.report.plot_layout import (
+    NARROW_WIDTH_IN,
+    column_layout,
+    legend_hides_data,
+    prepare_axes,
+    wrap_to,
+)
 
 KIND_MARKERS = {"decode": "o", "prefill": "^", "append": "s", "tree": "D", "shared_prefix": "P"}
 MAX_PANELS = 4
@@ -80,12 +89,12 @@ def _shared_legend(fig: Any, foot_in: float) -> float:
     ncol = max(1, min(len(names), int(width_in / col_in)))
     legend_in = LEGEND_ROW_IN * math.ceil(len(names) / ncol) + 0.15
     fig.set_size_inches(width_in, height_in + legend_in)
-    total_in = height_in + legend_in
-    fig.legend(
+    fig.legend(  # placed in inches: the phone rendition changes the figure's height
         [by_label[n] for n in names],
         names,
         loc="upper center",
-        bbox_to_anchor=(0.5, (foot_in + legend_in) / total_in),
+        bbox_to_anchor=(width_in / 2, foot_in + legend_in),
+        bbox_transform=fig.dpi_scale_trans,
         ncol=ncol,
         fontsize=8,
         frameon=False,
@@ -93,11 +102,28 @@ def _shared_legend(fig: Any, foot_in: float) -> float:
     return foot_in + legend_in
 
 
-def _finish(fig: Any, title: str, label: str, shared_legend: bool = False) -> bytes:
-    fig.suptitle(title, fontsize=13, fontweight="bold")
-    width_in = fig.get_size_inches()[0]
-    lines = textwrap.wrap(label, width=int(width_in * 15)) or [""]
-    fig.text(0.5, 0.003, "\n".join(lines), ha="center", va="bottom", fontsize=8, color="#555555")
+def _footer_lines(label: str, width_in: float) -> list[str]:
+    return textwrap.wrap(label, width=int(width_in * 15)) or [""]
+
+
+def _finish(fig: Any, title: str, label: str, shared_legend: bool = False) -> Drawing:
+    """The figure titled, stamped with `label` below and drawn twice: laid out for the page
+    (`_lay_out`), then the same artists laid out again for phones (`_narrow`)."""
+    texts = _lay_out(fig, title, label, shared_legend)
+    png = _png(fig)
+    narrow = _narrow(fig, texts, label)
+    _plt().close(fig)
+    return Drawing(png, narrow)
+
+
+def _lay_out(fig: Any, title: str, label: str, shared_legend: bool) -> tuple[Any, Any]:
+    """The page's layout: the title above, `label` below, panel legends of more than
+    MAX_AXES_LEGEND entries made one below the panels (`shared_legend`), a legend over data
+    moved beside its panel. Returns the title and the label's text artists."""
+    sup = fig.suptitle(title, fontsize=13, fontweight="bold")
+    lines = _footer_lines(label, fig.get_size_inches()[0])
+    foot = fig.text(0.5, 0.003, "\n".join(lines), ha="center", va="bottom", fontsize=8)
+    foot.set_color("#555555")
     foot_in = 0.16 * len(lines) + 0.08
     if shared_legend:
         foot_in = _shared_legend(fig, foot_in)
@@ -107,7 +133,7 @@ def _finish(fig: Any, title: str, label: str, shared_legend: bool = False) -> by
             _log_labels(ax)
     rect = (0, foot_in / height_in, 1, 1 - 0.3 / height_in)
     _tight_layout(fig, rect)
-    moved = [ax for ax in fig.axes if _legend_hides_data(fig, ax)]
+    moved = [ax for ax in fig.axes if legend_hides_data(fig, ax)]
     for ax in moved:  # beside the panel instead (single-rate replays stack every point at one x)
         ax.legend(
             *ax.get_legend_handles_labels(),
@@ -119,7 +145,7 @@ def _finish(fig: Any, title: str, label: str, shared_legend: bool = False) -> by
         )
     if moved:
         _tight_layout(fig, rect)
-    return _png(fig)
+    return sup, foot
 
 
 def _tight_layout(fig: Any, rect: tuple[float, float, float, float]) -> None:
@@ -137,12 +163,37 @@ def _tight_layout(fig: Any, rect: tuple[float, float, float, float]) -> None:
             del ax.get_tightbbox
 
 
+def _narrow(fig: Any, texts: tuple[Any, Any], label: str) -> bytes:
+    """The phone rendition of a drawn figure: its panels one above the other,
+    `NARROW_WIDTH_IN` wide (`plot_layout.column_layout`), the title, the label and a shared
+    legend re-flowed to that width. The artists are the wide figure's: nothing is plotted or
+    computed again, which keeps the second rendition cheap."""
+    sup, foot = texts
+    prepare_axes(fig)
+    fig.set_size_inches(NARROW_WIDTH_IN, fig.get_size_inches()[1])
+    sup.set_text(wrap_to(sup.get_text(), NARROW_WIDTH_IN - 0.3, sup.get_fontsize() * 1.1))
+    lines = _footer_lines(label, NARROW_WIDTH_IN)
+    foot.set_text("\n".join(lines))
+    foot_in = 0.16 * len(lines) + 0.08
+    for ax in fig.axes:
+        if ax.get_yscale() == "log":
+            _log_labels(ax, NARROW_MINOR_LABELS)
+    if fig.legends:  # the shared legend, in as many columns as the narrow width holds
+        for legend in list(fig.legends):
+            legend.remove()
+        foot_in = _shared_legend(fig, foot_in)
+    column_layout(fig, 0.12 + 0.25 * (sup.get_text().count("\n") + 1), foot_in + 0.1)
+    sup.set_y(1 - 0.08 / fig.get_size_inches()[1])
+    sup.set_verticalalignment("top")
+    return _png(fig)
+
+
 PNG_COLORS = 128
 """Figures are stored as palette PNGs: a fraction of the bytes, no visible loss on plots."""
 
 
 def _png(fig: Any, dpi: int = 100) -> bytes:
-    """The figure drawn once (raw RGBA), reduced to a palette and written as PNG."""
+    """The figure drawn (raw RGBA), reduced to a palette and written as PNG."""
     from PIL import Image
 
     # tight_layout leaves a placeholder layout engine, for which savefig draws the figure
@@ -152,7 +203,6 @@ def _png(fig: Any, dpi: int = 100) -> bytes:
     fig.savefig(buf, format="raw", dpi=dpi)
     raw = buf.getvalue()
     width = round(fig.get_size_inches()[0] * dpi)
-    _plt().close(fig)
     image = Image.frombuffer("RGBA", (width, len(raw) // (4 * width)), raw, "raw", "RGBA", 0, 1)
     palette = image.convert("RGB").quantize(PNG_COLORS, method=Image.Quantize.FASTOCTREE)
     out = io.BytesIO()
@@ -160,49 +210,16 @@ def _png(fig: Any, dpi: int = 100) -> bytes:
     return out.getvalue()
 
 
-def _data_points(ax: Any) -> np.ndarray:
-    """Display coordinates [n, 2] of what an axes shows: line vertices (reference lines drawn
-    across the axes left out), scatter offsets, the tops of bars."""
-    ax.get_xlim(), ax.get_ylim()  # settle pending autoscaling: transData must be final
-    pts = []
-    for line in ax.get_lines():
-        if line.get_transform() != ax.transData:
-            continue
-        xy = np.asarray(line.get_xydata(), dtype=float).reshape(-1, 2)
-        if xy.size:
-            pts.append(ax.transData.transform(xy))
-    for coll in ax.collections:
-        off = np.asarray(coll.get_offsets(), dtype=float).reshape(-1, 2)
-        if off.size:
-            pts.append(coll.get_offset_transform().transform(off))
-    tops = [
-        (p.get_x() + p.get_width() / 2, p.get_y() + p.get_height())
-        for p in ax.patches
-        if hasattr(p, "get_width") and p.get_height()
-    ]
-    if tops:
-        pts.append(ax.transData.transform(np.asarray(tops, dtype=float)))
-    if not pts:
-        return np.empty((0, 2))
-    out: np.ndarray = np.concatenate(pts)
-    kept: np.ndarray = out[np.isfinite(out).all(axis=1)]
-    return kept
+MINOR_LABELS = (1.3, 2.6)
+"""Decades a log y axis may span with every minor tick labelled, and with 2 and 5 labelled."""
+NARROW_MINOR_LABELS = (0.65, 3.5)
+"""The same for a phone panel (`NARROW_PANEL_IN` tall): 3, 4, 6... only where a decade is
+taller than about 3.5 in, and 2 and 5 wherever a decade is 0.6 in at least."""
 
 
-def _legend_hides_data(fig: Any, ax: Any) -> bool:
-    """True when a legend inside the axes sits over one of its data points."""
-    legend = ax.get_legend()
-    if legend is None or not legend.get_visible() or not ax.get_visible():
-        return False
-    box = legend.get_window_extent(fig.canvas.get_renderer())  # places a `best` legend
-    p = _data_points(ax)
-    inside = (p[:, 0] >= box.x0) & (p[:, 0] <= box.x1) & (p[:, 1] >= box.y0) & (p[:, 1] <= box.y1)
-    return bool(inside.any())
-
-
-def _log_labels(ax: Any) -> None:
+def _log_labels(ax: Any, spans: tuple[float, float] = MINOR_LABELS) -> None:
     """Plain numbers (30, 100, 2000) on a log y axis instead of 3x10^1; minor ticks labelled
-    when the axis spans about a decade (all) or two and a half (2 and 5 only)."""
+    when the axis spans at most `spans[0]` decades (all) or `spans[1]` (2 and 5 only)."""
     from matplotlib.ticker import FuncFormatter
 
     lo, hi = ax.get_ylim()
@@ -212,7 +229,8 @@ def _log_labels(ax: Any) -> None:
         if v <= 0:
             return ""
         mantissa = round(v / 10 ** math.floor(math.log10(v)))
-        return f"{v:g}" if span <= 1.3 or (span <= 2.6 and mantissa in (2, 5)) else ""
+        shown = span <= spans[0] or (span <= spans[1] and mantissa in (2, 5))
+        return f"{v:g}" if shown else ""
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(minor))
@@ -268,7 +286,7 @@ def _context_groups(ok: pd.DataFrame) -> list[pd.DataFrame]:
     return [g for _, g in groups if g["kv_max"].nunique() >= 2][:MAX_PANELS]
 
 
-def latency_vs_context(ok: pd.DataFrame, label: str, relative: bool = False) -> bytes | None:
+def latency_vs_context(ok: pd.DataFrame, label: str, relative: bool = False) -> Drawing | None:
     """Decode latency vs context length per backend: uniform batches, one panel per shape.
     `relative`: each latency divided by the fastest backend's at that context (1 = best)."""
     groups = _context_groups(ok)
@@ -305,7 +323,7 @@ def latency_vs_context(ok: pd.DataFrame, label: str, relative: bool = False) -> 
     return _finish(fig, title, label, shared_legend=True)
 
 
-def roofline(ok: pd.DataFrame, ceilings: dict[str, Any], label: str) -> bytes | None:
+def roofline(ok: pd.DataFrame, ceilings: dict[str, Any], label: str) -> Drawing | None:
     """Roofline (TFLOP/s vs FLOP/byte) with the measured copy and matmul ceilings, plus the
     fraction of the measured ceiling reached by decode (bandwidth) and prefill (compute)."""
     rows = ok[ok["intensity"].notna() & ok["tflops"].notna()]

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from attnbench.report.blocks import Drawing
 from attnbench.report.plots import _figure, _finish, colors
 
 
@@ -20,29 +21,21 @@ class BucketPanel:
     per_batch_us: Mapping[str, Mapping[int, float]]
 
 
-NARROW_WIDTH_IN = 4.0
-"""The phone rendition's width: 400 px, shown at about 360 px on a 390 px screen."""
-
-
-def bucket_decode(panels: Sequence[BucketPanel], label: str, narrow: bool = False) -> bytes | None:
+def bucket_decode(panels: Sequence[BucketPanel], label: str) -> Drawing | None:
     """x: the measured batch sizes the capture buckets are priced at (log 2); y: decode
-    attention time per step and layer (µs); the engine's choice drawn thicker. `narrow`: the
-    phone rendition, panels one above the other and 4 in wide, each legend in one column."""
+    attention time per step and layer (µs); the engine's choice drawn thicker. The phone
+    rendition has the panels one above the other, each legend in one column."""
     panels = [d for d in panels if d.per_batch_us]
     if not panels:
         return None
-    if narrow:
-        fig, axes = _figure(1, len(panels), width=NARROW_WIDTH_IN, height=3.3)
-    else:
-        fig, axes = _figure(len(panels), width=6.5, height=3.3)
+    fig, axes = _figure(len(panels), width=6.5, height=3.3)
     cmap = colors([c for d in panels for c in d.per_batch_us])
     for ax, d in zip(axes, panels, strict=True):
-        _bucket_panel(ax, d, cmap, legend_cols=1 if narrow else 2)
-    title = "Decode time per bucket, deployable configurations"
-    return _finish(fig, title.replace(", ", ",\n") if narrow else title, label)
+        _bucket_panel(ax, d, cmap)
+    return _finish(fig, "Decode time per bucket, deployable configurations", label)
 
 
-def _bucket_panel(ax: Any, d: BucketPanel, cmap: Mapping[str, Any], legend_cols: int) -> None:
+def _bucket_panel(ax: Any, d: BucketPanel, cmap: Mapping[str, Any]) -> None:
     """One engine's lines; its legend below the axis label (the figure grows to hold it)."""
     for config, times in sorted(d.per_batch_us.items()):
         xs = sorted(times)
@@ -68,5 +61,5 @@ def _bucket_panel(ax: Any, d: BucketPanel, cmap: Mapping[str, Any], legend_cols:
         loc="upper center",
         bbox_to_anchor=(0.5, 0),
         borderaxespad=5.2,
-        ncol=legend_cols,
+        ncol=2,
     )

@@ -1,6 +1,6 @@
 """Serving-shape figures of the report: raggedness (same total KV tokens, rising skew, padded
 twins), fp8 vs 16-bit KV, draft-tree verification and shared prefix. Same conventions as
-`attnbench.report.plots` (PNG bytes or None; matplotlib imported inside; stamped with `label`).
+`attnbench.report.plots` (a `Drawing` or None; matplotlib imported inside; stamped with `label`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from attnbench.analysis.cascade import family
 from attnbench.analysis.compare import SEED, Timing, geomean_ratio
 from attnbench.analysis.frame import add_key, human_tokens
 from attnbench.analysis.recommend import padding_cost, short_batch
+from attnbench.report.blocks import Drawing
 from attnbench.report.plots import (
     _figure,
     _finish,
@@ -122,7 +123,7 @@ def _padding_panel(
     ax.legend(fontsize=7)
 
 
-def raggedness(ok: pd.DataFrame, label: str) -> bytes | None:
+def raggedness(ok: pd.DataFrame, label: str) -> Drawing | None:
     """Latency vs skew (max/mean) at the same total KV tokens, ragged (solid) beside each
     batch's padded twin (dashed), and the padded/ragged latency ratio per backend."""
     dec = ok[ok["kind"] == "decode"]
@@ -209,7 +210,7 @@ def _fp8_bars(ax: Any, bars: list[tuple[str, str, Any, int]], cmap: dict[str, An
     ax.grid(True, axis="x", alpha=0.3)
 
 
-def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> bytes | None:
+def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> Drawing | None:
     """Speed-up of fp8 KV over 16-bit KV per backend (same cases otherwise), and along
     context. Backends whose fp8 rows were all refused or failed get no bar (the section's
     table lists them)."""
@@ -240,7 +241,7 @@ def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> byte
 MAX_WORKLOAD_PANELS = 6
 
 
-def by_axis(ok: pd.DataFrame, kind: str, label: str) -> bytes | None:
+def by_axis(ok: pd.DataFrame, kind: str, label: str) -> Drawing | None:
     """Tree verification (latency vs context, one panel per tree shape, fewest draft tokens
     first) or shared prefix (latency vs prefix length, one panel per batch size, smallest
     first; only the suffix family with most rows, so synthetic and trace prefixes never share
@@ -291,7 +292,7 @@ WIDE_RANGE = 20.0
 
 def predicted_vs_measured(
     points: dict[str, list[tuple[float, float]]], target_p90: float, label: str
-) -> bytes | None:
+) -> Drawing | None:
     """Each validated step's (measured, predicted) per-call latency, one colour per variant,
     with the y = x line and the ±`target_p90` band (left), and the relative error against the
     measured latency (right)."""

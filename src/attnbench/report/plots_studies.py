@@ -1,7 +1,7 @@
 """Figures of the study sections: where a cascade beats plain decode (shared prefixes), how
 busy the SMs are on uniform vs ragged batches (Nsight Compute), and MLA against both measured
 ceilings (fraction of the matmul ceiling vs context; a roofline). Same conventions as
-`attnbench.report.plots` (PNG bytes or None; matplotlib imported inside; stamped with `label`).
+`attnbench.report.plots` (a `Drawing` or None; matplotlib imported inside; stamped with `label`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pandas as pd
 from attnbench.analysis.cascade import Crossover
 from attnbench.analysis.fidelity import CLAIM_IDLE_PCT, SM_BATCHES, SmActivity, batch_order
 from attnbench.analysis.frame import human_tokens
+from attnbench.report.blocks import Drawing
 from attnbench.report.plots import KIND_MARKERS, _figure, _finish, _plt, _tokens_axis, colors
 
 MAX_GROUPS = 2
@@ -34,7 +35,7 @@ def _ratio_ticks(ax: Any, values: Sequence[float]) -> None:
     ax.yaxis.set_minor_locator(NullLocator())
 
 
-def cascade_speedup(groups: Sequence[Crossover], label: str) -> bytes | None:
+def cascade_speedup(groups: Sequence[Crossover], label: str) -> Drawing | None:
     """Best cascade speedup over the best plain decode variant against batch size, one line per
     prefix length, one panel per group; filled markers where the cascade wins significantly."""
     groups = [g for g in groups if g.points][:MAX_GROUPS]
@@ -85,7 +86,7 @@ def cascade_speedup(groups: Sequence[Crossover], label: str) -> bytes | None:
     return _finish(fig, "Cascade speedup over plain decode (filled: significant win)", label)
 
 
-def sm_activity(activity: Mapping[str, Mapping[str, SmActivity]], label: str) -> bytes | None:
+def sm_activity(activity: Mapping[str, Mapping[str, SmActivity]], label: str) -> Drawing | None:
     """SM active % and achieved occupancy per decode kernel on the uniform, mixed and 4-long
     batches (same total KV), with the brief's claim (62% idle = 38% active) drawn in."""
     backends = sorted(b for b, by in activity.items() if any(a.sm_active_pct for a in by.values()))
@@ -131,7 +132,7 @@ def sm_activity(activity: Mapping[str, Mapping[str, SmActivity]], label: str) ->
 BATCH_STYLES = ("-", "--", ":", "-.")
 
 
-def mla_ceilings(ok: pd.DataFrame, ceilings: Mapping[str, Any], label: str) -> bytes | None:
+def mla_ceilings(ok: pd.DataFrame, ceilings: Mapping[str, Any], label: str) -> Drawing | None:
     """MLA rows against both measured ceilings. Left: % of the matmul ceiling vs context per
     kernel (uniform decode; one line style per batch size). Right: a roofline (TFLOP/s vs FLOP
     per byte) with the copy-bandwidth slope, the matmul roof and their ridge: MLA decode with

@@ -293,8 +293,8 @@ def figure(doc: ReplayDocument, label: str) -> Figure | None:
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
     ax_itl.legend(fontsize=7)
-    png = _finish(fig, f"Serving replay: {doc.trace.name}", label)
-    return Figure(png, "p99 ITL and TTFT against the arrival rate", name="replay")
+    drawing = _finish(fig, f"Serving replay: {doc.trace.name}", label)
+    return drawing.figure("p99 ITL and TTFT against the arrival rate", "replay")
 
 
 def blocks_for(doc: ReplayDocument, label: str) -> list[Block]:

@@ -14,7 +14,7 @@ from attnbench.replay.validation_doc import (
     is_validation_document,
     parse_validation,
 )
-from attnbench.report.blocks import Block, Figure, Table, Text
+from attnbench.report.blocks import Block, Table, Text
 from attnbench.results import is_document_path, read_json
 
 
@@ -81,10 +81,10 @@ def validation_blocks(path: Path, vdoc: ValidationDocument, label: str) -> list[
             points.setdefault(st.backend, []).append((st.measured_us, st.predicted_us))
     from attnbench.report.plots_serving import predicted_vs_measured
 
-    png = predicted_vs_measured(points, t.p90_abs_err, label)
-    if png is not None:
+    drawing = predicted_vs_measured(points, t.p90_abs_err, label)
+    if drawing is not None:
         blocks.append(
-            Figure(png, "predicted vs measured per step, per variant", name="replay-validation")
+            drawing.figure("predicted vs measured per step, per variant", "replay-validation")
         )
     return blocks
 

@@ -24,7 +24,7 @@ from attnbench.report import plots
 from attnbench.report.blocks import (
     Block,
     Code,
-    Figure,
+    Drawing,
     ReportData,
     Section,
     Table,
@@ -278,30 +278,33 @@ def pivot_table(rows: pd.DataFrame, caption: str) -> Table | None:
 
 
 def figure_section(
-    title: str, png: bytes | None, caption: str, extra: list[Block]
+    title: str, drawing: Drawing | None, caption: str, extra: list[Block]
 ) -> Section | None:
-    blocks: list[Block] = [Figure(png, caption, title)] if png else []
+    blocks: list[Block] = [drawing.figure(caption, title)] if drawing else []
     blocks += [b for b in extra if b is not None]
     return Section(title, blocks) if blocks else None
 
 
 @register_section("Decode latency", order=30)
 def decode_latency(data: ReportData) -> Section | None:
-    png = plots.latency_vs_context(data.ok, data.label)
+    drawing = plots.latency_vs_context(data.ok, data.label)
     rel = plots.latency_vs_context(data.ok, data.label, relative=True)
     dec = data.ok[data.ok["kind"] == "decode"] if not data.ok.empty else data.ok
     table = pivot_table(dec, "decode: median latency per call") if not dec.empty else None
     extra: list[Block] = []
     if rel:
         extra.append(
-            Figure(
-                rel, "Decode latency relative to the fastest backend per context", "decode-relative"
+            rel.figure(
+                "Decode latency relative to the fastest backend per context", "decode-relative"
             )
         )
     if table:
         extra.append(table)
     return figure_section(
-        "Decode latency", png, "Decode latency vs context length (uniform batches, log-log)", extra
+        "Decode latency",
+        drawing,
+        "Decode latency vs context length (uniform batches, log-log)",
+        extra,
     )
 
 
@@ -321,7 +324,7 @@ def prefill_latency(data: ReportData) -> Section | None:
 def roofline(data: ReportData) -> Section | None:
     if data.ok.empty:
         return None
-    png = plots.roofline(data.ok, data.ceilings, data.label)
+    drawing = plots.roofline(data.ok, data.ceilings, data.label)
     rows = []
     for b, g in data.ok.groupby("backend"):
         d, p = g[g["kind"] == "decode"], g[g["kind"] == "prefill"]
@@ -347,7 +350,7 @@ def roofline(data: ReportData) -> Section | None:
     )
     return figure_section(
         "Roofline",
-        png,
+        drawing,
         "Roofline with the measured copy-bandwidth and matmul ceilings; decode and prefill "
         "fractions of them",
         [table],

@@ -28,7 +28,7 @@ from attnbench.report.table import short_case
 def raggedness(data: ReportData) -> Section | None:
     if data.ok.empty:
         return None
-    png = plots_serving.raggedness(data.ok, data.label)
+    drawing = plots_serving.raggedness(data.ok, data.label)
     dec = data.ok[data.ok["kind"] == "decode"]
     cost = padding_cost(dec[dec["padded"]], dec[~dec["padded"]])
     extra: list[Block] = []
@@ -60,7 +60,7 @@ def raggedness(data: ReportData) -> Section | None:
         )
     return figure_section(
         "Raggedness",
-        png,
+        drawing,
         "Latency at the same total KV tokens with rising skew; dashed: the padded twin",
         extra,
     )
@@ -70,7 +70,7 @@ def raggedness(data: ReportData) -> Section | None:
 def fp8(data: ReportData) -> Section | None:
     if data.rows.empty or not data.rows["fp8"].any():
         return None
-    png = plots_serving.fp8_vs_16bit(data.ok, data.rows, data.label)
+    drawing = plots_serving.fp8_vs_16bit(data.ok, data.rows, data.label)
     rec = cached_recommendation(data)
     extra: list[Block] = []
     if rec:
@@ -86,7 +86,7 @@ def fp8(data: ReportData) -> Section | None:
         listed = "; ".join(f"{b} {s} ({n})" for (b, s), n in counts.items())
         extra.append(Text(f"fp8 rows with no timing (no bar in the figure): {listed}."))
     return figure_section(
-        "FP8 KV cache", png, "fp8 vs 16-bit KV: speed-up per backend and along context", extra
+        "FP8 KV cache", drawing, "fp8 vs 16-bit KV: speed-up per backend and along context", extra
     )
 
 

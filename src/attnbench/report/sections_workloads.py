@@ -14,7 +14,6 @@ from attnbench.analysis.frame import dtype_label, fmt_us, human_tokens, shape_la
 from attnbench.report import plots_serving, plots_studies
 from attnbench.report.blocks import (
     Block,
-    Figure,
     ReportData,
     Section,
     Table,
@@ -99,19 +98,18 @@ def tree_table(ok: pd.DataFrame) -> tuple[Table | None, str]:
 def trees(data: ReportData) -> Section | None:
     if data.ok.empty and (data.rows.empty or not (data.rows["kind"] == "tree").any()):
         return None
-    png = plots_serving.by_axis(data.ok, "tree", data.label) if not data.ok.empty else None
+    drawing = plots_serving.by_axis(data.ok, "tree", data.label) if not data.ok.empty else None
     table, sentence = tree_table(data.ok) if not data.ok.empty else (None, "")
-    if png is None and table is None:
+    if drawing is None and table is None:
         return None
     blocks: list[Block] = []
     if sentence:
         blocks.append(Text(sentence))
     if table is not None:
         blocks.append(table)
-    if png:
+    if drawing:
         blocks.append(
-            Figure(
-                png,
+            drawing.figure(
                 "Draft-tree verification latency per tree shape against context, every variant "
                 "whose rows passed the gate (median, 95% CI)",
                 "speculative-trees",
@@ -209,18 +207,17 @@ def shared_prefix(data: ReportData) -> Section | None:
                 "batch measured."
             )
         )
-        png = plots_studies.cascade_speedup(groups, data.label)
+        drawing = plots_studies.cascade_speedup(groups, data.label)
         for c in groups:
             blocks += crossover_blocks(c)
-        if png:
+        if drawing:
             blocks.append(
-                Figure(
-                    png,
+                drawing.figure(
                     "Best cascade speedup over the best plain decode variant against batch size, "
                     "per prefix length (filled: significant win; dashed: 1x)",
                     "cascade-crossover",
                 )
             )
     if latency:
-        blocks.append(Figure(latency, "Shared-prefix decode latency per variant", "shared-prefix"))
+        blocks.append(latency.figure("Shared-prefix decode latency per variant", "shared-prefix"))
     return Section("Shared prefix", blocks)
