@@ -5,7 +5,10 @@ any file list, bullets or navigation; each other section's lead open and its det
 from __future__ import annotations
 
 import base64
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -301,3 +304,19 @@ def test_figures_fit_the_width_and_the_first_screen_has_a_phone_rendition(page: 
     width, height = _png_size(fig.narrow)
     assert width <= 400 < height  # drawn for a phone: panels one above the other
     assert _png_size(fig.png)[0] > width
+
+
+def test_the_report_and_recommend_import_no_torch() -> None:
+    """Importing torch took ~2 s of `attnbench report`'s ~15 (issue 34: <= 15 s), through the
+    fp8 study's document type and the head_dim section's FlashInfer rules: every report and
+    analysis module, and the commands that read results, load without it."""
+    code = (
+        "import sys, pkgutil, importlib, attnbench.report, attnbench.analysis\n"
+        "for pkg in (attnbench.report, attnbench.analysis):\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        importlib.import_module(m.name)\n"
+        "import attnbench.cli.analyze, attnbench.cli.recommend, attnbench.cli.show\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)

@@ -44,13 +44,13 @@ def study_path() -> Path:
 
 @functools.lru_cache(maxsize=4)
 def _study(path: str) -> dict[str, Any] | None:
-    from attnbench.results import read_json
+    from attnbench.results import FP8_STUDY_TYPE, read_json
 
     try:
         doc = read_json(Path(path))
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and doc.get("type") == "fp8-study" else None
+    return doc if isinstance(doc, dict) and doc.get("type") == FP8_STUDY_TYPE else None
 
 
 def study_error(

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from attnbench.backends.base import Unsupported
 from attnbench.backends.features import missing_feature
-from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.spec import TreeSpec, WorkloadSpec
+
+if TYPE_CHECKING:  # annotations only: measure.hardware imports torch, these rules need none
+    from attnbench.measure.hardware import DeviceInfo
 
 Api = Literal["decode", "xqa", "paged", "ragged", "cascade"]
 
@@ -317,7 +319,7 @@ def _trtllm_gen(spec: WorkloadSpec, device: DeviceInfo) -> Route | str:
     return Route("decode", "trtllm-gen", q_len_per_req=rows, knobs_used=("use_cuda_graph",))
 
 
-Router = Callable[[WorkloadSpec, DeviceInfo], "Route | str"]
+Router = Callable[[WorkloadSpec, "DeviceInfo"], "Route | str"]
 
 
 def _ragged(backend: str) -> Router:

@@ -79,10 +79,9 @@ def _documents(paths: list[Path], named: set[Path]) -> list[Path]:
     """The .json files the report has a section for (fp8 studies, replay documents). A file
     named on the command line that is neither is said to be skipped (files found in a folder,
     such as `attnbench hw --out` facts, are skipped quietly)."""
-    from attnbench.fp8study import DOCUMENT_TYPE
     from attnbench.replay.study import SCHEMA
     from attnbench.replay.validate import SCHEMA as VALIDATION_SCHEMA
-    from attnbench.results import read_json
+    from attnbench.results import FP8_STUDY_TYPE, read_json
 
     found: list[Path] = []
     for p in paths:
@@ -93,7 +92,7 @@ def _documents(paths: list[Path], named: set[Path]) -> list[Path]:
         else:
             known = isinstance(data, dict) and (
                 data.get("schema") in (SCHEMA, VALIDATION_SCHEMA)
-                or data.get("type") == DOCUMENT_TYPE
+                or data.get("type") == FP8_STUDY_TYPE
             )
             if known:
                 found.append(p)

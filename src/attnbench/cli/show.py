@@ -87,7 +87,6 @@ def print_study(path: Path, summary: bool = True) -> None:
     """A saved fp8 study: a heading (device, commit, whether it finished), then its tables;
     the kernel table has one row per record, FA3's error split beside FlashInfer's."""
     from attnbench.cli.show_documents import KINDS, print_other_document
-    from attnbench.fp8study import DOCUMENT_TYPE
     from attnbench.fp8study.tables import (
         errors_table,
         kernel_table,
@@ -95,7 +94,7 @@ def print_study(path: Path, summary: bool = True) -> None:
         study_heading,
         summary_table,
     )
-    from attnbench.results import read_json
+    from attnbench.results import FP8_STUDY_TYPE, read_json
 
     try:
         doc = read_json(path)
@@ -103,7 +102,7 @@ def print_study(path: Path, summary: bool = True) -> None:
         fail(f"{path}: {exc.strerror or exc}")
     except ValueError as exc:  # not JSON
         fail(f"{exc} (`attnbench show` reads {KINDS})")
-    if not isinstance(doc, dict) or doc.get("type") != DOCUMENT_TYPE:
+    if not isinstance(doc, dict) or doc.get("type") != FP8_STUDY_TYPE:
         print_other_document(path, doc)  # a replay, validation or fidelity document
         return
     console.print(f"{path}: {study_heading(doc)}", style="bold", markup=False, highlight=False)

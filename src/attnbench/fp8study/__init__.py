@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.fp8study.config import StudyConfig
+from attnbench.results.textfile import FP8_STUDY_TYPE
 
 SCHEMA_VERSION = 1
-DOCUMENT_TYPE = "fp8-study"
+DOCUMENT_TYPE = FP8_STUDY_TYPE
 
 
 def run_study(

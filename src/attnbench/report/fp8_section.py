@@ -7,9 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.report.blocks import ReportData, Section, Table, Text, register_section
-from attnbench.results import is_document_path, read_json
-
-STUDY_TYPE = "fp8-study"
+from attnbench.results import FP8_STUDY_TYPE, is_document_path, read_json
 
 
 def study_docs(paths: list[Path]) -> list[dict[str, Any]]:
@@ -21,7 +19,7 @@ def study_docs(paths: list[Path]) -> list[dict[str, Any]]:
             doc = read_json(p)
         except (OSError, ValueError):
             continue
-        if isinstance(doc, dict) and doc.get("type") == STUDY_TYPE:
+        if isinstance(doc, dict) and doc.get("type") == FP8_STUDY_TYPE:
             doc["_path"] = p.name
             docs.append(doc)
     return docs

@@ -46,6 +46,7 @@ from attnbench.results.rows import (
 )
 from attnbench.results.textfile import (
     DOCUMENT_SUFFIXES,
+    FP8_STUDY_TYPE,
     CompressedFileError,
     is_document_path,
     read_json,
@@ -56,6 +57,7 @@ from attnbench.results.writer import ResultWriter, drop_torn_tail
 __all__ = [
     "DOCUMENT_SUFFIXES",
     "FINAL_STATUSES",
+    "FP8_STUDY_TYPE",
     "LIBRARIES",
     "MAX_SAMPLES",
     "SCHEMA_VERSION",

@@ -20,6 +20,11 @@ class CompressedFileError(ValueError):
     """A file whose name ends in .gz but that is not (all) a gzip stream; names the file."""
 
 
+FP8_STUDY_TYPE = "fp8-study"
+"""The `type` of an fp8 study document (`attnbench fp8 --out`): here, apart from the study's
+package, so readers that only look at the document need not import torch (its `quant`)."""
+
+
 def is_document_path(path: Path | str) -> bool:
     """True for a name ending in `.json` or `.json.gz` (not `.jsonl`: those are results)."""
     return str(path).endswith(DOCUMENT_SUFFIXES)

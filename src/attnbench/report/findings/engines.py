@@ -24,9 +24,8 @@ from attnbench.report.findings.core import (
     section,
     sources,
 )
+from attnbench.results import FP8_STUDY_TYPE
 
-FP8_STUDY_TYPE = "fp8-study"
-"""`fp8study.DOCUMENT_TYPE` (not imported: the fp8 study package imports torch)."""
 FA3_VARIANT = "flash-attn:fa3"
 
 
