@@ -137,11 +137,12 @@ def summarize_rows(rows: Iterable[ResultRow]) -> RunSummary:
         )
         kernels = [r for r in ok if r.backend != ORACLE and not _baseline(r.backend)]
         baselines = [r for r in ok if _baseline(r.backend)]
+        by_backend = {r.backend: r for r in case_rows}
         if kernels:
-            case = _case(case_id, label, kernels, {r.backend: r for r in case_rows})
+            case = _case(case_id, label, kernels, by_backend)
             out.cases.append(_with_baseline(case, kernels[0], baselines))
-        elif baselines:  # a run of baselines only: the fastest of them, said to be one
-            out.cases.append(_case(case_id, label, baselines, {r.backend: r for r in case_rows}))
+        elif baselines:  # a run of baselines only: the fastest of them (its name says -contiguous)
+            out.cases.append(_case(case_id, label, baselines, by_backend))
         else:
             out.no_winner.append(_no_winner(label, case_rows, ok))
     return out
