@@ -65,7 +65,6 @@ def fp8(
         _capacity(model, tp, page_size, hbm_gib, utilization, reserve_gib, seed)
         return
     from attnbench.fp8study import StudyConfig, run_study, write_study
-    from attnbench.fp8study.tables import errors_table, kernel_table, needle_table, summary_table
     from attnbench.measure.hardware import resolve_device
 
     try:
@@ -78,17 +77,9 @@ def fp8(
     path = out or _default_out(dev, size)
     check_output_file(path, "--out" if out else "the default output (set --out)")
     cfg = StudyConfig.full(dev, seed) if full else StudyConfig.small(dev, seed)
-    lengths: tuple[int, ...] | None = None
-    if needle_lengths:
-        try:
-            lengths = tuple(int(v) for v in needle_lengths.split(",") if v.strip())
-        except ValueError:
-            fail(f"--needle-lengths={needle_lengths!r}: expected comma-separated integers")
-        if not lengths or min(lengths) < 2:
-            fail(f"--needle-lengths={needle_lengths!r}: every length must be at least 2")
     cfg = cfg.with_overrides(
         kernel=kernel,
-        needle_lengths=lengths,
+        needle_lengths=_needle_lengths(needle_lengths),
         needle_trials=trials,
         rel_l2_bound=rel_l2_bound,
         recall_bound=recall_bound,
@@ -112,13 +103,7 @@ def fp8(
         kept = f"the parts finished ({saved[-1]}) are in {path}" if saved else "no part finished"
         note(f"interrupted: {kept}")
         raise typer.Exit(130) from None
-    console.print(errors_table(doc))
-    console.print(needle_table(doc))
-    if doc["kernel"]:
-        console.print(kernel_table(doc))
-    if doc["kernel_skipped"]:  # all of it, or one library (FlashInfer or FA3) missing here
-        note(f"kernel error skipped: {doc['kernel_skipped']}")
-    console.print(summary_table(doc))
+    _print_study(doc)
     try:
         write_study(doc, path)
     except OSError as exc:
@@ -129,6 +114,31 @@ def fp8(
         f" -> {escape(str(path))}",
         highlight=False,
     )
+
+
+def _needle_lengths(text: str | None) -> tuple[int, ...] | None:
+    """--needle-lengths as integers of at least 2, or None (the size's own lengths)."""
+    if not text:
+        return None
+    try:
+        lengths = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        fail(f"--needle-lengths={text!r}: expected comma-separated integers")
+    if not lengths or min(lengths) < 2:
+        fail(f"--needle-lengths={text!r}: every length must be at least 2")
+    return lengths
+
+
+def _print_study(doc: dict[str, Any]) -> None:
+    from attnbench.fp8study.tables import errors_table, kernel_table, needle_table, summary_table
+
+    console.print(errors_table(doc))
+    console.print(needle_table(doc))
+    if doc["kernel"]:
+        console.print(kernel_table(doc))
+    if doc["kernel_skipped"]:  # all of it, or one library (FlashInfer or FA3) missing here
+        note(f"kernel error skipped: {doc['kernel_skipped']}")
+    console.print(summary_table(doc))
 
 
 def _default_out(device: str, size: str) -> Path:

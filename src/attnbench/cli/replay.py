@@ -24,6 +24,7 @@ from attnbench.cli.paths import runs_dir
 from attnbench.measure.limits import MAX_SEED
 
 if TYPE_CHECKING:
+    from attnbench.replay.deployment import Deployment
     from attnbench.replay.pipeline import ReplayOutcome
     from attnbench.replay.records import LiveValidation
 
@@ -125,9 +126,7 @@ def replay(
 ) -> None:
     """Replay a serving trace through a continuous-batching simulator whose step times come from
     the measured attention rows: ITL, TTFT and throughput per backend variant and hybrid."""
-    from attnbench.analysis.frame import NoResultsError, resolve_paths
     from attnbench.cli.show_documents import print_replay_summary
-    from attnbench.replay.deployment import Deployment
     from attnbench.replay.document import ReplayConfig
     from attnbench.replay.pipeline import ReplayError, run_replay
     from attnbench.report.replay_tables import escape
@@ -142,29 +141,9 @@ def replay(
         allreduce_gbps=allreduce_gbps,
         page_size=page_size,
     )
-    if out is not None:
-        check_output_file(out, "--out")
-    if validation is not None and not validation.is_file():
-        fail(f"--validation={validation}: no such file (`attnbench replay-validate` writes one)")
-    if live:
-        _check_live_device(device)
-        check_output_file(_live_path(live_out, out), "--live-out" if live_out else "--live")
-    try:
-        paths = resolve_paths([str(p) for p in results] if results else None)
-    except (NoResultsError, FileNotFoundError) as exc:
-        fail(str(exc))
-    try:
-        deployment = Deployment(
-            model=model,
-            tp=tp,
-            dtype=dtype,
-            kv_dtype=kv_dtype,
-            page_size=page_size,
-            gpu_mem_gib=gpu_mem_gib,
-            mem_utilization=mem_utilization,
-        )
-    except ValueError as exc:
-        fail(str(exc))
+    _check_files(out, validation, live, live_out, device)
+    paths = _results_paths(results)
+    deployment = _deployment(model, tp, dtype, kv_dtype, page_size, gpu_mem_gib, mem_utilization)
     cfg = ReplayConfig(
         trace=trace,
         limit=limit,
@@ -200,6 +179,53 @@ def replay(
     if out is not None:
         write_output(out, doc.to_json(), "--out")
         console.print(f"replay -> {escape(str(out))}", highlight=False)
+
+
+def _check_files(
+    out: Path | None, validation: Path | None, live: int, live_out: Path | None, device: str
+) -> None:
+    """The files `replay` writes and reads, and --live's GPU, checked before the replay."""
+    if out is not None:
+        check_output_file(out, "--out")
+    if validation is not None and not validation.is_file():
+        fail(f"--validation={validation}: no such file (`attnbench replay-validate` writes one)")
+    if live:
+        _check_live_device(device)
+        check_output_file(_live_path(live_out, out), "--live-out" if live_out else "--live")
+
+
+def _results_paths(results: list[Path] | None) -> list[Path]:
+    from attnbench.analysis.frame import NoResultsError, resolve_paths
+
+    try:
+        return resolve_paths([str(p) for p in results] if results else None)
+    except (NoResultsError, FileNotFoundError) as exc:
+        fail(str(exc))
+
+
+def _deployment(
+    model: str,
+    tp: int,
+    dtype: str,
+    kv_dtype: str,
+    page_size: int,
+    gpu_mem_gib: float,
+    mem_utilization: float,
+) -> Deployment:
+    from attnbench.replay.deployment import Deployment
+
+    try:
+        return Deployment(
+            model=model,
+            tp=tp,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            page_size=page_size,
+            gpu_mem_gib=gpu_mem_gib,
+            mem_utilization=mem_utilization,
+        )
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def _check_numbers(**values: float | None) -> None:

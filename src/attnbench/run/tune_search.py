@@ -149,12 +149,36 @@ def search(
     far) when `deadline` expires.
     """
     halving = len(grid) > opts.grid_limit
-    s = Search(configs=len(grid), method="halving" if halving else "grid")
-    ignored: set[str] = set()
-    seen: set[str] = set()
+    found = Search(configs=len(grid), method="halving" if halving else "grid")
+    run = _Trials(found, grid, trial, base_cfg, deadline, on_trial, opts, on_failure)
+    budget_ms = opts.stage0_ms if halving else 4 * opts.stage0_ms
+    alive = run.first_stage(budget_ms)
+    while halving and len(alive) > 1 and not found.stopped:
+        alive = run.ranked(alive)[: math.ceil(len(alive) / 2)]
+        if len(alive) == 1:
+            break
+        budget_ms *= 2
+        alive = run.next_stage(alive, budget_ms)
+    found.winner = run.ranked(alive)[0] if alive else None
+    return found
 
-    def run(knobs: Knobs, stage: int, budget_ms: float) -> ResultRow:
-        row = trial(knobs, stage_config(base_cfg, budget_ms, opts.warmup_ms))
+
+@dataclass
+class _Trials:
+    """One search's trials: each measured, annotated, counted in `s` and emitted."""
+
+    s: Search
+    grid: list[Knobs]
+    trial: TrialFn
+    base_cfg: MeasureConfig
+    deadline: Deadline
+    on_trial: Emit
+    opts: TuneOptions
+    on_failure: Emit
+
+    def run(self, knobs: Knobs, stage: int, budget_ms: float) -> ResultRow:
+        s = self.s
+        row = self.trial(knobs, stage_config(self.base_cfg, budget_ms, self.opts.warmup_ms))
         row = annotate(row, knobs, {"stage": stage, "trial": s.trials})
         s.trials += 1
         if is_rejection(row):
@@ -165,53 +189,57 @@ def search(
         elif row.status != "ok":
             s.failed += 1
             if len(s.failures) < 3:
-                s.failures.append(f"{knob_label(knobs, grid[0])}: {row.status} {row.reason}")
-            on_failure(row)
+                s.failures.append(f"{knob_label(knobs, self.grid[0])}: {row.status} {row.reason}")
+            self.on_failure(row)
         else:
             s.latency_us[knob_key(knobs)] = float(row.latency_us or math.inf)
-        on_trial(row)
+        self.on_trial(row)
         return row
 
-    budget_ms = opts.stage0_ms if halving else 4 * opts.stage0_ms
-    alive: list[Knobs] = []
-    for i, knobs in enumerate(grid):
-        if i > 0 and deadline.expired():
-            s.stopped = True
-            break
-        if knob_key(knobs, ignored) in seen:
-            s.duplicates += 1
-            continue
-        row = run(knobs, 0, budget_ms)
-        if i == 0:
-            s.default_row = row
-        ignored |= _ignored(row)
-        seen.add(knob_key(knobs, ignored))
-        if row.status == "ok":
-            alive.append(knobs)
-    s.stages = 1
+    def first_stage(self, budget_ms: float) -> list[Knobs]:
+        """Every configuration once, skipping those that differ only in knobs the kernel
+        ignored; returns those that passed."""
+        s = self.s
+        ignored: set[str] = set()
+        seen: set[str] = set()
+        alive: list[Knobs] = []
+        for i, knobs in enumerate(self.grid):
+            if i > 0 and self.deadline.expired():
+                s.stopped = True
+                break
+            if knob_key(knobs, ignored) in seen:
+                s.duplicates += 1
+                continue
+            row = self.run(knobs, 0, budget_ms)
+            if i == 0:
+                s.default_row = row
+            ignored |= _ignored(row)
+            seen.add(knob_key(knobs, ignored))
+            if row.status == "ok":
+                alive.append(knobs)
+        s.stages = 1
+        return alive
 
-    def ranked(configs: list[Knobs]) -> list[Knobs]:
-        return sorted(configs, key=lambda k: s.latency_us[knob_key(k)])  # stable: default wins ties
-
-    while halving and len(alive) > 1 and not s.stopped:
-        alive = ranked(alive)[: math.ceil(len(alive) / 2)]
-        if len(alive) == 1:
-            break
-        budget_ms *= 2
+    def next_stage(self, alive: list[Knobs], budget_ms: float) -> list[Knobs]:
+        """The survivors measured again with `budget_ms`; those the deadline left unmeasured
+        keep their place."""
+        s = self.s
         survivors: list[Knobs] = []
         for j, knobs in enumerate(alive):
-            if deadline.expired():
+            if self.deadline.expired():
                 s.stopped = True
                 survivors += alive[j:]
                 break
-            if run(knobs, s.stages, budget_ms).status == "ok":
+            if self.run(knobs, s.stages, budget_ms).status == "ok":
                 survivors.append(knobs)
             else:
                 s.latency_us.pop(knob_key(knobs), None)
-        alive = survivors
         s.stages += 1
-    s.winner = ranked(alive)[0] if alive else None
-    return s
+        return survivors
+
+    def ranked(self, configs: list[Knobs]) -> list[Knobs]:
+        """Fastest first; stable, so the default wins ties."""
+        return sorted(configs, key=lambda k: self.s.latency_us[knob_key(k)])
 
 
 def annotate(row: ResultRow, knobs: Knobs, tune: dict[str, Any]) -> ResultRow:
