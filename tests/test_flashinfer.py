@@ -716,3 +716,26 @@ def test_a_prebuilt_module_is_not_compiled_again_at_first_use(
     assert [b["name"] for b in builds] == [name]
     assert builds[0]["seconds"] < prebuild.FIRST_USE_MIN_S, builds
     assert prebuild.first_use_builds(log) == []
+
+
+@pytest.mark.gpu
+def test_prebuild_makes_the_prefill_modules_flashinfer_loads() -> None:
+    """The real FlashInfer: the prebuild's fa2 prefill spec is the equal-stride primary
+    module that 0.7.4's `get_batch_prefill_module` loads for fa2 (and for flashinfer:tc's
+    decode); fa3's is the public one. In session 15 (H100, fresh) the prebuild built the
+    public fa2 module, which nothing loaded, and tc's first plan compiled the primary one."""
+    pytest.importorskip("flashinfer")
+    from attnbench.measure.hardware import detect
+    from attnbench.run import prebuild, prebuild_worker
+
+    spec = make_spec(head_dim=128)
+    device = detect("cuda:0")
+    tc = prebuild.module_needs("flashinfer:tc", spec, device)
+    fa3 = prebuild.module_needs("flashinfer:fa3", make_spec(kind="prefill"), device)
+    assert isinstance(tc, list), tc
+    assert isinstance(fa3, list), fa3
+    specs, failed = prebuild_worker.collect_specs([*tc, *fa3])
+    assert failed == []
+    names = [str(s.name) for s in specs]
+    assert any(n.endswith("_kv_stride_equal") for n in names), names
+    assert any(n.endswith("_sm90") for n in names), names

@@ -115,6 +115,9 @@ def fake_flashinfer(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     jit.gen_batch_prefill_module = gen("prefill")  # type: ignore[attr-defined]
     xqa = types.ModuleType("flashinfer.jit.xqa")
     xqa.gen_xqa_module = gen("xqa")  # type: ignore[attr-defined]
+    attention = types.ModuleType("flashinfer.jit.attention")
+    modules = types.ModuleType("flashinfer.jit.attention.modules")
+    modules._gen_batch_prefill_primary_module = gen("prefill-fa2")  # type: ignore[attr-defined]
     cpp = types.ModuleType("flashinfer.jit.cpp_ext")
 
     def run_ninja(workdir: Path, ninja: Path, verbose: bool, max_jobs: int) -> None:
@@ -124,6 +127,7 @@ def fake_flashinfer(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     cpp.run_ninja = run_ninja  # type: ignore[attr-defined]
     mods = [("", fi), (".jit", jit), (".jit.xqa", xqa), (".jit.cpp_ext", cpp)]
+    mods += [(".jit.attention", attention), (".jit.attention.modules", modules)]
     for name, mod in mods:
         monkeypatch.setitem(sys.modules, "flashinfer" + name, mod)
     monkeypatch.delenv("FLASHINFER_JIT_PREBUILD_MAX_JOBS", raising=False)
@@ -158,6 +162,11 @@ def test_specs_through_flashinfer_generators(fake_flashinfer: dict[str, Any]) ->
         "decode",
         (torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32),
     )
+    # FA2's prefill through 0.7.4's equal-stride primary module (the one its plan loads),
+    # fa3's through the public generator
+    prefill = [(k, a[0]) for k, a in calls if k.startswith("prefill")]
+    assert {b for _, b in prefill} == {"fa2", "fa3"}
+    assert all(k == ("prefill-fa2" if b == "fa2" else "prefill") for k, b in prefill)
     # the two decode modules share a name in the fake: one spec each name; the fp8 XQA failed
     names = [s.name for s in specs]
     assert len(names) == len(set(names)) == len(needs) - 2

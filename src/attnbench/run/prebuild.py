@@ -48,9 +48,14 @@ PREBUILD_LIMIT_S = 420.0
 GENERATORS: dict[str, tuple[str, str]] = {
     "decode": ("flashinfer.jit", "gen_batch_decode_module"),
     "prefill": ("flashinfer.jit", "gen_batch_prefill_module"),
+    "prefill-fa2": ("flashinfer.jit.attention.modules", "_gen_batch_prefill_primary_module"),
     "xqa": ("flashinfer.jit.xqa", "gen_xqa_module"),
 }
-"""Module kind -> (module, function) of FlashInfer 0.7.4 that returns its JitSpec."""
+"""Module kind (`ModuleNeed.generator_key`) -> (module, function) of FlashInfer 0.7.4 that
+returns its JitSpec. For the fa2 backend, 0.7.4's `get_batch_prefill_module` loads the
+equal-stride primary module (`..._kv_stride_equal`), not the public generator's runtime-stride
+one: on a fresh H100 (session 15) the prebuild built the public one, which nothing loaded, and
+flashinfer:tc's first plan then compiled the primary one (19-20 s, bf16 and fp8 KV)."""
 EXPECTED_S: dict[str, float] = {"decode": 20.0, "prefill-fa2": 25.0, "prefill-fa3": 81.0}
 """Seconds one module took to build alone on the H200 (16 cores; session 10, issue 34); xqa
 and any other kind: `DEFAULT_EXPECTED_S`."""
@@ -76,6 +81,12 @@ class ModuleNeed:
     def expected_s(self) -> float:
         key = f"{self.kind}-{self.args[0]}" if self.kind == "prefill" else self.kind
         return EXPECTED_S.get(key, DEFAULT_EXPECTED_S)
+
+    @property
+    def generator_key(self) -> str:
+        """Its `GENERATORS` entry: the kind, or `prefill-fa2` for FA2's own prefill module."""
+        fa2 = self.kind == "prefill" and self.args[0] == "fa2"
+        return "prefill-fa2" if fa2 else self.kind
 
 
 def _flags(spec: WorkloadSpec) -> tuple[bool, bool]:

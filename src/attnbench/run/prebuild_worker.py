@@ -44,7 +44,7 @@ def collect_specs(needs: Sequence[ModuleNeed]) -> tuple[list[Any], list[str]]:
     failed: list[str] = []
     names: set[str] = set()
     for need in needs:
-        where, fn = GENERATORS[need.kind]
+        where, fn = GENERATORS[need.generator_key]
         try:
             gen = getattr(importlib.import_module(where), fn)
             spec = gen(*_torch_args(need.args))
