@@ -6,10 +6,11 @@
 # the engine, bf16 KV first, then fp8_e4m3 KV, into ONE rows file. Through the device tool,
 # with `.device` carried:
 #   source .device/setup.sh; trap - EXIT; ATTNBENCH_GIT_SHA=<sha> bash scripts/h200/deploy_answer.sh
-# Rows land in $OUT/h200-deploy.jsonl; commit them as results/h200-deploy.jsonl.gz (gzip -9).
+# Rows land in $OUT/<gpu>-deploy.jsonl (<gpu>: the card the call got, `gpu_tag.sh`); commit
+# them as results/<gpu>-deploy.jsonl.gz (gzip -9).
 # Self-limited: no new batch starts after DEPLOY_BUDGET_S (default 540 s) of this script's wall
 # time, so one call stays under the 600 s a command may run. Resumable: when a cut call's rows
-# are committed as results/h200-deploy.jsonl.gz, the next call continues them (--resume).
+# are committed as results/<gpu>-deploy.jsonl.gz, the next call continues them (--resume).
 # Cost (from `--measure --dry-run --per-bucket 1` on the committed rows): 76 batches per KV
 # dtype (3-6 buckets of >= 5% weight per model, engine and trace), each timed with the
 # engine's 2 configurations: 152 pairs per KV dtype, 304 in all. The four traces of one
@@ -21,16 +22,17 @@
 # DRY=1 plans every invocation (`--dry-run`, no GPU) to check the script on a CPU machine.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-ROWS="$OUT/h200-deploy.jsonl"
+source scripts/h200/gpu_tag.sh
+ROWS="$OUT/$GPU_TAG-deploy.jsonl"
 BUDGET=${DEPLOY_BUDGET_S:-540}
 AB="${AB:-python3 -m attnbench}"
 start=$SECONDS
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; deploy_answer; $(date -u +%FT%TZ)"
 [ -f scripts/h200/jit_aot.sh ] && bash scripts/h200/jit_aot.sh
-if [ -f results/h200-deploy.jsonl.gz ] && [ ! -f "$ROWS" ]; then
-  zcat results/h200-deploy.jsonl.gz > "$ROWS"  # a cut call's rows: continue them
+if [ -f "results/$GPU_TAG-deploy.jsonl.gz" ] && [ ! -f "$ROWS" ]; then
+  zcat "results/$GPU_TAG-deploy.jsonl.gz" > "$ROWS"  # a cut call's rows: continue them
 fi
-mapfile -t INPUTS < <(ls results/h200-*.jsonl* | grep -v h200-deploy)
+mapfile -t INPUTS < <(ls results/h200-*.jsonl* | grep -v -- -deploy)
 for kv in auto fp8_e4m3; do
   for model in "llama-3.1-8b 1" "llama-3.1-70b 8"; do
     set -- $model

@@ -6,7 +6,7 @@
 #   bash scripts/h200/gpu_tests.sh a
 # (from session.sh: `step 390 gpu-tests-a bash scripts/h200/gpu_tests.sh a`, a step limit above
 # the group's own, GPU_TESTS_LIMIT).
-# Each group writes $OUT/h200-gpu-tests-<group>.txt: pytest's report (slowest 15, failures),
+# Each group writes $OUT/$GPU_TAG-gpu-tests-<group>.txt: pytest's report (slowest 15, failures),
 # then the FlashInfer modules it JIT-compiled and how long ninja took on each.
 # Where the time goes is FlashInfer's JIT: 15-100 s per kernel module missing from the carried
 # cache (jit-cache.txz: head_dim 128 bf16/fp16/e4m3-KV decode and prefill, MLA bf16, XQA at
@@ -50,6 +50,7 @@ for g in "$@"; do
 done
 
 OUT=${OUT:-/tmp/out}
+source scripts/h200/gpu_tag.sh  # files named for the card the call got
 mkdir -p "$OUT"
 if [ ! -d /tmp/flashinfer-ws ] && [ -f jit-cache.txz ]; then
   tar xJf jit-cache.txz -C /tmp
@@ -73,7 +74,7 @@ compiled_since() {  # STAMP: the modules ninja linked after STAMP, with ninja's 
 
 status=0
 for g in "$@"; do
-  log=$OUT/h200-gpu-tests-$g.txt
+  log=$OUT/$GPU_TAG-gpu-tests-$g.txt
   stamp=$(mktemp)
   t0=$SECONDS
   # shellcheck disable=SC2086  # FILES is a word list

@@ -21,6 +21,7 @@
 # of the eight files that come back).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source scripts/h200/gpu_tag.sh  # files named for the card the call got
 AB="python3 -m attnbench"
 RUN="$AB run --device cuda --max-time-ms 60 --case-timeout 120"
 DEC="-b flash-attn:fa3 -b flash-attn:fa3-contiguous -b flashinfer:fa2 -b flashinfer:tc"
@@ -47,33 +48,33 @@ s11a)  # session 11, call 1, on a fresh machine (carry .device only; `trap - EXI
   #   call 3: ATTNBENCH_GIT_SHA=<sha> GPU_TESTS_LIMIT=420 bash scripts/h200/gpu_tests.sh d
   # then again any group cut at its limit: the modules it compiled stay in /tmp on the warm
   # machine (group d passed in 155 s on its second try in session 10).
-  step 90 read-probe python3 scripts/h200/read_probe.py --out "$OUT/h200-read-probe.json"
+  step 90 read-probe python3 scripts/h200/read_probe.py --out "$OUT/$GPU_TAG-read-probe.json"
   step 470 gpu-tests-a env GPU_TESTS_LIMIT=450 bash scripts/h200/gpu_tests.sh a
   ;;
 s11d)  # what time is left: the full FP8 study in one run (FA3's fp8 path and FlashInfer's
   # per-token scales in one file)
-  step 300 fp8-study $AB fp8 --device cuda --full --out "$OUT/h200-fp8-study.json"
+  step 300 fp8-study $AB fp8 --device cuda --full --out "$OUT/$GPU_TAG-fp8-study.json"
   ;;
 s11e)  # the read ceiling from the fastest plain reader (measure/stream_read.py, from the read
   # probe): the device's facts, the reader's GPU tests, then the bf16 decode rows that passed
   # the old ceilings (FA3 contiguous and cuDNN at 64k) against the new one, with paged FA3 and
   # FlashInfer's tc and xqa (their modules come with the carried jit-cache.txz)
-  step 60 hw $AB hw --device cuda --out "$OUT/h200-hw.json"
+  step 60 hw $AB hw --device cuda --out "$OUT/$GPU_TAG-hw.json"
   step 150 read-tests python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
     tests/test_stream_read.py tests/test_gpu_core.py
   step 240 read-ceiling $RUN -k decode -l "1024,4096,16384,65536" --no-fp8-mode \
     -b flash-attn:fa3-contiguous -b flash-attn:fa3 -b sdpa:cudnn -b flashinfer:tc \
-    -b flashinfer:xqa --out "$OUT/h200-read-ceiling.jsonl"
+    -b flashinfer:xqa --out "$OUT/$GPU_TAG-read-ceiling.jsonl"
   ;;
 s12a)  # session 12, call 1, on a fresh machine (carry .device only; `trap - EXIT`): the
   # small-kernel fidelity check (CUPTI and nvbench against our timers), the held-out replay
   # steps (frozen in suites/replay-heldout-steps.toml before any was timed; --resume picks up
   # a cut run). One command may run 600 s: the GPU tests are stage s12b.
-  step 130 fidelity-small $AB fidelity --cases small --out "$OUT/h200-fidelity-small.json"
+  step 130 fidelity-small $AB fidelity --cases small --out "$OUT/$GPU_TAG-fidelity-small.json"
   step 420 replay-heldout env ATTNBENCH_MAX_RUNS=200 $AB run --device cuda \
     --suite replay-heldout-steps -b flash-attn:fa3 -b flashinfer:fa2 -b flashinfer:tc \
     -b flashinfer:xqa -b sdpa:cudnn --max-time-ms 10 --case-timeout 60 --resume \
-    --out "$OUT/h200-replay-heldout.jsonl"
+    --out "$OUT/$GPU_TAG-replay-heldout.jsonl"
   ;;
 s12b)  # call 2, chained: the GPU tests of the code that landed since the last full pass
   TAIL=40 step 300 gpu-tests python3 -m pytest -q -m gpu -p no:cacheprovider \
@@ -87,16 +88,16 @@ s12c)  # call 3, on a FRESH machine (carry .device only: no jit-cache.txz, no ch
   # line (type "footer") holds the run's wall_s, setup_s and the prebuild's report.
   # The whole output is kept (TAIL=400): at 1fe251d the last 15 lines hid the prebuild's
   # report, and both runs were cut in FlashInfer compiles after 17 rows (see the issue note).
-  TAIL=400 step 300 default-fresh $AB run --device cuda --out "$OUT/h200-default-fresh.jsonl"
-  TAIL=400 step 200 default-warm $AB run --device cuda --out "$OUT/h200-default-warm.jsonl"
+  TAIL=400 step 300 default-fresh $AB run --device cuda --out "$OUT/$GPU_TAG-default-fresh.jsonl"
+  TAIL=400 step 200 default-warm $AB run --device cuda --out "$OUT/$GPU_TAG-default-warm.jsonl"
   ;;
 s12d)  # the head_dim zoo (issue 36): the Gemma-2 / Phi-3 presets (soft-cap, windows, d96
   # MHA), then the headdim suite (d64-256 x GQA 1/4/8, ragged and uniform, decode and
   # prefill). Both prebuild their FlashInfer modules in one parallel build first.
   step 200 headdim-models $RUN --suite headdim-models -b flashinfer:fa2 -b flashinfer:tc \
-    -b flashinfer:xqa -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/h200-headdim-models.jsonl"
+    -b flashinfer:xqa -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/$GPU_TAG-headdim-models.jsonl"
   step 360 headdim $RUN --suite headdim -b flashinfer:fa2 -b flashinfer:tc -b flashinfer:auto \
-    -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/h200-headdim.jsonl"
+    -b flash-attn:fa3 -b sdpa:cudnn --resume --out "$OUT/$GPU_TAG-headdim.jsonl"
   ;;
 s13a)  # session 13, call 1, on a FRESH machine (carry .device only; `trap - EXIT`): the
   # README's first command, the default suite, as a new user runs it, then again warm (issue
@@ -107,9 +108,9 @@ s13a)  # session 13, call 1, on a FRESH machine (carry .device only; `trap - EXI
   # here as jit-builds-*.jsonl, and read by the run into its footer's `first_use`) shows any
   # module the jobs still compiled.
   TAIL=400 step 350 default-fresh env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-fresh.jsonl" \
-    $AB run --device cuda --out "$OUT/h200-default-fresh.jsonl"
+    $AB run --device cuda --out "$OUT/$GPU_TAG-default-fresh.jsonl"
   TAIL=400 step 150 default-warm env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-warm.jsonl" \
-    $AB run --device cuda --out "$OUT/h200-default-warm.jsonl"
+    $AB run --device cuda --out "$OUT/$GPU_TAG-default-warm.jsonl"
   ;;
 s13c)  # the head_dim zoo on FlashInfer (issue 36), with the prebuild: flashinfer:tc's decode
   # and flashinfer:fa2's paged prefill (one FA2 prefill module per head_dim; the tc witness
@@ -119,11 +120,11 @@ s13c)  # the head_dim zoo on FlashInfer (issue 36), with the prebuild: flashinfe
   # One file per run: --resume refuses a file written with another suite or backends.
   H="$AB run --device cuda --max-time-ms 20 --case-timeout 90 --resume"
   TAIL=40 step 170 headdim-tc $H --suite headdim -b flashinfer:tc -b flashinfer:fa2 \
-    --out "$OUT/h200-headdim-fi.jsonl"
+    --out "$OUT/$GPU_TAG-headdim-fi.jsonl"
   TAIL=40 step 120 headdim-xqa $H --suite headdim -b flashinfer:xqa \
-    --out "$OUT/h200-headdim-xqa.jsonl"
+    --out "$OUT/$GPU_TAG-headdim-xqa.jsonl"
   TAIL=40 step 180 headdim-models $H --suite headdim-models -b flashinfer:fa2 \
-    -b flashinfer:tc -b flash-attn:fa3 -b sdpa:cudnn --out "$OUT/h200-headdim-models.jsonl"
+    -b flashinfer:tc -b flash-attn:fa3 -b sdpa:cudnn --out "$OUT/$GPU_TAG-headdim-models.jsonl"
   ;;
 s12e)  # the head_dim zoo within the device time s12c left (~600 s): the headdim suite on the
   # two libraries that need no JIT build (FA3, SDPA cuDNN), then its decode half on
@@ -134,13 +135,13 @@ s12e)  # the head_dim zoo within the device time s12c left (~600 s): the headdim
   export ATTNBENCH_PREBUILD=0
   H="$AB run --device cuda --max-time-ms 20 --case-timeout 90 --resume"
   step 140 headdim-nojit $H --suite headdim -b flash-attn:fa3 -b sdpa:cudnn \
-    --out "$OUT/h200-headdim.jsonl"
+    --out "$OUT/$GPU_TAG-headdim.jsonl"
   step 190 headdim-fa2 $H --suite scripts/h200/headdim-decode.toml -b flashinfer:fa2 \
-    --out "$OUT/h200-headdim-fa2.jsonl"
+    --out "$OUT/$GPU_TAG-headdim-fa2.jsonl"
   step 150 gemma-2-9b $H --model gemma-2-9b -k decode -b flashinfer:fa2 -b flex \
-    -b flash-attn:fa3 -b sdpa:cudnn --out "$OUT/h200-gemma-2-9b.jsonl"
+    -b flash-attn:fa3 -b sdpa:cudnn --out "$OUT/$GPU_TAG-gemma-2-9b.jsonl"
   step 60 phi-3-mini $H --model phi-3-mini-4k -k decode -b flashinfer:fa2 -b flash-attn:fa3 \
-    -b sdpa:cudnn --out "$OUT/h200-phi-3-mini.jsonl"
+    -b sdpa:cudnn --out "$OUT/$GPU_TAG-phi-3-mini.jsonl"
   ;;
 *) echo "unknown stage $stage (s11a, s11d, s11e, s12a-s12e; older: git history)" >&2 ;;
 esac
