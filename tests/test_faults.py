@@ -124,14 +124,18 @@ def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
     assert proc.returncode == 130, output
     assert "interrupted" in output
     assert "--resume" in output
-    kept = read_results(out).rows
-    assert [r.backend for r in kept] == ["reference"]
+    cut = read_results(out)
+    assert [r.backend for r in cut.rows] == ["reference"]
+    (footer,) = cut.footers  # the cut run's own record of its time
+    assert footer.interrupted
+    assert 0 < footer.setup_s <= footer.wall_s
     res = subprocess.run(
         [*args[:-4], "-b", "reference", "--resume"], capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0, res.stdout + res.stderr
-    rows = read_results(out).rows
-    assert sorted(r.spec.kv_lens[0] for r in rows) == [32, 48, 64]
+    done = read_results(out)
+    assert sorted(r.spec.kv_lens[0] for r in done.rows) == [32, 48, 64]
+    assert [f.interrupted for f in done.footers] == [True, False]
 
 
 def test_a_poisoned_context_stops_the_case_in_a_worker_not_in_process(

@@ -57,9 +57,9 @@ class Header(BaseModel):
 
 
 class Footer(BaseModel):
-    """Last line of a run that ran to its end (a resumed run appends its own): how long it took
-    and how much of that was setup. Files written before footers existed have none; a run cut
-    short (Ctrl-C, a killed process) ends without one."""
+    """Last line of a run (a resumed run appends its own): how long it took and how much of
+    that was setup. A run cut short by Ctrl-C (or `timeout -s INT`) writes one too, marked
+    `interrupted`; files written before footers existed, and runs killed outright, have none."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -74,6 +74,8 @@ class Footer(BaseModel):
     """`run.prebuild`'s report: seconds, expected seconds, what each process built and what
     was left to compile on first use, with why; None where no prebuild ran (CPU runs,
     ATTNBENCH_PREBUILD=0)."""
+    interrupted: bool = False
+    """The run was cut short (Ctrl-C): `wall_s` is up to the interrupt, its rows are partial."""
 
 
 class ResultRow(BaseModel):

@@ -70,6 +70,8 @@ def run_session(plan: RunPlan, sink: RunSink) -> None:
     kind = None if plan.tune is None else TuneJob(plan.tune.grid_limit, plan.tune.stage0_ms)
     names = [b.name for b in plan.backends]
     pre = _start_prebuild(plan, sink)
+    report: dict[str, Any] | None = None
+    setup_s: float | None = None
     try:
         with RunSession(plan, sink) as session:
             jobs = [session.job(spec, names, kind) for spec in order_cases(plan.cases)]
@@ -77,14 +79,27 @@ def run_session(plan: RunPlan, sink: RunSink) -> None:
             setup_s = time.monotonic() - t0
             session.run_jobs([j for j in jobs if j is not None], _budget(plan))
         report = _first_use(pre, report, sink)
+    except KeyboardInterrupt:  # the cut run's own record of its time, then the rows it kept
+        sink.on_footer(_footer(plan, t0, setup_s, report, interrupted=True))
+        raise
     finally:  # no prebuild process outlives the run (Ctrl-C while the workers start)
         if pre is not None:
             pre.stop()
-    wall_s = time.monotonic() - t0
-    sink.on_footer(
-        Footer(
-            run_id=plan.run_id, wall_s=round(wall_s, 1), setup_s=round(setup_s, 1), prebuild=report
-        )
+    sink.on_footer(_footer(plan, t0, setup_s, report))
+
+
+def _footer(
+    plan: RunPlan,
+    t0: float,
+    setup_s: float | None,
+    report: dict[str, Any] | None,
+    interrupted: bool = False,
+) -> Footer:
+    """The run's footer; a run cut during its setup counts all of its time as setup."""
+    wall_s = round(time.monotonic() - t0, 1)
+    setup = wall_s if setup_s is None else round(setup_s, 1)
+    return Footer(
+        run_id=plan.run_id, wall_s=wall_s, setup_s=setup, prebuild=report, interrupted=interrupted
     )
 
 
