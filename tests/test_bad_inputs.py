@@ -617,7 +617,7 @@ ANALYZE = [
     case(  # from another folder (this test's empty one): the checkout's committed results/
         ["recommend"],
         0,
-        "Deployments measured on NVIDIA H200: one line per model shape.",
+        "NVIDIA H200: one line per model shape.",
         id="recommend-from-another-folder",
     ),
     case(

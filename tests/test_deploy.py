@@ -321,15 +321,17 @@ def test_answers_by_model_is_per_model(committed: object) -> None:
         assert [a.engine for a in answers] == ["vllm", "sglang"]
 
 
-def _fake_gpu(calls: list[tuple[str, list[str]]]) -> object:
+def _fake_gpu(calls: list[tuple[str, list[str]]], gpu: str = "NVIDIA H200") -> object:
     """A `replay.validate.gpu_timer` stand-in: rows from the fixtures' cost model, written to
-    the rows file as the RunSession would (a header, then one row per backend)."""
+    the rows file as the RunSession would (a header naming `gpu`, then one row per backend)."""
     from attnbench.results import ResultWriter
     from fixtures_results import header
 
     def make(device: str, rows_path: str, max_time_ms: float = 100.0) -> object:
         w = ResultWriter(Path(rows_path)).__enter__()
-        w.write(header())
+        head = header()
+        prov = {**head.provenance, "gpu": gpu}
+        w.write(head.model_copy(update={"provenance": prov, "device": {"name": gpu, "sm": 90}}))
 
         def timer(s: object, names: list[str]) -> dict[str, float | None]:
             calls.append((s.case_id, names))  # type: ignore[attr-defined]
@@ -341,7 +343,7 @@ def _fake_gpu(calls: list[tuple[str, list[str]]]) -> object:
                 out[n] = r.latency_us
             return out
 
-        return timer, lambda: w.__exit__(None, None, None), "NVIDIA H200"
+        return timer, lambda: w.__exit__(None, None, None), gpu
 
     return make
 
@@ -385,8 +387,14 @@ def test_measure_cut_short_resumes_and_answers(
     ok = ok_rows(load([*H200, out]).frame)
     table = answer_table(ok, measured, [("llama-3.1-70b", 8)])
     (mine,) = [r for r in table if r[1] == "vllm" and r[2] == "azure-conv" and r[3] == "bf16"]
-    assert mine[4].startswith("`--attention-backend")
-    assert "0% extrapolated" in mine[6]
+    assert mine[4] == "H200"
+    assert mine[5].startswith("`--attention-backend")
+    # the share of decode steps in buckets under 5% is the one `recommend` prices elsewhere
+    import re
+
+    said = re.search(r"(\d+)% of the\s+traffic's\s+decode", done.output)
+    assert said is not None, done.output
+    assert f"; {said.group(1)}% extrapolated (buckets under 5%, left out here)" in mine[7]
 
 
 def test_measure_without_a_gpu_answers_from_committed_rows(tmp_path: Path) -> None:
@@ -460,3 +468,67 @@ def test_the_library_calls_measuring_command_is_one_run_accepts(
     assert given == lengths
     assert parse_lengths(given, 4, 0)  # `run --lengths` reads it
     assert argv[argv.index("--kv-dtype") + 1] == "fp8_e4m3"
+
+
+def test_measuring_on_another_gpu_answers_from_that_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--measure` on an H100 beside committed H200 rows: the answer is the H100's, priced on
+    the trace's own batches, and names the other GPU; asked later without --measure, the
+    trace's measured GPU answers again, and `--gpu` picks the other one."""
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    import attnbench.replay.validate as validate
+
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(validate, "gpu_timer", _fake_gpu(calls, "NVIDIA H100 80GB HBM3"))
+    out = tmp_path / "deploy.jsonl"
+    ask = ["recommend", *map(str, H200), "--model", "llama-3.1-70b", "--tp", "8"]
+    ask += ["--engine", "vllm", "--trace", "azure-conv"]
+    res = runner.invoke(app, [*ask, "--measure", "--per-bucket", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert calls
+    for output in (res.output, runner.invoke(app, [*ask, str(out)]).output):
+        assert "on NVIDIA H100 80GB HBM3, vLLM" in output
+        assert "decode on its own batches (--measure)" in output
+        assert "other GPUs: NVIDIA H200" in output
+        assert "not measured here" not in output
+    h200 = runner.invoke(app, [*ask, str(out), "--gpu", "h200"])
+    assert "on NVIDIA H200, vLLM" in h200.output
+    assert "decode on its own batches" not in h200.output
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("B200", "--gpu='B200': no rows of such a GPU; the results hold rows of: NVIDIA H200"),
+        ("", "--gpu='': no rows of such a GPU"),
+    ],
+)
+def test_gpu_that_names_no_rows_is_refused(value: str, message: str) -> None:
+    if not H200:
+        pytest.skip("no committed H200 rows")
+    args = ["recommend", *map(str, H200), "--model", "llama-3.1-8b", "--gpu", value]
+    res = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert res.exit_code == 2
+    assert message in res.output
+
+
+def test_missing_prefill_rows_name_a_prefill_run(tmp_path: Path) -> None:
+    """`--measure` times decode only: the prefill gap names the run that times the engine's
+    configurations on prefill, a command `run` accepts."""
+    path = write_results(tmp_path / "e.jsonl", _engine_rows(0.7))  # type: ignore[arg-type]
+    shape = deploy.model_shape("llama-3.1-8b", 1)
+    ans = deploy.answer(load([path]).frame, shape, "vllm", trace="azure-conv")
+    (gap,) = [g for g in ans.gaps if g.text == "no prefill rows of the default"]
+    assert gap.command == (
+        "attnbench run --model llama-3.1-8b --tp 1 -k prefill -l trace:azure-conv -b vllm "
+        "--out runs/deploy-prefill.jsonl"
+    )
+    from attnbench.backends import select_backends
+    from attnbench.workload.lengths import parse_lengths
+
+    argv = gap.command.split()
+    assert parse_lengths(argv[argv.index("-l") + 1], 4, 0)
+    chosen = {b.name for b in select_backends([argv[argv.index("-b") + 1]])}
+    assert chosen == {"vllm:flash-attn", "vllm:flashinfer"}

@@ -61,6 +61,19 @@ def deploy_label(trace: str, bucket: int, weight: float) -> str:
     return f"{LABEL_PREFIX}{trace} bucket={bucket} weight={weight:.4f}"
 
 
+def own_batches(rows: pd.DataFrame, trace: str | None, engine: str) -> Any:
+    """Per row: it is `engine`'s decode row measured on `trace`'s own batches (labelled by
+    `recommend --measure`); a boolean array."""
+    import numpy as np
+
+    if trace is None or rows.empty or "label" not in rows:
+        return np.zeros(len(rows), dtype=bool)
+    parsed = rows["label"].astype(str).map(parse_label)
+    on = parsed.map(lambda p: p is not None and p[0] == trace).to_numpy(dtype=bool)
+    decode = (rows["kind"] == "decode").to_numpy()
+    return on & decode & (rows["library"].astype(str) == engine).to_numpy()
+
+
 def parse_label(label: str) -> tuple[str, int, float] | None:
     """(trace, bucket, weight) of a `deploy_label`, else None."""
     if not label.startswith(LABEL_PREFIX):
@@ -123,6 +136,8 @@ class Answer:
     not_deployable: list[str] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
     """What the rows do not cover, each with the command that would measure it."""
+    other_gpus: list[tuple[str, int]] = field(default_factory=list)
+    """Other GPUs with rows of this shape (name, rows passed): `--gpu` answers for one."""
 
     @property
     def extrapolated_share(self) -> float | None:
@@ -225,20 +240,33 @@ def answer(
     running: Mapping[int, float] | None = None,
     weighting: str = "",
     trace: str | None = None,
+    gpu: str | None = None,
 ) -> Answer:
-    """The decision for `shape` on `engine` (module docstring); `trace` names the traffic in
-    the command that would measure what the rows lack."""
+    """The decision for `shape` on `engine` (module docstring) from the rows of one GPU: `gpu`,
+    else the one with the most rows of the shape; `trace` names the traffic in the command
+    that would measure what the rows lack."""
     ok = shape_rows(ok_rows(frame), shape)
-    gpu = ok["gpu"].value_counts().index[0] if not ok.empty else "no GPU"
-    ok = ok[ok["gpu"] == gpu] if not ok.empty else ok
-    ans = Answer(shape, engine, str(gpu), kv_dtype, weighting or "measured cases, equally")
+    counts = ok["gpu"].astype(str).value_counts() if not ok.empty else pd.Series(dtype=int)
+    own = own_batches(ok, trace, engine)
+    if gpu is None and own.any():  # the GPU that measured this trace's own batches
+        gpu = str(ok[own]["gpu"].astype(str).value_counts().index[0])
+    gpu = gpu or (str(counts.index[0]) if len(counts) else "no GPU")
+    on_gpu = (ok["gpu"] == gpu).to_numpy() if not ok.empty else own
+    if (own & on_gpu).any():  # decode priced on the trace's own batches only
+        ok = ok[on_gpu & ((ok["kind"] != "decode").to_numpy() | own)]
+        weighting = (weighting or "measured cases") + "; decode on its own batches (--measure)"
+    else:
+        ok = ok[on_gpu]
+    ans = Answer(shape, engine, gpu, kv_dtype, weighting or "measured cases, equally")
+    ans.other_gpus = [(str(g), int(n)) for g, n in counts.items() if g != gpu]
     ans.not_deployable = not_deployable(ok, engine)
     options, default = deploy_options(ok, engine, shape.tp)
     ans.default = default
     if default is None:
+        on = f" on {gpu}" if ans.other_gpus else ""
         ans.gaps.append(
             Gap(
-                f"no {ENGINE_ROWS[engine]} rows at {shape.label} ({shape.heads})",
+                f"no {ENGINE_ROWS[engine]} rows at {shape.label} ({shape.heads}){on}",
                 measure_command(shape, engine, trace, kv_dtype),
             )
         )
@@ -306,8 +334,20 @@ def coverage_gaps(ans: Answer, trace: str | None) -> list[Gap]:
             Gap(f"buckets {sizes} ({100 * share:.0f}% of decode steps) not measured here", cmd)
         )
     if ans.default is not None and not ans.default.cases("prefill"):
-        out.append(Gap("no prefill rows of the default", cmd))
+        out.append(Gap("no prefill rows of the default", prefill_command(ans, trace)))
     return out
+
+
+def prefill_command(ans: Answer, trace: str | None) -> str:
+    """The run that times the engine's configurations on prefill at the model's shard
+    (`--measure` times decode batches only)."""
+    if ans.engine == "none":
+        return measure_command(ans.shape, "none", trace, ans.kv_dtype)
+    kv = "" if ans.kv_dtype == "auto" else f" --kv-dtype {ans.kv_dtype}"
+    return (
+        f"attnbench run --model {ans.shape.model} --tp {ans.shape.tp} -k prefill "
+        f"-l {run_lengths(trace)}{kv} -b {ans.engine} --out runs/deploy-prefill.jsonl"
+    )
 
 
 def expected_us(opt: Option, weights: Mapping[int, float]) -> float | None:

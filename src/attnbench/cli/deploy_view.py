@@ -124,6 +124,9 @@ def _head(ans: Answer) -> list[str]:
     if ans.shape.also:
         out += wrap(f"same attention heads: {', '.join(ans.shape.also)}", "  ")
     out += wrap(f"traffic: {ans.weighting}", "  ")
+    if ans.other_gpus:
+        others = ", ".join(f"{g} ({n:,} rows)" for g, n in ans.other_gpus)
+        out += wrap(f"other GPUs: {others}; --gpu NAME answers from one", "  ")
     return out
 
 
@@ -251,6 +254,7 @@ def answer_json(ans: Answer) -> dict[str, Any]:
         "tp": ans.shape.tp,
         "heads": ans.shape.heads,
         "gpu": ans.gpu,
+        "other_gpus": [{"gpu": g, "rows": n} for g, n in ans.other_gpus],
         "engine": ans.engine,
         "kv_dtype": ans.kv_dtype,
         "weighting": ans.weighting,

@@ -128,6 +128,13 @@ def recommend(
     per_bucket: Annotated[
         int, typer.Option(help="--measure: replayed steps drawn per bucket of >= 5% weight.")
     ] = 2,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            help="Answer from this GPU's rows: its name or a part of it, e.g. H100 (default: "
+            "the GPU with the most rows of the model's shape; with --measure, the one measured)."
+        ),
+    ] = None,
 ) -> None:
     """The answer for one deployment: the deploy command, its decode and prefill time against
     the engine's default with paired 95% CIs, and its basis. Without --model: the index of the
@@ -154,6 +161,7 @@ def recommend(
     if not paths:
         fail("no results files (.jsonl or .jsonl.gz) among the given paths: nothing to answer")
     frame = _frame(paths)
+    gpu_name = _gpu(frame, gpu)
     if model is None:
         _index(frame, json_out)
         return
@@ -162,11 +170,11 @@ def recommend(
         from attnbench.cli.deploy_measure import MeasureRequest
 
         req = MeasureRequest(tuple(traces), kv, out, resume, budget_s, dry_run, per_bucket)
-        ask = Ask(shape, name, None, lengths, kv)
+        ask = Ask(shape, name, None, lengths, kv, gpu_name)
         _measured(paths, frame, ask, req, verbose, json_out)
         return
     one = traces[0] if traces else None
-    why = _answer(paths, frame, Ask(shape, name, one, lengths, kv), verbose, json_out)
+    why = _answer(paths, frame, Ask(shape, name, one, lengths, kv, gpu_name), verbose, json_out)
     if why is not None:
         fail(why)
 
@@ -189,11 +197,15 @@ def _measured(
     if got is None:
         return
     extra, replayed = got
-    if extra is not None and extra.resolve() not in {p.resolve() for p in paths}:
-        import pandas as pd
+    if extra is not None:
+        measured = _frame([extra])
+        if extra.resolve() not in {p.resolve() for p in paths}:
+            import pandas as pd
 
-        paths = [*paths, extra]  # only the new file is read again
-        frame = pd.concat([frame, _frame([extra])], ignore_index=True)
+            paths = [*paths, extra]  # only the new file is read again
+            frame = pd.concat([frame, measured], ignore_index=True)
+        if "gpu" in measured and not measured.empty:  # the GPU just measured answers
+            ask = replace(ask, gpu=str(measured["gpu"].astype(str).value_counts().index[0]))
     whys: list[str] = []
     for i, (trace, hist, source) in enumerate(replayed):
         if i:
@@ -253,6 +265,22 @@ class Ask:
     trace: str | None
     lengths: str | None
     kv: str
+    gpu: str | None = None
+
+
+def _gpu(frame: pd.DataFrame, text: str | None) -> str | None:
+    """The GPU `--gpu` names: its full name, or the one name containing `text` (any case)."""
+    if text is None:
+        return None
+    gpus: list[str] = sorted(set(frame["gpu"].dropna().astype(str))) if "gpu" in frame else []
+    exact = [g for g in gpus if g.lower() == text.strip().lower()]
+    found = exact or [g for g in gpus if text.strip().lower() in g.lower()]
+    if len(found) == 1 and text.strip():
+        return found[0]
+    held = f"the results hold rows of: {'; '.join(gpus)}" if gpus else "no row names a GPU"
+    if len(found) > 1:
+        fail(f"--gpu={text!r} names {len(found)} GPUs ({'; '.join(found)}): give more of it")
+    fail(f"--gpu={text!r}: no rows of such a GPU; {held}")
 
 
 def _answer(
@@ -276,7 +304,7 @@ def _answer(
     elif ask.trace is not None:
         running, source = _histogram(paths, ask.shape, ask.engine, ask.trace)
     engine = ask.engine
-    ans = answer(frame, ask.shape, engine, ask.kv, running, source, ask.trace)  # type: ignore[arg-type]
+    ans = answer(frame, ask.shape, engine, ask.kv, running, source, ask.trace, ask.gpu)  # type: ignore[arg-type]
     if ask.lengths is not None:
         ans.weighting = f"cases of lengths {ask.lengths}, weighted equally per batch size"
     _echo(answer_lines(ans, verbose))
