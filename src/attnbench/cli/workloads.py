@@ -66,5 +66,7 @@ def lengths(
 
         for case in cases:
             text = f"{case.label}: {', '.join(str(n) for n in case.kv_lens)}"
-            for line in textwrap.wrap(text, width=80, subsequent_indent="  "):
+            for line in textwrap.wrap(
+                text, width=80, subsequent_indent="  ", break_on_hyphens=False
+            ):
                 console.print(line, soft_wrap=True, markup=False, highlight=False)

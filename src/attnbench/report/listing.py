@@ -95,7 +95,8 @@ def listing_lines(
     for r in shown:
         by_case.setdefault(r.case_id, []).append(r)
     for case_rows in by_case.values():
-        for part in textwrap.wrap(short_case(case_rows[0].spec), width, subsequent_indent="  "):
+        head = short_case(case_rows[0].spec)
+        for part in textwrap.wrap(head, width, subsequent_indent="  ", break_on_hyphens=False):
             lines.append(Text(part, style="bold"))
         for r in case_rows:
             lines += _row_lines(r, columns, widths, width)
