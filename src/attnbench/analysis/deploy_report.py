@@ -33,7 +33,15 @@ def _sources(rows: pd.DataFrame) -> list[str]:
     return [", ".join(f"`{f}`" for f in short), ", ".join(commits[:2])]
 
 
-def _cells(ans: Answer) -> list[str]:
+def _cells(ans: Answer, rest: float | None = None) -> list[str]:
+    """The GPU, the deploy flags, decode against the default and the basis; `rest`: the share
+    of the trace's decode steps in buckets under 5% (no label of the measured rows carries
+    them: left out of the weights here, priced at another batch size by `recommend`)."""
+    gpu = ans.gpu.removeprefix("NVIDIA ")
+    return [gpu, *_decision_cells(ans, rest)]
+
+
+def _decision_cells(ans: Answer, rest: float | None) -> list[str]:
     c = ans.choice
     if c is None:
         return ["-", "not measured at this shape (pending)", "-"]
@@ -46,7 +54,9 @@ def _cells(ans: Answer) -> list[str]:
         dec += " (=)"
     share = ans.extrapolated_share
     basis = f"{e.cases if e else 0} cases at batch {', '.join(map(str, ans.measured_batches))}"
-    if share is not None:
+    if rest is not None:
+        basis += f"; {100 * rest:.0f}% extrapolated (buckets under 5%, left out here)"
+    elif share is not None:
         basis += f"; {100 * share:.0f}% extrapolated"
     return [deploy, dec, basis]
 
@@ -79,10 +89,11 @@ def _trace_rows(
     frame, weights = _on_trace(mine, trace, engine)
     if not weights:
         return []
+    rest = max(0.0, 1.0 - sum(weights.values()))
     rows = []
     for kv in ("auto", "fp8_e4m3"):
         ans = answer(frame, shape, engine, kv, weights, trace, trace)
-        cells = [model, engine, trace, KV_NAMES[kv], *_cells(ans)]
+        cells = [model, engine, trace, KV_NAMES[kv], *_cells(ans, rest)]
         rows.append(cells + _sources(frame[frame["kind"] == "decode"]))
     return rows
 

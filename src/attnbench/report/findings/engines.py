@@ -181,8 +181,9 @@ def fp8_study(inputs: Inputs) -> Section | None:
     return Section("FP8 numerics on the GPU", text, tables)
 
 
-DEPLOY_FILE = "h200-deploy"
-"""`scripts/h200/deploy_answer.sh`'s rows (`recommend --measure` on each trace)."""
+DEPLOY_FILES = ("h200-deploy", "h100-deploy")
+"""`scripts/h200/deploy_answer.sh`'s rows (`recommend --measure` on each trace), named for the
+card the call got."""
 ANSWER_MODELS = (("llama-3.1-8b", 1), ("llama-3.1-70b", 8))
 ANSWER_COMMAND = (
     "source .device/setup.sh; trap - EXIT; ATTNBENCH_GIT_SHA=<sha> "
@@ -200,15 +201,16 @@ def answer(inputs: Inputs) -> Section | None:
     if rows.empty:
         return None
     ok = rows[(rows["status"] == "ok") & rows["latency_us"].notna()]
-    measured = inputs.ok(DEPLOY_FILE)
+    measured = inputs.ok(*DEPLOY_FILES)
     table = answer_table(ok, measured, ANSWER_MODELS)
-    cols = ["model", "engine", "traffic", "KV", "deploy", "decode vs default", "basis"]
+    cols = ["model", "engine", "traffic", "KV", "GPU", "deploy", "decode vs default", "basis"]
     cols += ["file", "commit"]
     text = (
         "The answer `attnbench recommend --model M --tp N --engine E --trace T` gives: the "
-        "deploy flags, decode attention time against the engine default on the same cases "
-        "(paired bootstrap, 95% CI; `=` marks a tie, which keeps the default), and its basis "
-        "(decode cases, the share of the trace's decode steps priced at another batch size)."
+        "GPU whose rows answer (the one that measured the trace's own batches), the deploy "
+        "flags, decode attention time against the engine default on the same cases (paired "
+        "bootstrap, 95% CI; `=` marks a tie, which keeps the default), and its basis (decode "
+        "cases, the share of the trace's decode steps priced at another batch size)."
     )
     if measured.empty:
         text += (
@@ -217,7 +219,7 @@ def answer(inputs: Inputs) -> Section | None:
             "table answers from the committed rows, every measured batch size weighted alike."
         )
     heads = [
-        Headline.of(f"answer {r[0]} {r[1]} {r[2]}", f"{r[4]}: decode {r[5]}", r[-2:])
+        Headline.of(f"answer {r[0]} {r[1]} {r[2]} ({r[4]})", f"{r[5]}: decode {r[6]}", r[-2:])
         for r in table
         if r[2] in ("azure-conv", "committed rows") and r[3] == "bf16"
     ][:4]

@@ -43,6 +43,7 @@ def _ceiling_rows(inputs: Inputs) -> pd.DataFrame:
                 {
                     "file": name,
                     "run": i,
+                    "gpu": str(h.gpu or "-").removeprefix("NVIDIA "),
                     "commit": header_commit(h),
                     "copy": c.get("copy_bandwidth_gbps"),
                     "read": c.get("read_bandwidth_gbps"),
@@ -82,6 +83,7 @@ def ceilings(inputs: Inputs) -> Section | None:
         [
             f"`{r.file}`",
             str(r.run),
+            str(r.gpu),
             fnum(r.copy, 0),
             fnum(r.read, 0),
             r.method,
@@ -91,22 +93,24 @@ def ceilings(inputs: Inputs) -> Section | None:
         ]
         for r in df.itertuples()
     ]
-    summary = _ceiling_summary(df)
+    gpus = sorted(set(df["gpu"]), key=lambda g: -int((df["gpu"] == g).sum()))
+    summary = [[g, *r] for g in gpus for r in _ceiling_summary(df[df["gpu"] == g])]
     text = (
         "Every run measures its ceilings on the GPU it runs on, before its cases: a torch "
         "copy, a streaming read (a torch sum; from the Triton reader's commit on, the fastest "
-        "plain reader, checked to read every element) and bf16/fp8 matmuls. Ranges over every "
-        "run header of every file."
+        "plain reader, checked to read every element) and bf16/fp8 matmuls. Ranges per GPU "
+        "over every run header of every file."
     )
     return Section(
         "Ceilings",
         text,
         [
-            Table(["ceiling", "range", "headers", "file", "commit"], summary),
+            Table(["GPU", "ceiling", "range", "headers", "file", "commit"], summary),
             Table(
                 [
                     "file",
                     "run",
+                    "GPU",
                     "copy GB/s",
                     "read GB/s",
                     "read by",
@@ -119,10 +123,14 @@ def ceilings(inputs: Inputs) -> Section | None:
         ],
         [
             Headline.of(
-                "ceilings measured per run",
-                "; ".join(f"{r[0]} {r[1]}" for r in summary),
-                [f"{len(set(df['file']))} results files", f"{df['commit'].nunique()} commits"],
+                f"ceilings measured per run, {g}",
+                "; ".join(f"{r[1]} {r[2]}" for r in summary if r[0] == g),
+                [
+                    f"{df.loc[df['gpu'] == g, 'file'].nunique()} results files",
+                    f"{df.loc[df['gpu'] == g, 'commit'].nunique()} commits",
+                ],
             )
+            for g in gpus
         ],
     )
 

@@ -19,8 +19,9 @@ from attnbench.report.findings.core import (
     sources,
 )
 
-ZOO = ("h200-headdim", "h200-headdim-fa2")
-PRESETS = ("h200-gemma-2-9b", "h200-phi-3-mini")
+ZOO = ("h200-headdim", "h200-headdim-fa2", "h100-headdim-fi")
+PRESETS = ("h200-gemma-2-9b", "h200-phi-3-mini", "h100-headdim-models")
+"""The files of each section; one table per GPU (cases are compared within a GPU only)."""
 REASON_CHARS = 90
 
 
@@ -78,21 +79,30 @@ def _wrong_headline(every: pd.DataFrame) -> Headline | None:
     return Headline.of(f"head_dim zoo: wrong answers ({lib})", f"{dims} (rel. error {err})", wrong)
 
 
+def by_gpu(every: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows per GPU, the GPU with the most rows first."""
+    groups = [(str(gpu), g) for gpu, g in every.groupby("gpu", sort=True)]
+    return sorted(groups, key=lambda x: -len(x[1]))
+
+
 @section("head-dim")
 def head_dim(inputs: Inputs) -> Section | None:
     every = kernels(inputs.of(*ZOO))
     if every.empty:
         return None
     cols = ["kind", "head_dim", "variant", "rows", "µs (timed)", "fastest in", "first failure"]
-    table = Table([*cols, "file", "commit"], _variant_rows(every, ["kind", "head_dim"]))
+    tables = [
+        Table([*cols, "file", "commit"], _variant_rows(g, ["kind", "head_dim"]), title=gpu)
+        for gpu, g in by_gpu(every)
+    ]
     text = (
         "The headdim suite: decode at GQA groups 1, 4 and 8 (32 query heads) on the brief's "
         "mixed 256..64k batch of 32 and a uniform 32 x 8k, and causal prefill at group 4; per "
-        "kind, head_dim and variant its rows by status, the latency range of those that passed "
-        "the gate, the cases it was fastest in, and why the others have no timing."
+        "GPU, kind, head_dim and variant its rows by status, the latency range of those that "
+        "passed the gate, the cases it was fastest in, and why the others have no timing."
     )
     heads = [h for h in [_wrong_headline(every)] if h is not None]
-    return Section("Head dims", text, [table], heads)
+    return Section("Head dims", text, tables, heads)
 
 
 @section("head-dim-presets")
@@ -103,13 +113,20 @@ def head_dim_presets(inputs: Inputs) -> Section | None:
     every = every.assign(layer=every["spec"].map(lambda s: s.layer_type or "-"))
     keys = ["model", "layer", "kv_dtype"]
     cols = ["model", "layer", "KV", "variant", "rows", "µs (timed)", "fastest in"]
-    rows = [r[:-3] + r[-2:] for r in _variant_rows(every, keys)]  # no failure column: below
+    tables = [
+        Table(
+            [*cols, "file", "commit"],
+            [r[:-3] + r[-2:] for r in _variant_rows(g, keys)],  # no failure column: below
+            title=gpu,
+        )
+        for gpu, g in by_gpu(every)
+    ]
     failing = [f"{b}: {_first_reason(g)}" for b, g in every.groupby("backend")
                if (g["status"] != "ok").any()]  # fmt: skip
     text = (
-        "Decode on the Gemma-2-9b preset (16/8 heads, d256, logit soft-cap 50, its sliding and "
-        "full layers) and the Phi-3-mini preset (32/32 heads, d96, window 2047): per layer and "
-        "KV dtype, each variant's rows by status and timing. Refusals and wrong answers: "
-        + "; ".join(sorted(failing))
+        "Decode on the head-dim model presets: Gemma-2-9b (16/8 heads, d256) and Gemma-2-27b "
+        "(32/16 heads, d128), logit soft-cap 50, their sliding and full layers; Phi-3-mini "
+        "(32/32 heads, d96, window 2047). Per GPU, layer and KV dtype, each variant's rows by "
+        "status and timing. Refusals and wrong answers: " + "; ".join(sorted(failing))
     )
-    return Section("Head-dim presets", text, [Table([*cols, "file", "commit"], rows)])
+    return Section("Head-dim presets", text, tables)

@@ -30,7 +30,12 @@ PYTEST_SUMMARY = re.compile(r"^(\d+ passed.*) in ([\d.]+)s(?: \(.*\))?$", re.M)
 GROUP_LINE = re.compile(r"^=== group (\w+): (.+): exit (\d+) after (\d+) s$", re.M)
 COMPILED = re.compile(r"^compiled (\d+) s ", re.M)
 GPU_TESTS = re.compile(r"^h200-gpu-tests-(\w+)\.txt$")
-DEFAULT_RUNS = ("h200-default-fresh", "h200-default-warm")
+DEFAULT_RUNS = (
+    "h200-default-fresh",
+    "h200-default-warm",
+    "h100-default-fresh",
+    "h100-default-warm",
+)
 
 
 def commit_before(text: str, pos: int) -> str:
@@ -87,7 +92,7 @@ def footer_walls(inputs: Inputs) -> list[dict[str, str]]:
                 "log": name,
                 "file": name,
                 "rows": ", ".join(f"{k} {n}" for k, n in sorted(counts.items())),
-                "wall_s": f"{f.wall_s:.0f}",
+                "wall_s": f"{f.wall_s:.0f}" + (" (cut short)" if f.interrupted else ""),
                 "setup_s": f"{f.setup_s:.0f}",
                 "prebuild_s": f"{pre['seconds']:.0f}" if "seconds" in pre else "-",
                 "first_use": f"{len(first)} ({sum(b['seconds'] for b in first):.0f} s)",
@@ -97,8 +102,37 @@ def footer_walls(inputs: Inputs) -> list[dict[str, str]]:
     return out
 
 
+def _seconds(wall: str) -> str:
+    """`88` -> `88 s`, `88 (cut short)` -> `88 s (cut short)`; words stay as they are."""
+    head, _, rest = wall.partition(" ")
+    return f"{head} s {rest}".rstrip() if head.isdigit() else wall
+
+
+def _unfooted(inputs: Inputs, known: set[str]) -> list[dict[str, str]]:
+    """Default runs with rows but neither a footer nor a log line: cut short (before a cut
+    run wrote its footer) with their rows kept; listed, so the cut run is not left out."""
+    out = []
+    for name, headers in inputs.headers.items():
+        if stem(name) not in DEFAULT_RUNS or stem(name) in known:
+            continue
+        counts: dict[str, int] = dict(inputs.written.get(name, {}))
+        out.append(
+            {
+                "log": name,
+                "file": name,
+                "rows": ", ".join(f"{k} {n}" for k, n in sorted(counts.items())),
+                "wall_s": "cut short, no footer",
+                "setup_s": "-",
+                "prebuild_s": "-",
+                "first_use": "-",
+                "commit": joined(header_commit(h) for h in headers),
+            }
+        )
+    return out
+
+
 def _footer_table(walls: list[dict[str, str]]) -> Table:
-    cols = ["run", "rows by status", "wall s", "setup s", "prebuild s", "compiled by jobs"]
+    cols = ["file", "rows by status", "wall s", "setup s", "prebuild s", "compiled by jobs"]
     keys = ["file", "rows", "wall_s", "setup_s", "prebuild_s", "first_use"]
     rows = [[*(w[k] for k in keys), w["commit"]] for w in walls]
     note = "From each file's footer (its last line): the run's own record of its time."
@@ -112,6 +146,7 @@ def default_run(inputs: Inputs) -> Section | None:
     footed = footer_walls(inputs)
     have = {stem(w["file"]) for w in footed}
     logged = [w for w in run_walls(inputs) if stem(w["file"]) in DEFAULT_RUNS]
+    footed += _unfooted(inputs, have | {stem(w["file"]) for w in logged})
     walls = footed + [w for w in logged if stem(w["file"]) not in have]
     tables = [_footer_table(footed)] if footed else []
     logged = [w for w in logged if stem(w["file"]) not in have]
@@ -135,7 +170,10 @@ def default_run(inputs: Inputs) -> Section | None:
     )
     heads = [
         Headline(
-            f"default suite wall time, {stem(w['file'])}", f"{w['wall_s']} s", w["log"], w["commit"]
+            f"default suite wall time, {stem(w['file'])}",
+            _seconds(w["wall_s"]),
+            w["log"],
+            w["commit"],
         )
         for w in walls
         if re.search(r"\bok\b", w["rows"])
