@@ -86,15 +86,16 @@ def test_the_zoo_names_the_fastest_refusals_wrong_answers_and_crashes(tmp_path: 
     )
     assert "`flashinfer:fa2` WRONG on 1 cases (d96; flashinfer-python 0.7.4): rel_l2_err" in words
     assert f"`flashinfer:tc` error on 1 cases (d96; flashinfer-python 0.7.4): {CRASH}" in words
-    # the known bugs: shown by the witness rows, to be cited
-    witness = next(r for r in zoo_rows() if r.backend == "flashinfer:tc" and r.status == "error")
+    # the known bugs: each refused citing its committed row; the witness rows here show them
     assert "`fa2-prefill-head-dim` (flashinfer-python 0.7.4): its FA2 prefill kernel" in words
-    assert f"shown by results/hd.jsonl: flashinfer:tc on {witness.case_id} (error)" in words
+    cite = "citing results/h100-headdim-fi.jsonl.gz: flashinfer:tc on decode/h32-32-d96"
+    assert f"Refused in `check` on 0.7.4, {cite}" in words
     statuses = known_bug_status(data.rows, {path.name: {"flashinfer-python": "0.7.4"}})
-    assert [len(s.shown_by) for s in statuses] == [1, 1]
+    assert [s.state for s in statuses] == ["refused"] * 3
+    assert [len(s.shown_by) for s in statuses] == [1, 1, 0]  # no d192 prefill rows here
     # rows from a file of another version show nothing
     other = known_bug_status(data.rows, {path.name: {"flashinfer-python": "0.8.0"}})
-    assert [len(s.shown_by) for s in other] == [0, 0]
+    assert [len(s.shown_by) for s in other] == [0, 0, 0]
 
 
 def test_points_fewer_head_dims_share_stay_out_of_the_zoo(tmp_path: Path) -> None:

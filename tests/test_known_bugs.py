@@ -56,10 +56,17 @@ def check(short: str, spec: WorkloadSpec) -> str | None:
     return None if why is None else why.reason
 
 
-def test_the_witness_records_the_crash_and_the_rest_is_refused() -> None:
+def test_the_witness_records_the_crash_and_the_rest_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before its row was cited (session 14): the witness runs, to record the crash once."""
+    uncited = dataclasses.replace(flashinfer_bugs.FA2_PREFILL_HEAD_DIM, evidence=None)
+    bugs = (uncited, *flashinfer_bugs.BUGS[1:])
+    monkeypatch.setattr(flashinfer_bugs, "BUGS", bugs)
+    monkeypatch.setattr(flashinfer_bugs, "FA2_PREFILL_HEAD_DIM", uncited)
     witness = zoo_case()
     assert flashinfer_bugs.phi3_mini_case(witness)
-    assert check("tc", witness) is None  # runs: the first H200 run records the crash as a row
+    assert check("tc", witness) is None  # runs: the first run records the crash as a row
     for other in (zoo_case(kv_heads=8), zoo_case(head_dim=80), zoo_case(head_dim=112)):
         why = check("tc", other)
         assert why is not None
@@ -72,8 +79,35 @@ def test_the_witness_records_the_crash_and_the_rest_is_refused() -> None:
         assert "fa2-prefill-head-dim" in why, short
     # multiples of 64, and auto where SM90's fa3 serves the prefill, are not affected
     assert check("tc", zoo_case(head_dim=192, kv_heads=8)) is None
-    assert check("fa2", zoo_case("prefill", head_dim=192)) is None
+    assert check("ragged-fa2", zoo_case("prefill", head_dim=192)) is None
     assert check("auto", zoo_case("prefill", head_dim=128)) is None
+
+
+def test_the_cited_crash_refuses_its_witness_too() -> None:
+    """Session 15 recorded the witness's crash (on an H100, the same SM90 kernels): the row is
+    cited, and the witness is refused like every other case, naming the row."""
+    why = check("tc", zoo_case())
+    assert why is not None
+    assert why.startswith("flashinfer:tc: known bug of flashinfer-python 0.7.4: its FA2")
+    assert "measured: results/h100-headdim-fi.jsonl.gz: flashinfer:tc on decode/h32-32-d96" in why
+    assert "(error)" in why
+
+
+def test_fa2_paged_prefill_at_head_dim_192_is_refused_decode_is_not() -> None:
+    """FA2's paged prefill stopped at head_dim 192 ('Invalid configuration'); tc's decode at
+    192 (one query row per request) ran right, and fa3's prefill takes 192."""
+    why = check("fa2", zoo_case("prefill", head_dim=192, kv_heads=8))
+    assert why is not None
+    assert "fa2-prefill-head-dim-192" in why
+    assert "Invalid configuration" in why
+    assert "measured: results/h100-headdim-fi.jsonl.gz: flashinfer:fa2 on prefill/h32-8-d192" in why
+    auto = check("auto", zoo_case("prefill", head_dim=192, kv_heads=8))  # fa2 there: no fa3
+    assert auto is not None
+    assert "fa2-prefill-head-dim-192" in auto
+    fa3 = check("fa3", zoo_case("prefill", head_dim=192, kv_heads=8))
+    assert fa3 == "flashinfer:fa3: FA3 prefill takes head_dim in (64, 128, 256), not 192"
+    assert check("tc", zoo_case(head_dim=192, kv_heads=8)) is None
+    assert check("fa2", zoo_case("prefill", head_dim=256, kv_heads=8)) is None
 
 
 def test_a_wrong_answer_bug_refuses_nothing_until_its_row_is_cited(
@@ -83,7 +117,8 @@ def test_a_wrong_answer_bug_refuses_nothing_until_its_row_is_cited(
     an affected head_dim runs, so the first run records which ones are wrong (mismatch rows,
     never timed)."""
     uncited = dataclasses.replace(flashinfer_bugs.CUDA_CORE_DECODE_HEAD_DIM, evidence=None)
-    monkeypatch.setattr(flashinfer_bugs, "BUGS", (flashinfer_bugs.FA2_PREFILL_HEAD_DIM, uncited))
+    bugs = (flashinfer_bugs.FA2_PREFILL_HEAD_DIM, uncited, flashinfer_bugs.FA2_PREFILL_HEAD_DIM_192)
+    monkeypatch.setattr(flashinfer_bugs, "BUGS", bugs)
     monkeypatch.setattr(flashinfer_bugs, "CUDA_CORE_DECODE_HEAD_DIM", uncited)
     assert check("fa2", zoo_case()) is None
     assert check("fa2", zoo_case(kv_heads=8, kv_lens=(8192,) * 32, lengths="ctx8192")) is None

@@ -102,7 +102,8 @@ def headdim_zoos(rows: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) 
 
 def _zoo(g: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) -> HeadDimZoo:
     r = g.iloc[0]
-    shape = f"{r['num_qo_heads']} query heads, {dtype_label(r)}, p{r['page_size']}"
+    gpu = str(r["gpu"]).removeprefix("NVIDIA ")
+    shape = f"{r['num_qo_heads']} query heads, {dtype_label(r)}, p{r['page_size']}, {gpu}"
     ok = g[(g["status"] == "ok") & g["latency_us"].notna()]
     best = ok.groupby(["head_dim", "point"])["latency_us"].min()
     zoo = HeadDimZoo(
@@ -229,7 +230,7 @@ def known_bug_status(
     for bug in BUGS:
         found: list[Evidence] = []
         if not rows.empty:
-            status = "error" if bug.crashes else "mismatch"
+            status = bug.evidence.status if bug.evidence else "error" if bug.crashes else "mismatch"
             mine = rows[(rows["backend"] == bug.witness_backend) & (rows["status"] == status)]
             for rec in mine.to_dict("records"):
                 seen = versions.get(str(rec["source"]), {}).get(bug.distribution)

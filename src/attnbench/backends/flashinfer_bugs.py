@@ -18,8 +18,17 @@ outside attnbench reproduced them:
   dims stopped in FlashInfer's own merge dispatch ("Unsupported head_dim", cascade.cuh), which
   the run records as FlashInfer's refusal.
 
-`evidence` names the committed H200 row that shows each bug; `fa2-prefill-head-dim` has none
-yet (flashinfer:tc did not run on the H200 in session 12), so its witness case still runs.
+- `fa2-prefill-head-dim-192`: the same FA2 prefill kernel, on a paged prefill at head_dim 192
+  (32/8 heads, 7-8 requests of 256..8192 tokens), stops in its own dispatch with "FlashInfer
+  Internal Error: Invalid configuration: NUM_MMA_Q=2 NUM_MMA_D_QK=12 ..." (prefill.cuh:5355)
+  and asks for an issue to be filed. tc's decode at head_dim 192 (one query row per request)
+  ran right: the rule covers prefill only, on fa2 and on auto (FA3 takes no head_dim 192, so
+  auto runs the same FA2 kernel there).
+
+`evidence` names the committed row that shows each bug. The witness of `fa2-prefill-head-dim`
+ran in session 15 on an H100 (a call for an H200 was given one; the same SM90 kernels of
+FlashInfer 0.7.4): flashinfer:tc lost the CUDA context with an illegal memory access, as on
+the H200 outside attnbench; from that row on the witness case is refused too.
 """
 
 from __future__ import annotations
@@ -58,6 +67,12 @@ FA2_PREFILL_HEAD_DIM = KnownBug(
     witness=phi3_mini_case,
     witness_backend="flashinfer:tc",
     witness_text="flashinfer:tc, " + PHI3_MINI_SHAPE,
+    evidence=Evidence(
+        "results/h100-headdim-fi.jsonl.gz",
+        "decode/h32-32-d96/bs32/mixed(256..65536)/bfloat16/kv=bfloat16/p16/NHD#35496225",
+        "flashinfer:tc",
+        "error",
+    ),
 )
 CUDA_CORE_DECODE_HEAD_DIMS = (64, 128, 256)
 """The head dims FlashInfer 0.7.4's CUDA-core decode answered right on the H200."""
@@ -81,7 +96,39 @@ CUDA_CORE_DECODE_HEAD_DIM = KnownBug(
         "mismatch",
     ),
 )
-BUGS = (FA2_PREFILL_HEAD_DIM, CUDA_CORE_DECODE_HEAD_DIM)
+
+
+def headdim_192_prefill_case(spec: WorkloadSpec) -> bool:
+    """The headdim suite's uniform prefill at head_dim 192 (32/8 heads, 8 x 2048, bf16)."""
+    return (
+        spec.kind == "prefill"
+        and (spec.num_qo_heads, spec.num_kv_heads, spec.head_dim) == (32, 8, 192)
+        and spec.lengths == "ctx2048"
+        and spec.dtype == spec.kv_dtype == "bfloat16"
+    )
+
+
+FA2_PREFILL_HEAD_DIM_192 = KnownBug(
+    key="fa2-prefill-head-dim-192",
+    distribution="flashinfer-python",
+    seen_on="0.7.4",
+    what=(
+        "its FA2 paged prefill stops at head_dim 192 with 'FlashInfer Internal Error: Invalid "
+        "configuration: NUM_MMA_Q=2 NUM_MMA_D_QK=12 ...' (prefill.cuh:5355)"
+    ),
+    source="the headdim suite on an H100, session 15: both prefill cases at head_dim 192",
+    crashes=False,
+    witness=headdim_192_prefill_case,
+    witness_backend="flashinfer:fa2",
+    witness_text="flashinfer:fa2, prefill 32/8 heads, head_dim 192, 8 x 2048, bf16",
+    evidence=Evidence(
+        "results/h100-headdim-fi.jsonl.gz",
+        "prefill/h32-8-d192/bs8/ctx2048/bfloat16/kv=bfloat16/p16/NHD#42a41777",
+        "flashinfer:fa2",
+        "error",
+    ),
+)
+BUGS = (FA2_PREFILL_HEAD_DIM, CUDA_CORE_DECODE_HEAD_DIM, FA2_PREFILL_HEAD_DIM_192)
 
 
 def uses_fa2_prefill_kernel(route: Route, spec: WorkloadSpec) -> bool:
@@ -98,6 +145,9 @@ def uses_fa2_prefill_kernel(route: Route, spec: WorkloadSpec) -> bool:
 def applies(bug: KnownBug, route: Route, spec: WorkloadSpec) -> bool:
     if bug is FA2_PREFILL_HEAD_DIM:
         return spec.head_dim % 64 != 0 and uses_fa2_prefill_kernel(route, spec)
+    if bug is FA2_PREFILL_HEAD_DIM_192:  # auto too: fa3 takes no head_dim 192, so auto is fa2
+        paged_fa2 = route.api == "paged" and route.backend in ("fa2", "auto")
+        return spec.kind == "prefill" and spec.head_dim == 192 and paged_fa2
     if bug is CUDA_CORE_DECODE_HEAD_DIM:
         cuda_core = route.api == "decode" and not route.use_tensor_cores
         wrong_dim = spec.head_dim not in CUDA_CORE_DECODE_HEAD_DIMS
