@@ -16,7 +16,7 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnbench.analysis.candidates import NON_SERVING
 from attnbench.analysis.frame import Loaded, ceilings_for, latest, ok_rows, provenance_label
@@ -32,6 +32,9 @@ from attnbench.report.blocks import (
 )
 from attnbench.report.parallel import Task, run_tasks, tasks_for
 from attnbench.results import is_trials_name
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _load_sections() -> None:
@@ -57,6 +60,13 @@ def registered() -> list[str]:
     return [r.name for r in registered_sections()]
 
 
+def gpu_order(frame: pd.DataFrame) -> list[str]:
+    """The GPUs of the rows, the one with the most rows first (the report leads with it and
+    its decision; the global sections go with it), then by name."""
+    counts = frame["gpu"].value_counts()
+    return sorted(counts.index, key=lambda g: (-int(counts[g]), str(g)))
+
+
 def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
     """(GPU, sections) for every GPU in the rows; global (per_gpu=False) sections go with the
     first GPU. Sections are built in parallel (`run_tasks`), and kept in report order."""
@@ -65,7 +75,7 @@ def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
         kept = ~loaded.frame["source"].map(is_trials_name)
         loaded = replace(loaded, frame=loaded.frame[kept])
     frame = latest(loaded.frame)
-    gpus = sorted(set(frame["gpu"])) if not frame.empty else [""]
+    gpus = gpu_order(frame) if not frame.empty else [""]
     ok = ok_rows(loaded.frame)
     if not ok.empty:  # performance sections show serving kernels, not the oracle or faults
         ok = ok[~ok["library"].isin(NON_SERVING | {"faulty"})]
@@ -355,8 +365,9 @@ def render_html(
     groups: list[tuple[str, list[Section]]], title: str, intro: list[str], files: str = ""
 ) -> str:
     """One self-contained page: inline CSS, figures as data: URIs, no scripts, no links out.
-    The first section (the decision, `report.first_screen`) comes before the navigation; each
-    other section shows its lead and keeps the rest behind `<details>`."""
+    The first section (the decision, `report.first_screen`; with rows of several GPUs, the
+    first GPU's: the one with the most rows) comes before the navigation; each other section
+    shows its lead and keeps the rest behind `<details>`."""
     from attnbench.report.first_screen import FIRST_SCREEN_TITLE
 
     nav: list[str] = []
@@ -373,10 +384,14 @@ def render_html(
             anchor = prefix + _slug(sec.title)
             name = f"{sec.title} · {device_name(gpu)}" if several else sec.title
             links.append(f'<a href="#{anchor}">{html.escape(name)}</a>')
-            lead = sec.title == FIRST_SCREEN_TITLE and not first and not several
+            lead = sec.title == FIRST_SCREEN_TITLE and not first and not nav
             (first if lead else body).append(section_html(sec, anchor, where, open_all=lead))
         label = f'<strong><a href="#{_slug(gpu)}">{html.escape(gpu)}</a></strong>: '
-        nav.append(f"<div>{label if several else ''}{' '.join(links)}</div>")
+        if nav:  # the other GPUs' sections: one line each, their links behind a fold
+            summary = f"<summary>{html.escape(gpu)}: {len(links)} sections</summary>"
+            nav.append(f"<details>{summary}<div>{' '.join(links)}</div></details>")
+        else:
+            nav.append(f"<div>{label if several else ''}{' '.join(links)}</div>")
     head = "".join(f"<p>{_inline(line)}</p>" for line in intro)
     if files:
         nav.append(f"<details><summary>results files</summary><p>{_inline(files)}</p></details>")
