@@ -303,6 +303,27 @@ def test_dry_run_plans_real_batches_per_heavy_bucket(tmp_path: Path) -> None:
     assert sum({c["bucket"]: c["weight"] for c in plan}.values()) > 0.8
 
 
+def test_cover_adds_the_heaviest_small_buckets_until_the_share_is_measured() -> None:
+    from attnbench.replay.deploy_plan import heavy_buckets
+
+    sizes = [1, 2, 4, 8, 16, 24, 32]
+    # bucket 8: 50%; 16: 20%; 24, 32: 4% each; 1, 2, 4: 22%, 0%, 0%... (shares of 100 steps)
+    hist = {1: 22, 8: 50, 16: 20, 24: 4, 32: 4}
+    assert heavy_buckets(hist, sizes) == {1: 0.22, 8: 0.5, 16: 0.2}  # >= 5% only
+    assert heavy_buckets(hist, sizes, cover=0.9) == {1: 0.22, 8: 0.5, 16: 0.2}  # 92% already
+    got = heavy_buckets(hist, sizes, cover=0.95)
+    assert got == {1: 0.22, 8: 0.5, 16: 0.2, 24: 0.04}  # the heavier of the ties, then stop
+    assert set(heavy_buckets(hist, sizes, cover=1.0)) == {1, 8, 16, 24, 32}
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan"])
+def test_cover_outside_zero_to_one_is_refused(value: str) -> None:
+    args = ["recommend", "--model", "llama-3.1-8b", "--trace", "azure-conv", "--measure"]
+    res = runner.invoke(app, [*args, "--dry-run", "--out", "x.jsonl", "--cover", value])
+    assert res.exit_code == 2
+    assert f"--cover={value}: must be a share of the decode steps in [0, 1]" in res.output
+
+
 def test_recommend_is_fast_on_committed_results() -> None:
     if not H200:
         pytest.skip("no committed H200 rows")

@@ -27,7 +27,13 @@ DONE = ("ok", "mismatch", "unsupported", "error", "oom", "timeout")
 
 
 def build_plan(
-    paths: list[Path], shape: ModelShape, engine: str, trace: str, kv: str, per_bucket: int
+    paths: list[Path],
+    shape: ModelShape,
+    engine: str,
+    trace: str,
+    kv: str,
+    per_bucket: int,
+    cover: float = 0.0,
 ) -> tuple[list[PlannedCase], dict[int, int], str]:
     """The plan, and the replay's running-batch histogram and its source (for the answer)."""
     from attnbench.replay.deploy_plan import plan_cases
@@ -42,7 +48,7 @@ def build_plan(
             run, sim, dep = replay_trace(paths, None, eng, trace, model=(shape.model, shape.tp))
     except ReplayError as exc:
         fail(str(exc))
-    plan = plan_cases(sim, dep, eng, run.trace, kv, per_bucket)
+    plan = plan_cases(sim, dep, eng, run.trace, kv, per_bucket, cover)
     return plan, run.histogram, run.source()
 
 
@@ -81,6 +87,8 @@ class MeasureRequest:
     budget_s: float
     dry_run: bool
     per_bucket: int = 2
+    cover: float = 0.0
+    """Also measure the heaviest buckets under 5% until this share of the steps is covered."""
 
 
 Replayed = tuple[str, dict[int, int], str]
@@ -105,7 +113,9 @@ def run_measure(
     plan: list[PlannedCase] = []
     replayed: list[Replayed] = []
     for trace in req.traces:
-        cases, histogram, source = build_plan(paths, shape, engine, trace, kv, per_bucket)
+        cases, histogram, source = build_plan(
+            paths, shape, engine, trace, kv, per_bucket, req.cover
+        )
         if len(req.traces) > 1:
             console.print(f"trace {trace}:", markup=False, highlight=False)
         for line in plan_lines(cases):
