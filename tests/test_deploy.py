@@ -543,13 +543,13 @@ def test_missing_prefill_rows_name_a_prefill_run(tmp_path: Path) -> None:
     ans = deploy.answer(load([path]).frame, shape, "vllm", trace="azure-conv")
     (gap,) = [g for g in ans.gaps if g.text == "no prefill rows of the default"]
     assert gap.command == (
-        "attnbench run --model llama-3.1-8b --tp 1 -k prefill -l trace:azure-conv -b vllm "
-        "--out runs/deploy-prefill.jsonl"
+        "attnbench run --model llama-3.1-8b --tp 1 --kind prefill --lengths trace:azure-conv "
+        "--backend vllm --out runs/deploy-prefill.jsonl"
     )
     from attnbench.backends import select_backends
     from attnbench.workload.lengths import parse_lengths
 
     argv = gap.command.split()
-    assert parse_lengths(argv[argv.index("-l") + 1], 4, 0)
-    chosen = {b.name for b in select_backends([argv[argv.index("-b") + 1]])}
+    assert parse_lengths(argv[argv.index("--lengths") + 1], 4, 0)
+    chosen = {b.name for b in select_backends([argv[argv.index("--backend") + 1]])}
     assert chosen == {"vllm:flash-attn", "vllm:flashinfer"}

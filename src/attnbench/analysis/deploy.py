@@ -345,8 +345,9 @@ def prefill_command(ans: Answer, trace: str | None) -> str:
         return measure_command(ans.shape, "none", trace, ans.kv_dtype)
     kv = "" if ans.kv_dtype == "auto" else f" --kv-dtype {ans.kv_dtype}"
     return (
-        f"attnbench run --model {ans.shape.model} --tp {ans.shape.tp} -k prefill "
-        f"-l {run_lengths(trace)}{kv} -b {ans.engine} --out runs/deploy-prefill.jsonl"
+        f"attnbench run --model {ans.shape.model} --tp {ans.shape.tp} --kind prefill "
+        f"--lengths {run_lengths(trace)}{kv} --backend {ans.engine} "
+        "--out runs/deploy-prefill.jsonl"
     )
 
 
