@@ -385,3 +385,10 @@ def ceilings_for(headers: Sequence[tuple[Path, Header]], gpu: str) -> dict[str, 
         if gpu_name(h) == gpu and h.ceilings:
             return dict(h.ceilings)
     return {}
+
+
+def gpu_order(frame: pd.DataFrame) -> list[str]:
+    """The GPUs of the rows, the one with the most rows first (the report leads with it and
+    its decision), then by name."""
+    counts = frame["gpu"].astype(str).value_counts()
+    return sorted(counts.index, key=lambda g: (-int(counts[g]), str(g)))

@@ -16,10 +16,17 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attnbench.analysis.candidates import NON_SERVING
-from attnbench.analysis.frame import Loaded, ceilings_for, latest, ok_rows, provenance_label
+from attnbench.analysis.frame import (
+    Loaded,
+    ceilings_for,
+    gpu_order,
+    latest,
+    ok_rows,
+    provenance_label,
+)
 from attnbench.report.blocks import (
     Block,
     Code,
@@ -32,9 +39,6 @@ from attnbench.report.blocks import (
 )
 from attnbench.report.parallel import Task, run_tasks, tasks_for
 from attnbench.results import is_trials_name
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def _load_sections() -> None:
@@ -58,13 +62,6 @@ def _load_sections() -> None:
 def registered() -> list[str]:
     _load_sections()
     return [r.name for r in registered_sections()]
-
-
-def gpu_order(frame: pd.DataFrame) -> list[str]:
-    """The GPUs of the rows, the one with the most rows first (the report leads with it and
-    its decision; the global sections go with it), then by name."""
-    counts = frame["gpu"].value_counts()
-    return sorted(counts.index, key=lambda g: (-int(counts[g]), str(g)))
 
 
 def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:

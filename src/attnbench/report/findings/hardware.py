@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.analysis.frame import gpu_order
 from attnbench.report.findings.core import (
     Headline,
     Inputs,
@@ -93,7 +94,7 @@ def ceilings(inputs: Inputs) -> Section | None:
         ]
         for r in df.itertuples()
     ]
-    gpus = sorted(set(df["gpu"]), key=lambda g: -int((df["gpu"] == g).sum()))
+    gpus = gpu_order(df)
     summary = [[g, *r] for g in gpus for r in _ceiling_summary(df[df["gpu"] == g])]
     text = (
         "Every run measures its ceilings on the GPU it runs on, before its cases: a torch "

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pandas as pd
 
+from attnbench.analysis.frame import gpu_order
 from attnbench.report.findings.core import (
     Headline,
     Inputs,
@@ -81,8 +82,7 @@ def _wrong_headline(every: pd.DataFrame) -> Headline | None:
 
 def by_gpu(every: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """The rows per GPU, the GPU with the most rows first."""
-    groups = [(str(gpu), g) for gpu, g in every.groupby("gpu", sort=True)]
-    return sorted(groups, key=lambda x: -len(x[1]))
+    return [(gpu, every[every["gpu"].astype(str) == gpu]) for gpu in gpu_order(every)]
 
 
 @section("head-dim")

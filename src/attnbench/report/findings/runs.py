@@ -76,6 +76,18 @@ def _first_plan(rows: pd.DataFrame) -> list[list[str]]:
     return out
 
 
+def _run_row(inputs: Inputs, name: str, **times: str) -> dict[str, str]:
+    """One default run's row: its file, rows by status, commit, and the given times."""
+    counts: dict[str, int] = dict(inputs.written.get(name, {}))
+    return {
+        "log": name,
+        "file": name,
+        "rows": ", ".join(f"{k} {n}" for k, n in sorted(counts.items())),
+        **times,
+        "commit": joined(header_commit(h) for h in inputs.headers.get(name, [])),
+    }
+
+
 def footer_walls(inputs: Inputs) -> list[dict[str, str]]:
     """The default runs' own footers (wall, setup and prebuild seconds, the modules the jobs
     still compiled), last footer of each file, with its file's commit."""
@@ -86,19 +98,13 @@ def footer_walls(inputs: Inputs) -> list[dict[str, str]]:
         f = footers[-1]
         pre = f.prebuild or {}
         first = pre.get("first_use") or []
-        counts: dict[str, int] = dict(inputs.written.get(name, {}))
-        out.append(
-            {
-                "log": name,
-                "file": name,
-                "rows": ", ".join(f"{k} {n}" for k, n in sorted(counts.items())),
-                "wall_s": f"{f.wall_s:.0f}" + (" (cut short)" if f.interrupted else ""),
-                "setup_s": f"{f.setup_s:.0f}",
-                "prebuild_s": f"{pre['seconds']:.0f}" if "seconds" in pre else "-",
-                "first_use": f"{len(first)} ({sum(b['seconds'] for b in first):.0f} s)",
-                "commit": joined(header_commit(h) for h in inputs.headers.get(name, [])),
-            }
-        )
+        times = {
+            "wall_s": f"{f.wall_s:.0f}" + (" (cut short)" if f.interrupted else ""),
+            "setup_s": f"{f.setup_s:.0f}",
+            "prebuild_s": f"{pre['seconds']:.0f}" if "seconds" in pre else "-",
+            "first_use": f"{len(first)} ({sum(b['seconds'] for b in first):.0f} s)",
+        }
+        out.append(_run_row(inputs, name, **times))
     return out
 
 
@@ -111,24 +117,12 @@ def _seconds(wall: str) -> str:
 def _unfooted(inputs: Inputs, known: set[str]) -> list[dict[str, str]]:
     """Default runs with rows but neither a footer nor a log line: cut short (before a cut
     run wrote its footer) with their rows kept; listed, so the cut run is not left out."""
-    out = []
-    for name, headers in inputs.headers.items():
-        if stem(name) not in DEFAULT_RUNS or stem(name) in known:
-            continue
-        counts: dict[str, int] = dict(inputs.written.get(name, {}))
-        out.append(
-            {
-                "log": name,
-                "file": name,
-                "rows": ", ".join(f"{k} {n}" for k, n in sorted(counts.items())),
-                "wall_s": "cut short, no footer",
-                "setup_s": "-",
-                "prebuild_s": "-",
-                "first_use": "-",
-                "commit": joined(header_commit(h) for h in headers),
-            }
-        )
-    return out
+    cut = {"wall_s": "cut short, no footer", "setup_s": "-", "prebuild_s": "-", "first_use": "-"}
+    return [
+        _run_row(inputs, name, **cut)
+        for name in inputs.headers
+        if stem(name) in DEFAULT_RUNS and stem(name) not in known
+    ]
 
 
 def _footer_table(walls: list[dict[str, str]]) -> Table:
