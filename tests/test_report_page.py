@@ -320,3 +320,26 @@ def test_the_report_and_recommend_import_no_torch() -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
+
+
+def test_a_model_only_another_gpu_answers_for_is_pointed_to() -> None:
+    """The lead GPU's first screen lists the models it has no deployable rows for; where
+    another GPU's rows answer for one (engine decode rows), it says which."""
+    import pandas as pd
+
+    from attnbench.report.first_screen import _missing_text, elsewhere
+
+    others = pd.DataFrame(
+        {
+            "library": ["vllm", "sglang", "flashinfer", "vllm"],
+            "kind": ["decode", "decode", "decode", "prefill"],
+            "model": ["llama-3.1-70b", "llama-3.1-70b", "llama-3.1-8b", "qwen2.5-7b"],
+            "tp": [8, 8, 1, 1],
+            "gpu": ["NVIDIA H100 80GB HBM3"] * 4,
+        }
+    )
+    found = elsewhere(others)
+    assert found == {"llama-3.1-70b tp8": ["H100 80GB HBM3"]}  # raw kernels, prefill: no
+    text = _missing_text(["gemma-2-9b tp1", "llama-3.1-70b tp8"], found)
+    want = "`gemma-2-9b tp1`, `llama-3.1-70b tp8` (measured on H100 80GB HBM3: its Decision)"
+    assert want in text

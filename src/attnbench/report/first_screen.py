@@ -15,7 +15,7 @@ import pandas as pd
 
 from attnbench.analysis.deploy import Answer, ModelShape
 from attnbench.analysis.deploy_options import Option
-from attnbench.analysis.frame import fmt_us
+from attnbench.analysis.frame import fmt_us, ok_rows
 from attnbench.report.blocks import (
     Block,
     ReportData,
@@ -174,9 +174,36 @@ def lead_decisions(decisions: list[ModelDecision]) -> list[ModelDecision]:
     return [d for d in with_rows if d.model == lead]
 
 
-def first_screen_blocks(frame: pd.DataFrame, label: str = "") -> list[Block]:
+def elsewhere(others: pd.DataFrame) -> dict[str, list[str]]:
+    """Per model shape (`llama-3.1-70b tp8`): the other GPUs whose passed rows hold engine
+    decode rows of it (their own Decision answers for it)."""
+    if others.empty:
+        return {}
+    rows = others[others["library"].isin(_NAMES) & (others["kind"] == "decode")]
+    out: dict[str, set[str]] = {}
+    for model, tp, gpu in rows[["model", "tp", "gpu"]].itertuples(index=False):
+        if model and pd.notna(tp):
+            out.setdefault(f"{model} tp{int(tp)}", set()).add(str(gpu).removeprefix("NVIDIA "))
+    return {m: sorted(g) for m, g in out.items()}
+
+
+def _missing_text(missing: list[str], others: dict[str, list[str]]) -> str:
+    names = ", ".join(
+        f"`{m}`" + (f" (measured on {', '.join(others[m])}: its Decision)" if m in others else "")
+        for m in missing
+    )
+    return (
+        f"No deployable rows for {names}: measure them on the GPU with `attnbench recommend "
+        "--model MODEL --engine vllm --trace T --measure` (and `--engine sglang`)."
+    )
+
+
+def first_screen_blocks(
+    frame: pd.DataFrame, label: str = "", others: dict[str, list[str]] | None = None
+) -> list[Block]:
     """The decision table (one line per model and engine), then the per-bucket decode figure
-    of the lead model's deployable configurations ([]: no row ranks for any engine)."""
+    of the lead model's deployable configurations ([]: no row ranks for any engine);
+    `others`: the model shapes other GPUs' rows answer for (`elsewhere`)."""
     from attnbench.report.plots_deploy import BucketPanel, bucket_decode
 
     decisions = decisions_from_answers(frame)
@@ -192,13 +219,7 @@ def first_screen_blocks(frame: pd.DataFrame, label: str = "") -> list[Block]:
     ]
     missing = unanswered(decisions)
     if missing:
-        blocks.append(
-            Text(
-                f"No deployable rows for {', '.join(f'`{m}`' for m in missing)}: measure them "
-                "on the GPU with `attnbench recommend --model MODEL --engine vllm --trace T "
-                "--measure` (and `--engine sglang`)."
-            )
-        )
+        blocks.append(Text(_missing_text(missing, others or {})))
     lead = lead_decisions(decisions)
     panels = [
         BucketPanel(f"{_NAMES[d.engine]} · {d.model}", d.choice, d.per_batch_us) for d in lead
@@ -220,5 +241,7 @@ def first_screen_blocks(frame: pd.DataFrame, label: str = "") -> list[Block]:
 @register_section(FIRST_SCREEN_TITLE, order=1)
 def first_screen_section(data: ReportData) -> Section | None:
     """The page's first screen (`report.build` shows it before the navigation)."""
-    blocks = first_screen_blocks(data.ok, data.label)
+    everything = ok_rows(data.loaded.frame)
+    others = everything[everything["gpu"] != data.gpu] if data.gpu else everything.iloc[0:0]
+    blocks = first_screen_blocks(data.ok, data.label, elsewhere(others))
     return Section(FIRST_SCREEN_TITLE, blocks) if blocks else None
