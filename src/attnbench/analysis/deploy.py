@@ -74,6 +74,25 @@ def own_batches(rows: pd.DataFrame, trace: str | None, engine: str) -> Any:
     return on & decode & (rows["library"].astype(str) == engine).to_numpy()
 
 
+def one_gpu(
+    ok: pd.DataFrame, trace: str | None, engine: str, gpu: str | None
+) -> tuple[pd.DataFrame, str, bool, list[tuple[str, int]]]:
+    """The rows of the GPU that answers: `gpu`, else the one that measured `trace`'s own
+    batches for `engine` (whose decode is then those batches only), else the one with the
+    most rows. Returns the rows, the GPU, whether decode is on the trace's own batches, and
+    the other GPUs with their row counts."""
+    counts = ok["gpu"].astype(str).value_counts() if not ok.empty else pd.Series(dtype=int)
+    own = own_batches(ok, trace, engine)
+    if gpu is None and own.any():
+        gpu = str(ok[own]["gpu"].astype(str).value_counts().index[0])
+    gpu = gpu or (str(counts.index[0]) if len(counts) else "no GPU")
+    others = [(str(g), int(n)) for g, n in counts.items() if g != gpu]
+    on_gpu = (ok["gpu"] == gpu).to_numpy() if not ok.empty else own
+    if (own & on_gpu).any():
+        return ok[on_gpu & ((ok["kind"] != "decode").to_numpy() | own)], gpu, True, others
+    return ok[on_gpu], gpu, False, others
+
+
 def parse_label(label: str) -> tuple[str, int, float] | None:
     """(trace, bucket, weight) of a `deploy_label`, else None."""
     if not label.startswith(LABEL_PREFIX):
@@ -242,23 +261,15 @@ def answer(
     trace: str | None = None,
     gpu: str | None = None,
 ) -> Answer:
-    """The decision for `shape` on `engine` (module docstring) from the rows of one GPU: `gpu`,
-    else the one with the most rows of the shape; `trace` names the traffic in the command
-    that would measure what the rows lack."""
+    """The decision for `shape` on `engine` (module docstring) from the rows of one GPU
+    (`one_gpu`); `trace` names the traffic in the command that would measure what the rows
+    lack."""
     ok = shape_rows(ok_rows(frame), shape)
-    counts = ok["gpu"].astype(str).value_counts() if not ok.empty else pd.Series(dtype=int)
-    own = own_batches(ok, trace, engine)
-    if gpu is None and own.any():  # the GPU that measured this trace's own batches
-        gpu = str(ok[own]["gpu"].astype(str).value_counts().index[0])
-    gpu = gpu or (str(counts.index[0]) if len(counts) else "no GPU")
-    on_gpu = (ok["gpu"] == gpu).to_numpy() if not ok.empty else own
-    if (own & on_gpu).any():  # decode priced on the trace's own batches only
-        ok = ok[on_gpu & ((ok["kind"] != "decode").to_numpy() | own)]
+    ok, gpu, own, others = one_gpu(ok, trace, engine, gpu)
+    if own:
         weighting = (weighting or "measured cases") + "; decode on its own batches (--measure)"
-    else:
-        ok = ok[on_gpu]
     ans = Answer(shape, engine, gpu, kv_dtype, weighting or "measured cases, equally")
-    ans.other_gpus = [(str(g), int(n)) for g, n in counts.items() if g != gpu]
+    ans.other_gpus = others
     ans.not_deployable = not_deployable(ok, engine)
     options, default = deploy_options(ok, engine, shape.tp)
     ans.default = default
