@@ -17,6 +17,7 @@ from attnbench.analysis.deploy import (
     Target,
     answer,
     model_shape,
+    own_batches,
     parse_label,
     shape_rows,
 )
@@ -106,11 +107,9 @@ def _traces(measured: pd.DataFrame) -> list[str]:
 
 
 def _on_trace(rows: pd.DataFrame, trace: str, engine: str) -> tuple[pd.DataFrame, dict[int, float]]:
-    """The rows with decode limited to `trace`'s measured batches of `engine`, and the bucket
-    weights their labels carry."""
-    parsed = rows["label"].astype(str).map(parse_label)
-    on = parsed.map(lambda p: p is not None and p[0] == trace)
-    lib = rows["library"].astype(str) == engine
-    keep = (rows["kind"] != "decode") | (on & lib)
-    weights = {int(p[1]): float(p[2]) for p, sel in zip(parsed, on & lib, strict=True) if sel and p}
-    return rows[keep], weights
+    """The rows with decode limited to `trace`'s measured batches of `engine`
+    (`deploy.own_batches`), and the bucket weights their labels carry."""
+    own = own_batches(rows, trace, engine)
+    labels = rows.loc[own, "label"].astype(str).map(parse_label)
+    weights = {int(p[1]): float(p[2]) for p in labels if p}
+    return rows[(rows["kind"] != "decode").to_numpy() | own], weights
