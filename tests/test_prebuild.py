@@ -177,7 +177,7 @@ def test_specs_through_flashinfer_generators(fake_flashinfer: dict[str, Any]) ->
 
 def test_each_module_is_built_in_its_own_folder(fake_flashinfer: dict[str, Any]) -> None:
     """A ninja run per module, in the module's build folder (where the run's own
-    `JitSpec.build` looks for the ninja log), the cores shared by source files."""
+    `JitSpec.build` looks for the ninja log), two compile jobs a core shared by work."""
     needs = prebuild.plan_needs(_plan()).modules
     report = prebuild_worker.build_flashinfer(needs, 16)
     built = fake_flashinfer["built"]
@@ -185,9 +185,14 @@ def test_each_module_is_built_in_its_own_folder(fake_flashinfer: dict[str, Any])
     assert all(ninja == d / "build.ninja" for d, ninja, _ in built)
     assert sorted(fake_flashinfer["written"]) == sorted(report["modules"])
     assert len(report["failed"]) == 1  # the fp8 XQA spec that could not be made
-    assert prebuild_worker.share_jobs([2, 1, 1], 16) == [2, 1, 1]  # never more than sources
-    assert prebuild_worker.share_jobs([30, 10], 16) == [12, 4]
-    assert prebuild_worker.share_jobs([1, 1, 1], 1) == [1, 1, 1]  # at least one each
+    share = prebuild_worker.share_jobs
+    assert share([(2, 20.0), (1, 20.0), (1, 20.0)], 16) == [2, 1, 1]  # never more than files
+    assert share([(30, 20.0), (10, 20.0)], 16) == [24, 8]  # two jobs a core, by work
+    assert share([(1, 1.0)] * 3, 1) == [1, 1, 1]  # at least one each
+    # the default suite's modules (files, seconds alone): FA3's sm90 prefill, FA2's prefill,
+    # decode, XQA, for bf16 and fp8 KV: FA3's eleven files compile at once
+    default = [(11, 81.0), (11, 25.0), (3, 20.0), (2, 20.0)] * 2
+    assert share(default, 16) == [11, 3, 1, 1] * 2
 
 
 def test_a_module_that_fails_leaves_the_others_built(
@@ -196,7 +201,8 @@ def test_a_module_that_fails_leaves_the_others_built(
     needs = prebuild.plan_needs(_plan()).modules
     specs, _ = prebuild_worker.collect_specs(needs)
     specs[0].build_dir = specs[0].build_dir.with_name("broken")
-    monkeypatch.setattr(prebuild_worker, "collect_specs", lambda _: (specs, []))
+    pairs = list(zip(specs, needs, strict=False))
+    monkeypatch.setattr(prebuild_worker, "_collect", lambda _: (pairs, []))
     report = prebuild_worker.build_flashinfer(needs, 16)  # never raises
     assert report["modules"] == [s.name for s in specs[1:]]
     (why,) = report["failed"]

@@ -40,7 +40,13 @@ def collect_specs(needs: Sequence[ModuleNeed]) -> tuple[list[Any], list[str]]:
     """FlashInfer's JitSpec of every need, each module once (by spec name), and one line per
     need whose spec could not be made (its generator missing or raising): those compile on
     first use."""
-    specs: list[Any] = []
+    pairs, failed = _collect(needs)
+    return [spec for spec, _ in pairs], failed
+
+
+def _collect(needs: Sequence[ModuleNeed]) -> tuple[list[tuple[Any, ModuleNeed]], list[str]]:
+    """`collect_specs`, each spec with the need it was made for."""
+    pairs: list[tuple[Any, ModuleNeed]] = []
     failed: list[str] = []
     names: set[str] = set()
     for need in needs:
@@ -54,15 +60,26 @@ def collect_specs(needs: Sequence[ModuleNeed]) -> tuple[list[Any], list[str]]:
         name = str(getattr(spec, "name", id(spec)))
         if name not in names:
             names.add(name)
-            specs.append(spec)
-    return specs, failed
+            pairs.append((spec, need))
+    return pairs, failed
 
 
-def share_jobs(sources: Sequence[int], cores: int) -> list[int]:
-    """Each module's ninja `-j`: the cores shared in proportion to its source files, at least
-    one job and never more jobs than sources."""
-    total = sum(sources) or 1
-    return [max(1, min(n, round(cores * n / total))) for n in sources]
+OVERSUBSCRIBE = 2
+"""Compile jobs per core, all modules together: a module's ninja run cannot lend its cores to
+another, so a fixed share of exactly the cores idles some while the slowest module waits.
+At session 15's shares (cores in proportion to source files), FA3's sm90 prefill module (eight
+heavy kernel files) got five jobs and the prebuild took 4 min 05 s on a fresh H100."""
+
+
+def share_jobs(work: Sequence[tuple[int, float]], cores: int) -> list[int]:
+    """Each module's ninja `-j`, from its (source files, seconds to build alone): the
+    `OVERSUBSCRIBE * cores` jobs shared in proportion to files times seconds (its work), so
+    the heaviest module can compile all its files at once; at least one job and never more
+    jobs than files."""
+    weights = [n * s for n, s in work]
+    total, slots = sum(weights) or 1.0, OVERSUBSCRIBE * cores
+    jobs = [round(slots * w / total) for w in weights]
+    return [max(1, min(n, j)) for (n, _), j in zip(work, jobs, strict=True)]
 
 
 def build_one(spec: Any, jobs: int) -> str | None:
@@ -88,19 +105,20 @@ def build_one(spec: Any, jobs: int) -> str | None:
 
 def build_flashinfer(needs: Sequence[ModuleNeed], jobs: int) -> dict[str, Any]:
     """Make the specs and build them side by side, each in its own ninja run with its share of
-    the `jobs` cores; what was built and what was not (a module that fails leaves the others
-    building)."""
+    `OVERSUBSCRIBE * jobs` compile jobs; what was built and what was not (a module that fails
+    leaves the others building)."""
     from concurrent.futures import ThreadPoolExecutor
 
     t0 = time.monotonic()
-    specs, failed = collect_specs(needs)
-    todo = [s for s in specs if not getattr(s, "is_aot", False)]
-    shares = share_jobs([len(getattr(s, "sources", ())) or 1 for s in todo], jobs)
-    built: list[str] = [str(s.name) for s in specs if s not in todo]
+    pairs, failed = _collect(needs)
+    todo = [(s, n) for s, n in pairs if not getattr(s, "is_aot", False)]
+    work = [(len(getattr(s, "sources", ())) or 1, n.expected_s) for s, n in todo]
+    shares = share_jobs(work, jobs)
+    built: list[str] = [str(s.name) for s, _ in pairs if getattr(s, "is_aot", False)]
     if todo:
         with ThreadPoolExecutor(max_workers=len(todo)) as pool:
-            outcomes = list(pool.map(build_one, todo, shares))
-        for spec, why in zip(todo, outcomes, strict=True):
+            outcomes = list(pool.map(build_one, [s for s, _ in todo], shares))
+        for (spec, _), why in zip(todo, outcomes, strict=True):
             if why is None:
                 built.append(str(spec.name))
             else:
