@@ -35,7 +35,7 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: s11a, s11d, s11e, s12a-s12e, s13a or s13c (older stages are in git history)}
+stage=${1:?stage: s11a, s11d, s11e, s12a-s12e, s13a, s13c or s16a (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 bash scripts/h200/jit_aot.sh  # else FlashInfer's ninja compiles every carried module again
@@ -125,6 +125,24 @@ s13c)  # the head_dim zoo on FlashInfer (issue 36), with the prebuild: flashinfe
     --out "$OUT/$GPU_TAG-headdim-xqa.jsonl"
   TAIL=40 step 180 headdim-models $H --suite headdim-models -b flashinfer:fa2 \
     -b flashinfer:tc -b flash-attn:fa3 -b sdpa:cudnn --out "$OUT/$GPU_TAG-headdim-models.jsonl"
+  ;;
+s16a)  # session 16, call 2 (a fresh machine: FlashInfer's prefill modules come from the
+  # prebuild): the prefill rows `recommend --model` prices the engines' prefill with (issue
+  # 31: "prefill no case shared with the default"), as its gap line names them, the four
+  # traffics' lengths in one run per model; the head_dim zoo on the two libraries without a
+  # JIT (FA3, cuDNN: issue 36 asks two libraries per head_dim); the README's Gemma-2 command
+  # (soft-cap 50, sliding and full layers); the GPU test of the prebuild's FA2 module.
+  L="trace:azure-code;trace:azure-conv;trace:mooncake-conv;mixed"
+  TAIL=30 step 170 prefill-8b $RUN --model llama-3.1-8b --tp 1 -k prefill -l "$L" -b vllm \
+    -b sglang --resume --out "$OUT/$GPU_TAG-deploy-prefill-8b.jsonl"
+  TAIL=30 step 100 prefill-70b $RUN --model llama-3.1-70b --tp 8 -k prefill -l "$L" -b vllm \
+    -b sglang --resume --out "$OUT/$GPU_TAG-deploy-prefill-70b.jsonl"
+  H="$AB run --device cuda --max-time-ms 20 --case-timeout 90 --resume"
+  TAIL=20 step 130 headdim-nojit $H --suite headdim -b flash-attn:fa3 -b sdpa:cudnn \
+    --out "$OUT/$GPU_TAG-headdim.jsonl"
+  TAIL=30 step 100 gemma-2-9b $H --model gemma-2-9b --out "$OUT/$GPU_TAG-gemma-2-9b.jsonl"
+  TAIL=20 step 50 prebuild-test python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
+    tests/test_flashinfer.py -k "prebuil"
   ;;
 s12e)  # the head_dim zoo within the device time s12c left (~600 s): the headdim suite on the
   # two libraries that need no JIT build (FA3, SDPA cuDNN), then its decode half on
