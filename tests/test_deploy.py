@@ -270,6 +270,22 @@ def test_fp8_line_has_time_memory_and_study_error() -> None:
     assert "max+0.1" in fp8
 
 
+def test_an_fp8_decision_names_the_kv_cache_of_both_sides() -> None:
+    """Asked with `--kv-dtype fp8_e4m3`, a decision that keeps the default backend but moves
+    its KV cache to fp8 says so (it read "fa3 (page 1) instead of the default fa3 (page 1)")."""
+    files = sorted(RESULTS.glob("h100-deploy*.jsonl.gz"))
+    if not files:
+        pytest.skip("no committed H100 deploy rows")
+    args = ["recommend", *map(str, files), "--model", "llama-3.1-8b", "--engine", "sglang"]
+    args += ["--trace", "azure-conv", "--kv-dtype", "fp8_e4m3"]
+    res = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    head = text[text.index("decision:") : text.index("--model-path")]
+    assert "fp8_e4m3 KV) instead of the default" in head
+    assert head.endswith("16-bit KV) python -m sglang.launch_server ")
+
+
 def test_command_lines_break_between_flags_only() -> None:
     units = ["vllm serve MODEL", "--tensor-parallel-size 8", "--attention-backend FLASH_ATTN"]
     units += ["--kv-cache-dtype fp8_e4m3", "--block-size 16"]
@@ -535,6 +551,18 @@ def test_gpu_that_names_no_rows_is_refused(value: str, message: str) -> None:
     assert message in res.output
 
 
+def test_prefill_run_is_named_at_the_engines_page_size() -> None:
+    """SGLang's default page size is 1: prefill rows at the run's default 16 would be another
+    option than the default's, and its prefill would stay unpriced (the H100, session 16)."""
+    shape = deploy.model_shape("llama-3.1-70b", 8)
+    ans = deploy.Answer(shape, "sglang", "NVIDIA H100 80GB HBM3", "fp8_e4m3", "")
+    assert deploy.prefill_command(ans, "mooncake-conv") == (
+        "attnbench run --model llama-3.1-70b --tp 8 --kind prefill --lengths "
+        "trace:mooncake-conv --kv-dtype fp8_e4m3 --page-size 1 --backend sglang "
+        "--out runs/deploy-prefill.jsonl"
+    )
+
+
 def test_missing_prefill_rows_name_a_prefill_run(tmp_path: Path) -> None:
     """`--measure` times decode only: the prefill gap names the run that times the engine's
     configurations on prefill, a command `run` accepts."""
@@ -544,7 +572,7 @@ def test_missing_prefill_rows_name_a_prefill_run(tmp_path: Path) -> None:
     (gap,) = [g for g in ans.gaps if g.text == "no prefill rows of the default"]
     assert gap.command == (
         "attnbench run --model llama-3.1-8b --tp 1 --kind prefill --lengths trace:azure-conv "
-        "--backend vllm --out runs/deploy-prefill.jsonl"
+        "--page-size 16 --backend vllm --out runs/deploy-prefill.jsonl"
     )
     from attnbench.backends import select_backends
     from attnbench.workload.lengths import parse_lengths

@@ -45,6 +45,7 @@ from attnbench.analysis.deploy_shapes import (
 from attnbench.analysis.deploy_stats import Pair, PairedEstimate, paired_ratio
 from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
 from attnbench.analysis.frame import ok_rows
+from attnbench.engines.paths import default_setting
 
 Target = Literal["vllm", "sglang", "none"]
 TARGETS: tuple[Target, ...] = ("vllm", "sglang", "none")
@@ -350,14 +351,16 @@ def coverage_gaps(ans: Answer, trace: str | None) -> list[Gap]:
 
 
 def prefill_command(ans: Answer, trace: str | None) -> str:
-    """The run that times the engine's configurations on prefill at the model's shard
-    (`--measure` times decode batches only)."""
+    """The run that times the engine's configurations on prefill at the model's shard and the
+    engine's default page size (SGLang's is 1: rows at another size are another option;
+    `--measure` times decode batches only)."""
     if ans.engine == "none":
         return measure_command(ans.shape, "none", trace, ans.kv_dtype)
     kv = "" if ans.kv_dtype == "auto" else f" --kv-dtype {ans.kv_dtype}"
+    page = default_setting(ans.engine).default_page_size
     return (
         f"attnbench run --model {ans.shape.model} --tp {ans.shape.tp} --kind prefill "
-        f"--lengths {run_lengths(trace)}{kv} --backend {ans.engine} "
+        f"--lengths {run_lengths(trace)}{kv} --page-size {page} --backend {ans.engine} "
         "--out runs/deploy-prefill.jsonl"
     )
 

@@ -138,7 +138,8 @@ def _decision(ans: Answer) -> list[str]:
         why = "no option is faster beyond its 95% CI" if ans.tied else "the fastest measured"
         head = f"decision: keep the default, {c.name} ({why})"
     else:
-        head = f"decision: {_at(c)} instead of the default {_at(d)}"
+        kv = c.key.kv != d.key.kv
+        head = f"decision: {_at(c, kv)} instead of the default {_at(d, kv)}"
     out = ["", *wrap(head)]
     out += command_lines(c.command)
     us = ans.default_decode_us
@@ -155,8 +156,10 @@ def _decision(ans: Answer) -> list[str]:
     return out
 
 
-def _at(o: Option) -> str:
-    return f"{o.name} (page {o.key.page_size})"
+def _at(o: Option, kv: bool = False) -> str:
+    """`fa3 (page 1)`, or with `kv` its KV cache: `fa3 (page 1, fp8_e4m3 KV)`."""
+    cache = (", 16-bit KV" if o.key.kv == "auto" else f", {o.key.kv} KV") if kv else ""
+    return f"{o.name} (page {o.key.page_size}{cache})"
 
 
 def _pre_us(o: Option, default: Option) -> str:

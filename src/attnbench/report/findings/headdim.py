@@ -20,7 +20,13 @@ from attnbench.report.findings.core import (
     sources,
 )
 
-ZOO = ("h200-headdim", "h200-headdim-fa2", "h100-headdim-fi")
+ZOO = (
+    "h200-headdim",
+    "h200-headdim-fa2",
+    "h100-headdim",
+    "h100-headdim-fi",
+    "h100-headdim-xqa",
+)
 PRESETS = ("h200-gemma-2-9b", "h200-phi-3-mini", "h100-headdim-models")
 """The files of each section; one table per GPU (cases are compared within a GPU only)."""
 REASON_CHARS = 90
