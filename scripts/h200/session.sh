@@ -35,7 +35,7 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
-stage=${1:?stage: s11a, s11d, s11e, s12a-s12e, s13a, s13c or s16a (older stages are in git history)}
+stage=${1:?stage: s11a, s11d, s11e, s12a-s12e, s13a, s13c, s16a or s16b (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 bash scripts/h200/jit_aot.sh  # else FlashInfer's ninja compiles every carried module again
@@ -143,6 +143,15 @@ s16a)  # session 16, call 2 (a fresh machine: FlashInfer's prefill modules come 
   TAIL=30 step 100 gemma-2-9b $H --model gemma-2-9b --out "$OUT/$GPU_TAG-gemma-2-9b.jsonl"
   TAIL=20 step 50 prebuild-test python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
     tests/test_flashinfer.py -k "prebuil"
+  ;;
+s16b)  # SGLang's prefill at its default page size (1): s16a's rows at page 16 are another
+  # option than SGLang's default, so `recommend --engine sglang` left prefill unpriced
+  L="trace:azure-code;trace:azure-conv;trace:mooncake-conv;mixed"
+  for m in "llama-3.1-8b 1 8b" "llama-3.1-70b 8 70b"; do
+    set -- $m
+    TAIL=12 step 75 "sglang-prefill-$3" $RUN --model "$1" --tp "$2" -k prefill -l "$L" \
+      --page-size 1 -b sglang --resume --out "$OUT/$GPU_TAG-deploy-prefill-sglang-$3.jsonl"
+  done
   ;;
 s12e)  # the head_dim zoo within the device time s12c left (~600 s): the headdim suite on the
   # two libraries that need no JIT build (FA3, SDPA cuDNN), then its decode half on
