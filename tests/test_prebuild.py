@@ -59,9 +59,39 @@ def test_default_suite_needs_each_module_once() -> None:
     accepted = [s for s in _plan().cases if flex.check(s, H200) is None]
     assert len(needs.flex) == len(accepted) - 1
     assert sum(s.kind == "prefill" for s in needs.flex) == 1
-    # the engine paths through FlashInfer have no rule: said, not guessed
-    assert any(n.startswith("vllm:flashinfer: no prebuild rule") for n in needs.notes)
+    # the engine paths through FlashInfer need their raw paths' modules: nothing left unsaid
+    assert not any("no prebuild rule" in n for n in needs.notes)
     assert not any("mla" in n for n in needs.notes)  # refused pairs need nothing
+
+
+def test_engine_variants_need_the_modules_of_their_kernel_path() -> None:
+    """vllm:flashinfer and sglang:flashinfer build what the raw variant that is the engine's
+    call needs (`engines.paths.kernel_path`): SGLang's bf16 prefill is the ragged FA3 module,
+    vLLM's decode is tc's; SGLang's fp8 prefill is refused, so it needs nothing."""
+    cases = _plan().cases
+    prefill = next(s for s in cases if s.kind == "prefill" and not s.is_fp8)
+    decode = next(s for s in cases if s.kind == "decode" and not s.is_fp8)
+    ragged = prebuild.module_needs("flashinfer:ragged-fa3", prefill, H200)
+    assert prebuild.module_needs("sglang:flashinfer", prefill, H200) == ragged
+    assert [n.label for n in ragged] == ["prefill fa3 q bfloat16 kv bfloat16 d128"]
+    tc = prebuild.module_needs("flashinfer:tc", decode, H200)
+    assert prebuild.module_needs("vllm:flashinfer", decode, H200) == tc
+    assert prebuild.module_needs("vllm:flash-attn", decode, H200) == []
+    fp8 = prefill.model_copy(update={"kv_dtype": "fp8_e4m3"})
+    assert prebuild.module_needs("sglang:flashinfer", fp8, H200) == []
+
+
+def test_module_labels_tell_window_and_soft_cap_apart() -> None:
+    """Gemma-2's sliding and full layers need two modules each; the progress lines name them
+    apart (session 16 printed `decode q bfloat16 kv bfloat16 d256` twice)."""
+    specs = tuple(suite_specs(load_suite("headdim-models"), Settings()))
+    plan = RunPlan(
+        "t", H200, Placement("pool", gpus=(0,)), cases=specs, backends=tuple(select_backends(None))
+    )
+    labels = [n.label for n in prebuild.plan_needs(plan).modules]
+    assert len(labels) == len(set(labels))
+    assert "decode q bfloat16 kv bfloat16 d256 window soft-cap" in labels
+    assert "decode q bfloat16 kv bfloat16 d256 soft-cap" in labels
 
 
 def test_finished_pairs_need_nothing() -> None:

@@ -93,11 +93,18 @@ def _flags(spec: WorkloadSpec) -> tuple[bool, bool]:
     return spec.window_left >= 0, spec.logits_soft_cap > 0
 
 
+def _flag_text(spec: WorkloadSpec) -> str:
+    """` window soft-cap`: what tells two modules of one dtype and head_dim apart (Gemma-2's
+    sliding and full layers were two `decode q bfloat16 kv bfloat16 d256` lines)."""
+    window, cap = _flags(spec)
+    return " window" * window + " soft-cap" * cap
+
+
 def _decode(spec: WorkloadSpec) -> ModuleNeed:
     """The CUDA-core decode module (decode.py `get_batch_decode_module`)."""
     q, kv, d = spec.dtype, spec.kv_dtype, spec.head_dim
     args = (q, kv, q, INT32, d, d, 0, *_flags(spec))
-    return ModuleNeed("decode", args, f"decode q {q} kv {kv} d{d}")
+    return ModuleNeed("decode", args, f"decode q {q} kv {kv} d{d}{_flag_text(spec)}")
 
 
 def _prefill(backend: str, spec: WorkloadSpec, fp8_query: bool) -> ModuleNeed:
@@ -106,14 +113,17 @@ def _prefill(backend: str, spec: WorkloadSpec, fp8_query: bool) -> ModuleNeed:
     q = spec.kv_dtype if fp8_query else spec.dtype
     kv, d = spec.kv_dtype, spec.head_dim
     args = (backend, q, kv, spec.dtype, INT32, d, d, 0, *_flags(spec), False)
-    return ModuleNeed("prefill", args, f"prefill {backend} q {q} kv {kv} d{d}")
+    label = f"prefill {backend} q {q} kv {kv} d{d}{_flag_text(spec)}"
+    return ModuleNeed("prefill", args, label)
 
 
 def _xqa(spec: WorkloadSpec, q_len: int) -> ModuleNeed:
     """XQA's module (`xqa.get_xqa_module`): one per page size, group size and query rows."""
     q, kv, d, group = spec.dtype, spec.kv_dtype, spec.head_dim, spec.group_size
     args = (q, kv, spec.page_size, d, group, spec.window_left >= 0, q, q_len)
-    return ModuleNeed("xqa", args, f"xqa q {q} kv {kv} d{d} group {group} page {spec.page_size}")
+    window = " window" * (spec.window_left >= 0)
+    label = f"xqa q {q} kv {kv} d{d} group {group} page {spec.page_size}{window}"
+    return ModuleNeed("xqa", args, label)
 
 
 def _auto_backend(spec: WorkloadSpec, device: DeviceInfo, custom_mask: bool) -> str:
@@ -132,11 +142,12 @@ def module_needs(variant: str, spec: WorkloadSpec, device: DeviceInfo) -> list[M
     from attnbench.backends.flashinfer_rules import VARIANTS, route
     from attnbench.backends.variant import Variant
 
+    if variant.split(":")[0] in ("vllm", "sglang"):
+        return _engine_needs(variant, spec, device)
     parsed = Variant.maybe(variant)
     library, short = (parsed.library, parsed.kernel) if parsed else ("", variant)
     if library != "flashinfer":
-        engine = "flashinfer" in short  # vllm:flashinfer, sglang:flashinfer
-        return f"{variant}: no prebuild rule (its modules compile on first use)" if engine else []
+        return []
     if short not in VARIANTS:
         return f"{variant}: no prebuild rule (its modules compile on first use)"
     r = route(short, spec, device)
@@ -150,6 +161,19 @@ def module_needs(variant: str, spec: WorkloadSpec, device: DeviceInfo) -> list[M
     if backend == "auto":
         backend = _auto_backend(spec, device, r.custom_mask)
     return [_prefill(backend, spec, r.fp8_query)]
+
+
+def _engine_needs(variant: str, spec: WorkloadSpec, device: DeviceInfo) -> list[ModuleNeed] | str:
+    """An engine variant's modules: those of the raw variant that is the engine's call for
+    the case (`engines.paths.kernel_path`). In session 16 they compiled at first use: SGLang's
+    ragged FA3 prefill module held a run on a fresh H100 past its 75 s limit."""
+    from attnbench.engines.paths import kernel_path
+
+    try:
+        path = kernel_path(variant, spec)
+    except KeyError:
+        return f"{variant}: no prebuild rule (its modules compile on first use)"
+    return [] if isinstance(path, str) else module_needs(path.variant, spec, device)
 
 
 @dataclass
