@@ -431,7 +431,7 @@ def test_measure_cut_short_resumes_and_answers(
 
     said = re.search(r"(\d+)% of the\s+traffic's\s+decode", done.output)
     assert said is not None, done.output
-    assert f"; {said.group(1)}% extrapolated (buckets under 5%, left out here)" in mine[7]
+    assert f"; {said.group(1)}% extrapolated (buckets under 5%, left out here)" in mine[8]
 
 
 def test_measure_without_a_gpu_answers_from_committed_rows(tmp_path: Path) -> None:

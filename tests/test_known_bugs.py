@@ -177,8 +177,11 @@ def test_every_bug_cites_a_committed_row_or_its_witness_runs_in_the_headdim_suit
         if (r.case_id, r.backend) == (bug.evidence.case_id, bug.evidence.backend)
     ]
     assert rows, f"{bug.evidence.cite()}: no such row"
-    assert rows[-1].status == bug.evidence.status
-    header = found.header_of(rows[-1])
+    # the measured row; a later run of the same file records the refusal it became
+    measured = [r for r in rows if r.status == bug.evidence.status]
+    assert measured, f"{bug.evidence.cite()}: no {bug.evidence.status} row"
+    assert all(r.status in (bug.evidence.status, "unsupported") for r in rows)
+    header = found.header_of(measured[0])
     assert header is not None
     libraries = (header.provenance or {}).get("libraries") or {}
     assert libraries.get(bug.distribution) == bug.seen_on

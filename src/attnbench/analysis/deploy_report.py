@@ -21,6 +21,7 @@ from attnbench.analysis.deploy import (
     parse_label,
     shape_rows,
 )
+from attnbench.analysis.deploy_options import Option
 
 KV_NAMES = {"auto": "bf16", "fp8_e4m3": "fp8_e4m3"}
 
@@ -35,7 +36,8 @@ def _sources(rows: pd.DataFrame) -> list[str]:
 
 
 def _cells(ans: Answer, rest: float | None = None) -> list[str]:
-    """The GPU, the deploy flags, decode against the default and the basis; `rest`: the share
+    """The GPU, the deploy flags, decode and prefill against the default and the basis;
+    `rest`: the share
     of the trace's decode steps in buckets under 5% (no label of the measured rows carries
     them: left out of the weights here, priced at another batch size by `recommend`)."""
     gpu = ans.gpu.removeprefix("NVIDIA ")
@@ -45,7 +47,7 @@ def _cells(ans: Answer, rest: float | None = None) -> list[str]:
 def _decision_cells(ans: Answer, rest: float | None) -> list[str]:
     c = ans.choice
     if c is None:
-        return ["-", "not measured at this shape (pending)", "-"]
+        return ["-", "not measured at this shape (pending)", "-", "-"]
     skip = ("--tensor-parallel-size", "--tp ", "--model-path")
     flags = [u for u in c.command[1:] if u.startswith("--") and not u.startswith(skip)]
     deploy = f"`{' '.join(flags)}`" if flags else f"`{c.key.variant}` calls"
@@ -59,7 +61,16 @@ def _decision_cells(ans: Answer, rest: float | None) -> list[str]:
         basis += f"; {100 * rest:.0f}% extrapolated (buckets under 5%, left out here)"
     elif share is not None:
         basis += f"; {100 * share:.0f}% extrapolated"
-    return [deploy, dec, basis]
+    return [deploy, dec, _prefill_cell(c), basis]
+
+
+def _prefill_cell(c: Option) -> str:
+    """The choice's prefill against the default's on the prefill cases both ran (paired,
+    95% CI), or why there is none."""
+    e = c.prefill
+    if e is None:
+        return "no shared case"
+    return f"{e.ratio:.2f}x [{e.ci_low:.2f}-{e.ci_high:.2f}], {e.cases} case{'s' * (e.cases != 1)}"
 
 
 def answer_table(

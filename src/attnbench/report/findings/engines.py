@@ -203,14 +203,17 @@ def answer(inputs: Inputs) -> Section | None:
     ok = rows[(rows["status"] == "ok") & rows["latency_us"].notna()]
     measured = inputs.ok(*DEPLOY_FILES)
     table = answer_table(ok, measured, ANSWER_MODELS)
-    cols = ["model", "engine", "traffic", "KV", "GPU", "deploy", "decode vs default", "basis"]
+    cols = ["model", "engine", "traffic", "KV", "GPU", "deploy", "decode vs default"]
+    cols += ["prefill vs default", "basis"]
     cols += ["file", "commit"]
     text = (
         "The answer `attnbench recommend --model M --tp N --engine E --trace T` gives: the "
         "GPU whose rows answer (the one that measured the trace's own batches), the deploy "
         "flags, decode attention time against the engine default on the same cases (paired "
-        "bootstrap, 95% CI; `=` marks a tie, which keeps the default), and its basis (decode "
-        "cases, the share of the trace's decode steps priced at another batch size)."
+        "bootstrap, 95% CI; `=` marks a tie, which keeps the default), prefill attention "
+        "time against the default on the prefill cases both ran (the shipped traffics' prompt "
+        "lengths, `attnbench run --kind prefill`, at the engine's page size), and its basis "
+        "(decode cases, the share of the trace's decode steps priced at another batch size)."
     )
     if measured.empty:
         text += (
