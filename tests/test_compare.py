@@ -38,6 +38,20 @@ def test_mann_whitney_matches_the_normal_approximation() -> None:
     assert mann_whitney_p(np.full(8, 3.0), np.full(8, 3.0)) == 1.0  # all tied
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_mann_whitney_agrees_with_scipy(seed: int) -> None:
+    """The hand-written normal approximation is scipy's, ties and all (rounded timings tie)."""
+    from scipy.stats import mannwhitneyu
+
+    rng = np.random.default_rng(seed)
+    n1, n2 = rng.integers(5, 200, 2)
+    a = np.round(rng.normal(100, 3, n1), 0)
+    b = np.round(rng.normal(100 + seed, 3, n2), 0)
+    want = mannwhitneyu(a, b, alternative="two-sided", use_continuity=True, method="asymptotic")
+    assert mann_whitney_p(a, b) == pytest.approx(float(want.pvalue), rel=1e-9, abs=1e-15)
+    assert mann_whitney_p(b, a) == pytest.approx(mann_whitney_p(a, b), rel=1e-12)
+
+
 def test_same_distribution_is_a_tie() -> None:
     est = estimate_ratio(_samples(100, 0.02, seed=1), _samples(100, 0.02, seed=2))
     assert est.verdict == "tie"

@@ -42,10 +42,10 @@ def _plt() -> Any:
 
 
 def preload() -> None:
-    """Import what drawing needs (matplotlib's Agg, Pillow, scipy's statistics) now: a build
-    that forks workers imports them once, before the fork."""
+    """Import what drawing needs (matplotlib's Agg, Pillow) now: a build that forks workers
+    imports them once, before the fork. (No scipy: its statistics took 1 s to import, and
+    the report's tests are hand-written, `analysis.compare`.)"""
     import PIL.Image  # noqa: F401
-    import scipy.stats  # noqa: F401
 
     _plt()
 
