@@ -39,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis.frame import latest
+from attnbench.analysis.frame import latest, records
 from attnbench.workload.spec import WorkloadSpec
 
 ALPHA = 0.05
@@ -315,7 +315,7 @@ def _index(frame: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
         return {}
     rows = latest(frame).sort_values("order")
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    for rec in rows.to_dict("records"):
+    for rec in records(rows):
         out[(str(rec["case_id"]), str(rec["backend"]))] = rec
     return out
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from attnbench.analysis.compare import Timing
 from attnbench.analysis.deploy_stats import PairedEstimate
-from attnbench.analysis.frame import spec_key
+from attnbench.analysis.frame import records, spec_key
 from attnbench.backends.variant import Variant, is_tuned
 from attnbench.engines.paths import default_setting, engine_page_size, setting
 
@@ -136,7 +136,7 @@ def library_call(variant: str, kv: str, page_size: int) -> list[str]:
 
 def _options_from(rows: pd.DataFrame, command: Any, origin: str | None) -> dict[OptionKey, Option]:
     out: dict[OptionKey, Option] = {}
-    for rec in rows.to_dict("records"):
+    for rec in records(rows):
         if bool(rec.get("padded")):
             continue
         variant = str(rec["backend"])
@@ -165,7 +165,7 @@ def deploy_options(ok: pd.DataFrame, engine: str, tp: int) -> tuple[list[Option]
     if engine == "none":
         from attnbench.analysis.engine_rank import _paged_raw
 
-        raw = ok[[_paged_raw(r) for r in ok.to_dict("records")]]
+        raw = ok[[_paged_raw(r) for r in records(ok)]]
         raw = raw[~raw["backend"].astype(str).map(is_tuned).astype(bool)]
         opts = _options_from(raw, lambda k: library_call(k.variant, k.kv, k.page_size), None)
         want = OptionKey(RAW_DEFAULT, "auto", 16)

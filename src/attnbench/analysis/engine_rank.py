@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.analysis.engine_buckets import bucket_weights, capture_sizes, weighting_note
-from attnbench.analysis.frame import ok_rows, spec_key
+from attnbench.analysis.frame import ok_rows, records, spec_key
 from attnbench.backends.fa3_record import METADATA_IN_PLAN
 from attnbench.backends.variant import Variant
 from attnbench.engines.paths import (
@@ -162,7 +162,7 @@ def engine_rows(ok: pd.DataFrame, engine: Engine) -> tuple[pd.DataFrame, bool]:
         return own, False
     mapped = []
     raw = ok[~ok["library"].isin(NOT_ENGINE)]
-    for rec in raw.to_dict("records"):
+    for rec in records(raw):
         for s in SETTINGS:
             if s.engine != engine:
                 continue
@@ -186,7 +186,7 @@ def _case(rec: Mapping[str, Any]) -> str:
 
 def _table(rows: pd.DataFrame) -> dict[Config, dict[str, float]]:
     out: dict[Config, dict[str, float]] = {}
-    for rec in rows.to_dict("records"):
+    for rec in records(rows):
         out.setdefault(_config(rec), {})[_case(rec)] = float(rec["latency_us"])
     return out
 
@@ -279,7 +279,7 @@ def _rank_rows(
             f"decode measured at batch {', '.join(map(str, measured))}; {100 * far:.0f}% of the "
             "bucket weight is priced at the nearest measured batch size (log scale)"
         )
-    configs = sorted({_config(r) for r in rows.to_dict("records")})
+    configs = sorted({_config(r) for r in records(rows)})
     full = [c for c in configs if all(c in br.times_us for br in rec.batches if br.weight > 0)]
     origin = rows.groupby("backend")["inferred_from"].agg(lambda s: tuple(sorted(set(s) - {""})))
     for c in configs:
@@ -348,8 +348,8 @@ def _raw_gains(rec: EngineRecommendation, ok: pd.DataFrame, decode: pd.DataFrame
     if rec.choice is None:
         return
     c = rec.choice.config
-    mine = decode[np.array([_config(r) == c for r in decode.to_dict("records")], dtype=bool)]
-    paged = np.array([_paged_raw(r) for r in ok.to_dict("records")], dtype=bool)
+    mine = decode[np.array([_config(r) == c for r in records(decode)], dtype=bool)]
+    paged = np.array([_paged_raw(r) for r in records(ok)], dtype=bool)
     raw = ok[(ok["kind"] == "decode").to_numpy() & paged]
     for batch, sub in mine.groupby("batch_size"):
         eng = dict(zip(sub["case_id"], sub["latency_us"], strict=True))

@@ -287,6 +287,16 @@ def unpadded(lengths: str) -> str:
     return lengths
 
 
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """`frame.to_dict("records")` at a fraction of the cost: each column converted once to
+    Python objects (`to_numpy(dtype=object)`: ints, floats, bools and strings as Python
+    values, as `to_dict` boxes them) instead of one element lookup per cell. The frame's 22
+    string columns (pandas' `str` dtype) made `to_dict` take 3.5 s of the report's sections."""
+    columns = [str(c) for c in frame.columns]
+    values = [frame[c].to_numpy(dtype=object) for c in frame.columns]
+    return [dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True)]
+
+
 def latest(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (gpu, case, backend): the last one read (a resumed run supersedes)."""
     if frame.empty:

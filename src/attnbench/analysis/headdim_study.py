@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis.frame import dtype_label, human_tokens
+from attnbench.analysis.frame import dtype_label, human_tokens, records
 from attnbench.analysis.model_studies import PROBLEM_KEY_CHARS, backend_versions
 from attnbench.backends.flashinfer_bugs import BUGS
 from attnbench.backends.known_bugs import Evidence, KnownBug
@@ -89,7 +89,7 @@ def headdim_zoos(rows: pd.DataFrame, versions: Mapping[str, Mapping[str, str]]) 
     plain = _plain(rows)
     if plain.empty:
         return []
-    plain = plain.assign(point=[point_label(r) for r in plain.to_dict("records")])
+    plain = plain.assign(point=[point_label(r) for r in records(plain)])
     zoos = []
     for _, g in plain.groupby(ZOO_KEYS):
         dims_per_point = g.groupby("point")["head_dim"].nunique()
@@ -139,8 +139,7 @@ def _cell(cg: pd.DataFrame, best: pd.Series) -> ZooCell:
         worst = cg.sort_values("status", key=lambda s: s.map(_SEVERITY).fillna(9)).iloc[0]
         return ZooCell(str(worst["status"]), reason=str(worst["reason"]))
     ratios = [
-        float(x["latency_us"]) / float(best[(x["head_dim"], x["point"])])
-        for x in good.to_dict("records")
+        float(x["latency_us"]) / float(best[(x["head_dim"], x["point"])]) for x in records(good)
     ]
     wins = sum(1 for q in ratios if q <= 1.0)
     status = "fastest" if wins == len(good) == cg["point"].nunique() else "ok"
@@ -167,7 +166,7 @@ def general_reason(backend: str, reason: str, head_dim: int) -> str:
 def _refusals(g: pd.DataFrame) -> dict[tuple[str, str], list[int]]:
     out: dict[tuple[str, str], list[int]] = {}
     refused = g[g["status"] == "unsupported"]
-    for rec in refused.to_dict("records"):
+    for rec in records(refused):
         dim = int(rec["head_dim"])
         key = (str(rec["backend"]), general_reason(str(rec["backend"]), str(rec["reason"]), dim))
         dims = out.setdefault(key, [])
@@ -232,7 +231,7 @@ def known_bug_status(
         if not rows.empty:
             status = bug.evidence.status if bug.evidence else "error" if bug.crashes else "mismatch"
             mine = rows[(rows["backend"] == bug.witness_backend) & (rows["status"] == status)]
-            for rec in mine.to_dict("records"):
+            for rec in records(mine):
                 seen = versions.get(str(rec["source"]), {}).get(bug.distribution)
                 if seen == bug.seen_on and bug.witness(rec["spec"]):
                     path = f"results/{rec['source']}"

@@ -20,7 +20,7 @@ import pandas as pd
 
 from attnbench.analysis.candidates import deployable
 from attnbench.analysis.compare import NOISE_FLOOR, SEED, RatioEstimate, Timing, geomean_ratio
-from attnbench.analysis.frame import add_key, fmt_us, latest, ok_rows
+from attnbench.analysis.frame import add_key, fmt_us, latest, ok_rows, records
 from attnbench.analysis.per_model import ModelAnswer, per_model
 from attnbench.analysis.recommend import (
     CLASSES,
@@ -134,10 +134,10 @@ def _paired(
     """latency(b) / latency(a) over cases equal except the spec fields in `drop` (geometric
     mean + CI), the number of pairs, and the median latency of each side over those pairs."""
     ka, kb = add_key(a, "pair", drop), add_key(b, "pair", drop)
-    a_by = dict(zip(ka["pair"], ka.to_dict("records"), strict=True))
+    a_by = dict(zip(ka["pair"], records(ka), strict=True))
     pairs = [
         (Timing.of(a_by[k]), Timing.of(r))
-        for k, r in zip(kb["pair"], kb.to_dict("records"), strict=True)
+        for k, r in zip(kb["pair"], records(kb), strict=True)
         if k in a_by
     ]
     if not pairs:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis.frame import dtype_label, human_tokens
+from attnbench.analysis.frame import dtype_label, human_tokens, records
 from attnbench.measure.metrics import binding_fraction
 
 # -- MLA ------------------------------------------------------------------------------------------
@@ -101,7 +101,7 @@ def mla_cases(rows: pd.DataFrame, ok: pd.DataFrame) -> list[MlaCase]:
             dtype_label(r).split("/")[1],
             str(r["model"]),
         )
-        for rec in g.sort_values("backend").to_dict("records"):
+        for rec in records(g.sort_values("backend")):
             bw, mm = _num(rec.get("bandwidth_frac_measured")), _num(rec.get("tflops_frac_measured"))
             found = binding_fraction(bw, mm)
             case.cells.append(
@@ -116,7 +116,7 @@ def mla_cases(rows: pd.DataFrame, ok: pd.DataFrame) -> list[MlaCase]:
             )
         if not every.empty:
             others = every[(every["case_id"] == case_id) & every["backend"].isin(families)]
-            for rec in others.to_dict("records"):
+            for rec in records(others):
                 if case.cell(str(rec["backend"])) is None:
                     case.not_ok[str(rec["backend"])] = f"{rec['status']}: {rec['reason']}"
         out.append(case)
@@ -270,7 +270,7 @@ def _cells(
         if not good.empty:
             ratios = [
                 float(x["latency_us"]) / float(best[(gkey, x["lengths"])])
-                for x in good[["latency_us", "lengths"]].to_dict("records")
+                for x in records(good[["latency_us", "lengths"]])
             ]
             wins = sum(1 for q in ratios if q <= 1.0)
             status = "fastest" if wins == len(good) == cg["lengths"].nunique() else "ok"

@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.analysis.compare import NOISE_FLOOR, SEED
-from attnbench.analysis.frame import add_key, fmt_us, shape_label
+from attnbench.analysis.frame import add_key, fmt_us, records, shape_label
 from attnbench.analysis.recommend import DECODE_ALL, PREFILL_ALL, ClassResult, Replicates, rank
 from attnbench.measure.metrics import binding_fraction, model_per_token_ms
 
@@ -122,7 +122,7 @@ def _field(spec: Any, name: str, default: Any) -> Any:
 
 
 def shape_labels(rows: pd.DataFrame) -> pd.Series:
-    return pd.Series([shape_label(r) for r in rows.to_dict("records")], index=rows.index)
+    return pd.Series([shape_label(r) for r in records(rows)], index=rows.index)
 
 
 def per_model(
@@ -183,7 +183,7 @@ def _binding(rows: pd.DataFrame) -> tuple[str | None, float | None]:
         binding_fraction(
             _num(r.get("bandwidth_frac_measured")), _num(r.get("tflops_frac_measured"))
         )
-        for r in rows.to_dict("records")
+        for r in records(rows)
     ]
     pairs = [f for f in found if f is not None]
     if not pairs:
@@ -205,7 +205,7 @@ def _model_step(rows: pd.DataFrame) -> tuple[float | None, int]:
     keyed = add_key(rows, "step", LAYER_FIELDS)
     steps = []
     for _, group in keyed.groupby("step"):
-        by_kind = {_field(r["spec"], "layer_type", ""): r for r in group.to_dict("records")}
+        by_kind = {_field(r["spec"], "layer_type", ""): r for r in records(group)}
         if set(by_kind) != kinds:
             continue
         parts = [

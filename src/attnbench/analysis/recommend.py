@@ -34,6 +34,7 @@ from attnbench.analysis.frame import (
     dtype_label,
     fmt_us,
     human_tokens,
+    records,
     shape_label,
     spec_key,
 )
@@ -217,7 +218,7 @@ def rank(
     """Rank the variants of one class (rows: ok rows of one GPU, already in the class).
     `reps` shares bootstrap replicates between classes of the same rows (seeded either way)."""
     table: dict[str, dict[str, Timing]] = {}
-    for rec in rows.to_dict("records"):
+    for rec in records(rows):
         table.setdefault(str(rec["case_id"]), {})[str(rec["backend"])] = Timing.of(rec)
     result = ClassResult(cls, len(table))
     if not table:
@@ -283,7 +284,7 @@ def crossovers(rows: pd.DataFrame, axis: str) -> list[Crossover]:
         sub = sub[sub["kind"] == "shared_prefix"]
     groups: dict[str, dict[float, dict[str, Timing]]] = {}
     labels: dict[str, str] = {}
-    for rec in sub.to_dict("records"):
+    for rec in records(sub):
         key = spec_key(rec["spec"], _AXIS_DROP[axis])
         if axis in ("context", "prefix") and rec["kind"] != "prefill":
             key += f"|bs{rec['batch_size']}"
@@ -368,10 +369,10 @@ def padding_cost(padded: pd.DataFrame, ragged: pd.DataFrame) -> list[PaddingCost
         ]
     )
     a, b = add_key(ragged, "pair", ("kv_lens",)), add_key(unpad, "pair", ("kv_lens",))
-    base = {(r["backend"], k): r for k, r in zip(a["pair"], a.to_dict("records"), strict=True)}
+    base = {(r["backend"], k): r for k, r in zip(a["pair"], records(a), strict=True)}
     rng = np.random.default_rng(SEED)
     out = []
-    for k, r in zip(b["pair"], b.to_dict("records"), strict=True):
+    for k, r in zip(b["pair"], records(b), strict=True):
         twin = base.get((r["backend"], k))
         if twin is not None:
             est = estimate_ratio(Timing.of(twin), Timing.of(r), rng)

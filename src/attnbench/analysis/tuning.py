@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.analysis.compare import SEED, RatioEstimate, Timing, estimate_ratio
+from attnbench.analysis.frame import records
 from attnbench.backends.variant import Variant, is_tuned
 from attnbench.results import TRIALS_SUFFIXES
 
@@ -64,7 +65,7 @@ def final_defaults(trials: pd.DataFrame) -> dict[tuple[str, str], Timing]:
     out: dict[tuple[str, str], Timing] = {}
     if trials.empty:
         return out
-    for r in trials[trials["status"] == "ok"].to_dict("records"):
+    for r in records(trials[trials["status"] == "ok"]):
         tune = _tune(r.get("details"))
         if tune.get("stage") == "final" and tune.get("role") == "default":
             out[(str(r["case_id"]), str(r["backend"]))] = Timing.of(r)
@@ -114,8 +115,8 @@ def tuned_pairs(ok: pd.DataFrame, trials: pd.DataFrame | None = None) -> list[Tu
     defaults = final_defaults(trials) if trials is not None else {}
     rng = np.random.default_rng(SEED)
     out = []
-    for r in tuned.to_dict("records"):
-        details = r.get("details")
+    for r in records(tuned):
+        details: Any = r.get("details")
         default_us = details.get("default_latency_us") if details is not None else None
         if not default_us or not r.get("latency_us"):
             continue

@@ -6,7 +6,7 @@ which fraction binds, and a figure of the matmul fraction against context with a
 
 from __future__ import annotations
 
-from attnbench.analysis.frame import fmt_us
+from attnbench.analysis.frame import fmt_us, records
 from attnbench.analysis.model_studies import MlaCase, MlaCell, is_mla, mla_backends, mla_cases
 from attnbench.report import plots_studies
 from attnbench.report.blocks import (
@@ -109,7 +109,7 @@ def _missing(data: ReportData, cases: list[MlaCase]) -> list[str]:
     timed_cases = set(data.ok[is_mla(data.ok)]["case_id"]) if not data.ok.empty else set()
     untimed = rows[~rows["case_id"].isin(timed_cases) & rows["backend"].isin(timed)]
     for _, g in untimed.groupby("case_id"):
-        found = {str(r["backend"]): r for r in g.to_dict("records")}
+        found = {str(r["backend"]): r for r in records(g)}
         why = [
             f"`{b}` {found[b]['status']}: {found[b]['reason']}" if b in found else f"`{b}` no row"
             for b in sorted(timed)

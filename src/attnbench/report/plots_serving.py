@@ -13,7 +13,7 @@ import pandas as pd
 
 from attnbench.analysis.cascade import family
 from attnbench.analysis.compare import SEED, Timing, geomean_ratio
-from attnbench.analysis.frame import add_key, human_tokens
+from attnbench.analysis.frame import add_key, human_tokens, records
 from attnbench.analysis.recommend import padding_cost, short_batch
 from attnbench.report.blocks import Drawing
 from attnbench.report.plots import (
@@ -165,15 +165,10 @@ def _fp8_pairs(
     a, b = a[list(FP8_FIELDS)], b[list(FP8_FIELDS)]  # records of 70 columns are slow to build
     bars: list[tuple[str, str, Any, int]] = []
     curves: dict[str, list[tuple[float, float]]] = {}
-    base_by = {
-        be: dict(zip(g["pair"], g.to_dict("records"), strict=True))
-        for be, g in a.groupby("backend")
-    }
+    base_by = {be: dict(zip(g["pair"], records(g), strict=True)) for be, g in a.groupby("backend")}
     for (backend, kv), g in b.groupby(["backend", "kv_dtype"]):
         base = base_by.get(backend, {})
-        recs = [
-            (base[k], r) for k, r in zip(g["pair"], g.to_dict("records"), strict=True) if k in base
-        ]
+        recs = [(base[k], r) for k, r in zip(g["pair"], records(g), strict=True) if k in base]
         if not recs:
             continue
         pairs = [(Timing.of(r), Timing.of(s)) for s, r in recs]  # fp8 as A: ratio = 16-bit / fp8

@@ -5,6 +5,7 @@ not run (registered on import, like `report.sections`; trees and shared prefixes
 
 from __future__ import annotations
 
+from attnbench.analysis.frame import records
 from attnbench.analysis.recommend import padding_cost
 from attnbench.report import plots_serving
 from attnbench.report.blocks import (
@@ -140,10 +141,9 @@ def accuracy(data: ReportData) -> Section | None:
         blocks.append(
             Table(
                 ["backend", "case", "reason"],
-                [
-                    [r["backend"], short_case(r["spec"]), r["reason"]]
-                    for r in bad.to_dict("records")
-                ][:MAX_TABLE_ROWS],
+                [[r["backend"], short_case(r["spec"]), r["reason"]] for r in records(bad)][
+                    :MAX_TABLE_ROWS
+                ],
                 "mismatches",
             )
         )
