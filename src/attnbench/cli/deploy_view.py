@@ -75,7 +75,8 @@ def index_lines(lines: Sequence[IndexLine], unknown: int, gpu: str = "") -> list
 def _est(e: PairedEstimate | None, what: str = "the default") -> str:
     if e is None:
         return f"no case shared with {what}"
-    return f"{e.ratio:.2f}x {what} (95% CI {e.ci_low:.2f}-{e.ci_high:.2f}, {e.cases} cases)"
+    n = f"{e.cases} case{'s' * (e.cases != 1)}"
+    return f"{e.ratio:.2f}x {what} (95% CI {e.ci_low:.2f}-{e.ci_high:.2f}, {n})"
 
 
 def answer_lines(ans: Answer, verbose: bool = False) -> list[str]:
@@ -208,8 +209,8 @@ def _basis(ans: Answer) -> list[str]:
     n_dec = c.decode.cases if c.decode else 0
     n_pre = c.prefill.cases if c.prefill else 0
     text = (
-        f"{n_dec} decode cases at batch {', '.join(map(str, ans.measured_batches))}; "
-        f"{n_pre} prefill cases"
+        f"{n_dec} decode case{'s' * (n_dec != 1)} at batch "
+        f"{', '.join(map(str, ans.measured_batches))}; {n_pre} prefill case{'s' * (n_pre != 1)}"
     )
     share = ans.extrapolated_share
     if share is not None:
