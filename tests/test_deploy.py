@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -549,6 +550,29 @@ def test_gpu_that_names_no_rows_is_refused(value: str, message: str) -> None:
     res = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 2
     assert message in res.output
+
+
+def test_prefill_is_priced_on_the_traffics_prompt_lengths() -> None:
+    """With `--trace`, prefill pairs only the cases at that traffic's prompt lengths when the
+    rows have them (`trace(NAME)`, `mixed(...)` for agents), else every prefill case."""
+    rows = pd.DataFrame(
+        {
+            "kind": ["prefill", "prefill", "prefill", "decode"],
+            "lengths": ["trace(azure-conv)", "trace(azure-code)", "mixed(256..65536)", "x"],
+        }
+    )
+    conv, on = deploy.prefill_on_traffic(rows, "azure-conv")
+    assert on
+    assert list(conv["lengths"]) == ["trace(azure-conv)", "x"]
+    agents, on = deploy.prefill_on_traffic(rows, "agents:450")
+    assert on
+    assert list(agents["lengths"]) == ["mixed(256..65536)", "x"]
+    other, on = deploy.prefill_on_traffic(rows, "mooncake-conv")  # not measured: all of them
+    assert not on
+    assert len(other) == 4
+    none, on = deploy.prefill_on_traffic(rows, None)
+    assert not on
+    assert none is rows
 
 
 def test_prefill_run_is_named_at_the_engines_page_size() -> None:

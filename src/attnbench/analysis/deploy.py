@@ -158,6 +158,8 @@ class Answer:
     """What the rows do not cover, each with the command that would measure it."""
     other_gpus: list[tuple[str, int]] = field(default_factory=list)
     """Other GPUs with rows of this shape (name, rows passed): `--gpu` answers for one."""
+    prefill_on_trace: bool = False
+    """Prefill is priced on the traffic's own prompt lengths only (`prefill_on_traffic`)."""
 
     @property
     def extrapolated_share(self) -> float | None:
@@ -267,10 +269,12 @@ def answer(
     lack."""
     ok = shape_rows(ok_rows(frame), shape)
     ok, gpu, own, others = one_gpu(ok, trace, engine, gpu)
+    ok, prefill_on_trace = prefill_on_traffic(ok, trace)
     if own:
         weighting = (weighting or "measured cases") + "; decode on its own batches (--measure)"
     ans = Answer(shape, engine, gpu, kv_dtype, weighting or "measured cases, equally")
     ans.other_gpus = others
+    ans.prefill_on_trace = prefill_on_trace
     ans.not_deployable = not_deployable(ok, engine)
     options, default = deploy_options(ok, engine, shape.tp)
     ans.default = default
@@ -321,6 +325,23 @@ def measure_command(shape: ModelShape, engine: str, trace: str | None, kv_dtype:
         f"attnbench recommend --model {shape.model} --tp {shape.tp} --engine {engine} "
         f"--trace {trace or 'azure-conv'}{kv} --measure --out runs/deploy.jsonl"
     )
+
+
+def prefill_on_traffic(rows: pd.DataFrame, trace: str | None) -> tuple[pd.DataFrame, bool]:
+    """The rows with prefill limited to the cases at `trace`'s prompt lengths (the
+    `run --lengths` that `run_lengths` names: `trace(NAME)`, or `mixed(...)` for agents and
+    synthetic traffic), where there are any; else the rows as they are (prefill on every
+    measured length). Whether prefill was limited."""
+    if trace is None or rows.empty or "lengths" not in rows:
+        return rows, False
+    form = run_lengths(trace)
+    label = f"trace({form.removeprefix('trace:')})(" if form.startswith("trace:") else "mixed("
+    lengths = rows["lengths"].astype(str)
+    match = (lengths + "(").str.startswith(label).to_numpy()
+    prefill = (rows["kind"] == "prefill").to_numpy()
+    if not (prefill & match).any():
+        return rows, False
+    return rows[~prefill | match], True
 
 
 def run_lengths(trace: str | None) -> str:

@@ -141,7 +141,7 @@ def _decision(ans: Answer) -> list[str]:
     else:
         kv = c.key.kv != d.key.kv
         head = f"decision: {_at(c, kv)} instead of the default {_at(d, kv)}"
-    out = ["", *wrap(head)]
+    out = ["", *wrap(head, "", " " * len("decision: "))]
     out += command_lines(c.command)
     us = ans.default_decode_us
     t = f"; {fmt_us(us * c.decode.ratio)} per layer and step" if us and c.decode else ""
@@ -212,6 +212,8 @@ def _basis(ans: Answer) -> list[str]:
         f"{n_dec} decode case{'s' * (n_dec != 1)} at batch "
         f"{', '.join(map(str, ans.measured_batches))}; {n_pre} prefill case{'s' * (n_pre != 1)}"
     )
+    if ans.prefill_on_trace:
+        text += " at the traffic's prompt lengths"
     share = ans.extrapolated_share
     if share is not None:
         text += (

@@ -211,8 +211,9 @@ def answer(inputs: Inputs) -> Section | None:
         "GPU whose rows answer (the one that measured the trace's own batches), the deploy "
         "flags, decode attention time against the engine default on the same cases (paired "
         "bootstrap, 95% CI; `=` marks a tie, which keeps the default), prefill attention "
-        "time against the default on the prefill cases both ran (the shipped traffics' prompt "
-        "lengths, `attnbench run --kind prefill`, at the engine's page size), and its basis "
+        "time against the default on the prefill cases both ran at the traffic's own prompt "
+        "lengths (`attnbench run --kind prefill --lengths trace:T`, at the engine's page "
+        "size; `no shared case` where the default has none there), and its basis "
         "(decode cases, the share of the trace's decode steps priced at another batch size)."
     )
     if measured.empty:
