@@ -288,13 +288,13 @@ def unpadded(lengths: str) -> str:
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """`frame.to_dict("records")` at a fraction of the cost: each column converted once to
+    """`frame.to_dict("records")` at a fraction of the cost: the frame converted once to
     Python objects (`to_numpy(dtype=object)`: ints, floats, bools and strings as Python
     values, as `to_dict` boxes them) instead of one element lookup per cell. The frame's 22
     string columns (pandas' `str` dtype) made `to_dict` take 3.5 s of the report's sections."""
     columns = [str(c) for c in frame.columns]
-    values = [frame[c].to_numpy(dtype=object) for c in frame.columns]
-    return [dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True)]
+    values = frame.to_numpy(dtype=object).tolist()  # one conversion per block, not per cell
+    return [dict(zip(columns, row, strict=True)) for row in values]
 
 
 def latest(frame: pd.DataFrame) -> pd.DataFrame:
