@@ -22,6 +22,7 @@ from attnbench.analysis.deploy import (
     shape_rows,
 )
 from attnbench.analysis.deploy_options import Option
+from attnbench.analysis.deploy_stats import PairedEstimate
 
 KV_NAMES = {"auto": "bf16", "fp8_e4m3": "fp8_e4m3"}
 
@@ -52,7 +53,7 @@ def _decision_cells(ans: Answer, rest: float | None) -> list[str]:
     flags = [u for u in c.command[1:] if u.startswith("--") and not u.startswith(skip)]
     deploy = f"`{' '.join(flags)}`" if flags else f"`{c.key.variant}` calls"
     e = c.decode
-    dec = "-" if e is None else f"{e.ratio:.2f}x [{e.ci_low:.2f}-{e.ci_high:.2f}]"
+    dec = "-" if e is None else _ci(e)
     if ans.tied and ans.keeps_default:
         dec += " (=)"
     share = ans.extrapolated_share
@@ -70,7 +71,12 @@ def _prefill_cell(c: Option) -> str:
     e = c.prefill
     if e is None:
         return "no shared case"
-    return f"{e.ratio:.2f}x [{e.ci_low:.2f}-{e.ci_high:.2f}], {e.cases} case{'s' * (e.cases != 1)}"
+    return f"{_ci(e)}, {e.cases} case{'s' * (e.cases != 1)}"
+
+
+def _ci(e: PairedEstimate) -> str:
+    """`0.84x [0.83-0.88]`: the paired ratio and its 95% CI."""
+    return f"{e.ratio:.2f}x [{e.ci_low:.2f}-{e.ci_high:.2f}]"
 
 
 def answer_table(
