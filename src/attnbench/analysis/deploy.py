@@ -335,9 +335,11 @@ def prefill_on_traffic(rows: pd.DataFrame, trace: str | None) -> tuple[pd.DataFr
     if trace is None or rows.empty or "lengths" not in rows:
         return rows, False
     form = run_lengths(trace)
-    label = f"trace({form.removeprefix('trace:')})(" if form.startswith("trace:") else "mixed("
     lengths = rows["lengths"].astype(str)
-    match = (lengths + "(").str.startswith(label).to_numpy()
+    if form.startswith("trace:"):
+        match = (lengths == f"trace({form.removeprefix('trace:')})").to_numpy()
+    else:
+        match = lengths.str.startswith("mixed(").to_numpy()
     prefill = (rows["kind"] == "prefill").to_numpy()
     if not (prefill & match).any():
         return rows, False
