@@ -16,6 +16,7 @@ from attnbench.analysis.compare import (
     geomean_ratio,
     mann_whitney_p,
     parse_threshold,
+    resampled_medians,
 )
 from attnbench.analysis.frame import load
 from attnbench.cli import app
@@ -50,6 +51,16 @@ def test_mann_whitney_agrees_with_scipy(seed: int) -> None:
     want = mannwhitneyu(a, b, alternative="two-sided", use_continuity=True, method="asymptotic")
     assert mann_whitney_p(a, b) == pytest.approx(float(want.pvalue), rel=1e-9, abs=1e-15)
     assert mann_whitney_p(b, a) == pytest.approx(mann_whitney_p(a, b), rel=1e-12)
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 10, 11, 64, 250, 40_000])
+def test_resampled_medians_are_numpys(size: int) -> None:
+    """Counting gives np.median's values exactly, ties (rounded timings) and even sizes too."""
+    rng = np.random.default_rng(size)
+    samples = np.round(rng.lognormal(3.0, 0.05, size), 1)
+    index = rng.integers(0, size, (300 if size < 1000 else 3, size))  # > int16: intp ranks
+    want = np.median(samples[index], axis=-1)
+    np.testing.assert_array_equal(resampled_medians(samples, index), want)
 
 
 def test_same_distribution_is_a_tie() -> None:

@@ -151,16 +151,32 @@ def median_replicates(t: Timing, rng: np.random.Generator, n: int = N_BOOT) -> n
     the stored 95% CI, else the median repeated (no information about noise).
 
     The resampling is scipy's `bootstrap(..., method="percentile", vectorized=True)` without
-    its interval: the same index draws from `rng`, so the same replicates, at a third of the
-    time (the report computes thousands)."""
+    its interval: the same index draws from `rng`, so the same replicates, at a fifth of the
+    time (the report computes thousands; `resampled_medians`)."""
     if t.samples_us is not None:
         samples = np.asarray(t.samples_us, dtype=float)
         index = rng.integers(0, samples.shape[-1], (n, samples.shape[-1]))
-        return np.asarray(np.median(samples[index], axis=-1))
+        return resampled_medians(samples, index)
     if t.ci_low_us and t.ci_high_us and t.ci_high_us > t.ci_low_us > 0:
         sigma = (math.log(t.ci_high_us) - math.log(t.ci_low_us)) / (2 * Z95)
         return np.asarray(t.median_us * np.exp(rng.normal(0.0, sigma, n)))
     return np.full(n, t.median_us)
+
+
+def resampled_medians(samples: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """`np.median(samples[index], axis=-1)`, the same values, from sorted small integers: a
+    resample's order statistics are the sorted samples at the order statistics of its ranks,
+    and numpy sorts int16 ranks several times faster than it partitions the floats."""
+    size = index.shape[-1]
+    order = np.argsort(samples, kind="stable")
+    rank = np.empty(size, dtype=np.int16 if size <= np.iinfo(np.int16).max else np.intp)
+    rank[order] = np.arange(size)
+    ranks = np.sort(rank[index], axis=-1)
+    ordered = samples[order]
+    upper = ordered[ranks[:, size // 2]]
+    if size % 2:
+        return upper
+    return np.asarray((ordered[ranks[:, size // 2 - 1]] + upper) / 2)
 
 
 @dataclass(frozen=True)
