@@ -173,7 +173,7 @@ def resampled_medians(samples: np.ndarray, index: np.ndarray) -> np.ndarray:
     rank[order] = np.arange(size)
     ranks = np.sort(rank[index], axis=-1)
     ordered = samples[order]
-    upper = ordered[ranks[:, size // 2]]
+    upper: np.ndarray = ordered[ranks[:, size // 2]]
     if size % 2:
         return upper
     return np.asarray((ordered[ranks[:, size // 2 - 1]] + upper) / 2)
