@@ -10,6 +10,7 @@ loader, which refuses rows the test-only fake timer timed).
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import math
@@ -314,7 +315,13 @@ def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 def spec_key(spec: WorkloadSpec, drop: Iterable[str] = ()) -> str:
     """A stable key for "the same case except `drop`" (e.g. kv_dtype for fp8 pairs)."""
-    dropped = set(drop)
+    return _spec_key(spec, frozenset(drop))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _spec_key(spec: WorkloadSpec, dropped: frozenset[str]) -> str:
+    """`spec_key`, once per (spec, drop): specs are frozen, and the report keys every row's
+    spec a few times over (a tenth of its analysis time went to the JSON)."""
     fields = spec.model_dump(mode="json")
     return json.dumps({k: v for k, v in fields.items() if k not in dropped}, sort_keys=True)
 
