@@ -146,10 +146,12 @@ s16a)  # session 16, call 2 (a fresh machine: FlashInfer's prefill modules come 
   ;;
 s16b)  # SGLang's prefill at its default page size (1): s16a's rows at page 16 are another
   # option than SGLang's default, so `recommend --engine sglang` left prefill unpriced
+  # On a fresh machine the first step's prebuild compiles FA3's and FlashInfer's prefill
+  # modules (about 2 min on an H100): at 75 s each, session 17's steps kept no row.
   L="trace:azure-code;trace:azure-conv;trace:mooncake-conv;mixed"
-  for m in "llama-3.1-8b 1 8b" "llama-3.1-70b 8 70b"; do
+  for m in "llama-3.1-8b 1 8b 330" "llama-3.1-70b 8 70b 200"; do
     set -- $m
-    TAIL=12 step 75 "sglang-prefill-$3" $RUN --model "$1" --tp "$2" -k prefill -l "$L" \
+    TAIL=12 step "$4" "sglang-prefill-$3" $RUN --model "$1" --tp "$2" -k prefill -l "$L" \
       --page-size 1 -b sglang --resume --out "$OUT/$GPU_TAG-deploy-prefill-sglang-$3.jsonl"
   done
   ;;
