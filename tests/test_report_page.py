@@ -5,6 +5,7 @@ any file list, bullets or navigation; each other section's lead open and its det
 from __future__ import annotations
 
 import base64
+import math
 import os
 import re
 import subprocess
@@ -249,6 +250,31 @@ def test_the_phone_rendition_keeps_its_labels_inside_apart_and_off_the_data() ->
         extent = text.get_window_extent(renderer)
         assert extent.x0 >= 0
         assert extent.x1 <= width
+
+
+def test_log_axes_read_as_plain_numbers_on_a_1_2_5_grid() -> None:
+    """Every log axis of base 10 is labelled 0.1, 100, 2000 (no math text: 10^2 set as
+    TeX was slow to lay out); minor ticks stand at 2 and 5 only beyond 1.3 decades, at 2..9
+    within them; a token axis (base 2) keeps its own labels."""
+    from attnbench.report.plots import _figure, _finish, _tokens_axis
+
+    fig, axes = _figure(3)
+    axes[0].loglog([0.1, 1000], [1, 3000])  # wide spans on both axes
+    axes[1].semilogy([1, 2], [20, 30])  # within a decade
+    axes[2].plot([256, 65536], [1, 2])
+    _tokens_axis(axes[2])
+    _finish(fig, "log axes", "label")
+    wide, narrow_span, tokens = axes
+    for axis in (wide.xaxis, wide.yaxis, narrow_span.yaxis, tokens.xaxis):
+        texts = [t.get_text() for t in axis.get_ticklabels(which="both")]
+        assert not any("$" in t for t in texts), texts
+    assert "100" in [t.get_text() for t in wide.xaxis.get_ticklabels()]
+    assert {round(v / 10 ** math.floor(math.log10(v))) for v in wide.yaxis.get_minorticklocs()} == {
+        2,
+        5,
+    }
+    assert len(narrow_span.yaxis.get_minorticklocs()) >= 5  # 2..9 within one decade
+    assert "64k" in [t.get_text() for t in tokens.xaxis.get_ticklabels()]
 
 
 def test_a_command_breaks_only_between_flags() -> None:

@@ -38,6 +38,14 @@ def _plt() -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # Chosen for speed, with no visible change at 100 dpi: unhinted glyphs (FreeType's
+    # auto-hinter took a sixth of each draw); panel titles fixed at the top of their panel,
+    # where matplotlib's automatic placement puts them when nothing is drawn above it (none
+    # of ours draws anything there, and no axis shows an offset text), instead of measuring
+    # every panel's y axis for each title at each draw.
+    matplotlib.rcParams.update(
+        {"text.hinting": "no_hinting", "axes.titley": 1.0, "axes.formatter.useoffset": False}
+    )
     return plt
 
 
