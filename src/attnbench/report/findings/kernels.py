@@ -8,8 +8,10 @@ from collections import Counter
 import pandas as pd
 
 from attnbench.analysis.candidates import BASELINE_VARIANTS
+from attnbench.analysis.frame import gpu_order
 from attnbench.backends.variant import Variant
 from attnbench.measure.metrics import binding_fraction
+from attnbench.report.build import device_name
 from attnbench.report.findings.core import (
     Headline,
     Inputs,
@@ -77,20 +79,23 @@ def paging(inputs: Inputs) -> Section | None:
         [f, str(len(g)), frange(g["ratio"], fx), *sources(g)[1:]]
         for f, g in both.groupby("file", sort=False)
     ]
-    rows.append(["every file", str(len(both)), frange(both["ratio"], fx), sources(both)[1]])
+    heads = []
+    for gpu in gpu_order(both):
+        g = both[both["gpu"] == gpu]
+        name = device_name(gpu)
+        rows.append([f"every {name} file", str(len(g)), frange(g["ratio"], fx), sources(g)[1]])
+        what = f"{frange(g['ratio'], fx)} over {len(g)} case pairs"
+        heads.append(Headline.of(f"paged / contiguous FA3, {name}", what, g))
     text = (
         f"Latency of `{FA3}` (the page table at the case's page size, as engines run it) over "
         f"`{FA3_CONTIGUOUS}` (the same build on a contiguous copy of the cache) on the same "
-        "case of the same file: above 1, paging costs time."
-    )
-    head = Headline.of(
-        "paged / contiguous FA3", f"{frange(both['ratio'], fx)} over {len(both)} case pairs", both
+        "case of the same file: above 1, paging costs time. Ranges per GPU."
     )
     return Section(
         "Paging cost of FA3",
         text,
         [Table(["file", "pairs", "paged / contiguous", "commit"], rows)],
-        [head],
+        heads,
     )
 
 
@@ -128,11 +133,14 @@ def fa3_vs_flashinfer(inputs: Inputs) -> Section | None:
         return None
     both = both.assign(ratio=both["latency_us"] / both["latency_us_b"])
     rows, heads = [], []
-    for kind, g in both.groupby("kind"):
+    order = {gpu: i for i, gpu in enumerate(gpu_order(both))}
+    groups = sorted(both.groupby(["gpu", "kind"]), key=lambda kv: (order[kv[0][0]], kv[0][1]))
+    for (gpu, kind), g in groups:
         wins = Counter(g["backend_b"]).most_common()
         faster = int((g["ratio"] < 1).sum())
         rows.append(
             [
+                device_name(str(gpu)),
                 str(kind),
                 frange(g["ratio"], fx),
                 f"{faster} of {len(g)}",
@@ -144,7 +152,7 @@ def fa3_vs_flashinfer(inputs: Inputs) -> Section | None:
         )
         heads.append(
             Headline.of(
-                f"paged FA3 / fastest FlashInfer, {kind}",
+                f"paged FA3 / fastest FlashInfer, {kind}, {device_name(str(gpu))}",
                 f"{frange(g['ratio'], fx)} (FA3 faster in {faster} of {len(g)})",
                 g.reset_index(),
             )
@@ -152,9 +160,10 @@ def fa3_vs_flashinfer(inputs: Inputs) -> Section | None:
     text = (
         f"Latency of paged `{FA3}` over the fastest FlashInfer variant (untuned, no engine "
         "variant) on the same case of the same file; below 1, FA3 is faster. Extremes name "
-        "their case and file."
+        "their case and file. Ranges per GPU and kind."
     )
     cols = [
+        "GPU",
         "kind",
         "FA3 / FlashInfer",
         "FA3 faster",
