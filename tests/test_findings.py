@@ -111,6 +111,25 @@ def test_ceilings_span_every_header_per_gpu(committed: tuple[Inputs, list[Sectio
         assert f"| {gpu} | copy (read + write) | {span} GB/s | {len(copies)} |" in text
 
 
+def test_kernel_ratios_are_ranged_per_gpu(committed: tuple[Inputs, list[Section]]) -> None:
+    """Paging cost and FA3 against FlashInfer never pool two GPUs' rows: each GPU's range is
+    its own, in the tables and in the README's headlines."""
+    inputs, sections = committed
+    rows = inputs.rows
+    gpus = {
+        str(g).removeprefix("NVIDIA ") for g in rows.loc[rows["backend"] == "flash-attn:fa3", "gpu"]
+    }
+    paging = _section(sections, "Paging cost of FA3")
+    fa3 = _section(sections, "Paged FA3 against FlashInfer")
+    heads = {h.topic: h.figure for sec in sections for h in sec.headlines}
+    for gpu in gpus:
+        assert f"| every {gpu} file |" in paging
+        assert f"| {gpu} | decode |" in fa3
+        assert f"{gpu} " in heads["paged / contiguous FA3"]
+        assert f"{gpu} " in heads["paged FA3 / fastest FlashInfer, decode"]
+    assert "| every file |" not in paging
+
+
 def test_check_fails_with_a_short_summary_when_a_figure_drifts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -266,7 +285,30 @@ def test_a_default_runs_footer_is_its_wall_time(tmp_path: Path) -> None:
     ]
     assert len(walls.tables) == 2  # the footer table, then first plans per library
     (head,) = walls.headlines
-    assert (head.figure, head.commit) == ("231 s", "aaa1111")
+    assert (head.topic, head.figure, head.commit) == (
+        "default suite wall time, H200",
+        "fresh 231 s",
+        "aaa1111",
+    )
+
+
+def test_a_later_default_run_stands_beside_the_first(tmp_path: Path) -> None:
+    """`h100-default-fresh-2` (the same suite, another machine): both wall times in the
+    GPU's one headline, the slower one included."""
+    row = {"run_id": "r", "status": "ok", "spec": _spec().model_dump(mode="json")}
+    for name, sha, wall in (
+        ("h100-default-fresh", "aaa1111", 164.0),
+        ("h100-default-fresh-2", "bbb2222", 256.0),
+    ):
+        with ResultWriter(tmp_path / f"{name}.jsonl") as w:
+            w.write(_header(sha, "2026-01-01T00:00:00+00:00"))
+            w.write(ResultRow(case_id="c1", backend="flashinfer:tc", latency_us=10.0, **row))
+            w.write(Footer(run_id="r", wall_s=wall, setup_s=100.0))
+    (walls,) = build(load_inputs([tmp_path]), ["default-run"])
+    (head,) = walls.headlines
+    assert head.topic == "default suite wall time, H100 80GB HBM3"
+    assert head.figure == "fresh 164 s, 256 s"
+    assert head.commit == "aaa1111, bbb2222"
 
 
 def test_readme_block_links_each_headline_to_its_section(

@@ -79,13 +79,13 @@ def paging(inputs: Inputs) -> Section | None:
         [f, str(len(g)), frange(g["ratio"], fx), *sources(g)[1:]]
         for f, g in both.groupby("file", sort=False)
     ]
-    heads = []
+    per_gpu = []
     for gpu in gpu_order(both):
         g = both[both["gpu"] == gpu]
         name = device_name(gpu)
         rows.append([f"every {name} file", str(len(g)), frange(g["ratio"], fx), sources(g)[1]])
-        what = f"{frange(g['ratio'], fx)} over {len(g)} case pairs"
-        heads.append(Headline.of(f"paged / contiguous FA3, {name}", what, g))
+        per_gpu.append(f"{name} {frange(g['ratio'], fx)} over {len(g)} case pairs")
+    heads = [Headline.of("paged / contiguous FA3", "; ".join(per_gpu), both)]
     text = (
         f"Latency of `{FA3}` (the page table at the case's page size, as engines run it) over "
         f"`{FA3_CONTIGUOUS}` (the same build on a contiguous copy of the cache) on the same "
@@ -132,7 +132,8 @@ def fa3_vs_flashinfer(inputs: Inputs) -> Section | None:
     if both.empty:
         return None
     both = both.assign(ratio=both["latency_us"] / both["latency_us_b"])
-    rows, heads = [], []
+    rows: list[list[str]] = []
+    per_kind: dict[str, list[str]] = {}
     order = {gpu: i for i, gpu in enumerate(gpu_order(both))}
     groups = sorted(both.groupby(["gpu", "kind"]), key=lambda kv: (order[kv[0][0]], kv[0][1]))
     for (gpu, kind), g in groups:
@@ -150,12 +151,8 @@ def fa3_vs_flashinfer(inputs: Inputs) -> Section | None:
                 *sources(g.reset_index()),
             ]
         )
-        heads.append(
-            Headline.of(
-                f"paged FA3 / fastest FlashInfer, {kind}, {device_name(str(gpu))}",
-                f"{frange(g['ratio'], fx)} (FA3 faster in {faster} of {len(g)})",
-                g.reset_index(),
-            )
+        per_kind.setdefault(str(kind), []).append(
+            f"{device_name(str(gpu))} {frange(g['ratio'], fx)} (FA3 faster in {faster} of {len(g)})"
         )
     text = (
         f"Latency of paged `{FA3}` over the fastest FlashInfer variant (untuned, no engine "
@@ -172,6 +169,14 @@ def fa3_vs_flashinfer(inputs: Inputs) -> Section | None:
         "highest",
         "file",
         "commit",
+    ]
+    heads = [
+        Headline.of(
+            f"paged FA3 / fastest FlashInfer, {kind}",
+            "; ".join(per_kind[kind]),
+            both[both["kind"] == kind].reset_index(),
+        )
+        for kind in sorted(per_kind)
     ]
     return Section("Paged FA3 against FlashInfer", text, [Table(cols, rows)], heads)
 

@@ -30,12 +30,14 @@ PYTEST_SUMMARY = re.compile(r"^(\d+ passed.*) in ([\d.]+)s(?: \(.*\))?$", re.M)
 GROUP_LINE = re.compile(r"^=== group (\w+): (.+): exit (\d+) after (\d+) s$", re.M)
 COMPILED = re.compile(r"^compiled (\d+) s ", re.M)
 GPU_TESTS = re.compile(r"^h200-gpu-tests-(\w+)\.txt$")
-DEFAULT_RUNS = (
-    "h200-default-fresh",
-    "h200-default-warm",
-    "h100-default-fresh",
-    "h100-default-warm",
-)
+DEFAULT_RUN = re.compile(r"^(h\d00)-default-(fresh|warm)(?:-(\d+))?$")
+"""`h200-default-fresh`, `h100-default-warm-2`: the default suite on a fresh machine, or again
+with every kernel compiled; a number for a later run of the same kind on another machine."""
+GPU_NAMES = {"h200": "H200", "h100": "H100 80GB HBM3"}
+
+
+def is_default_run(name: str) -> bool:
+    return DEFAULT_RUN.match(stem(name)) is not None
 
 
 def commit_before(text: str, pos: int) -> str:
@@ -93,7 +95,7 @@ def footer_walls(inputs: Inputs) -> list[dict[str, str]]:
     still compiled), last footer of each file, with its file's commit."""
     out = []
     for name, footers in inputs.footers.items():
-        if stem(name) not in DEFAULT_RUNS or not footers:
+        if not is_default_run(name) or not footers:
             continue
         f = footers[-1]
         pre = f.prebuild or {}
@@ -121,7 +123,7 @@ def _unfooted(inputs: Inputs, known: set[str]) -> list[dict[str, str]]:
     return [
         _run_row(inputs, name, **cut)
         for name in inputs.headers
-        if stem(name) in DEFAULT_RUNS and stem(name) not in known
+        if is_default_run(name) and stem(name) not in known
     ]
 
 
@@ -139,7 +141,7 @@ def default_run(inputs: Inputs) -> Section | None:
     from the files' footers where they have them, else from the session logs."""
     footed = footer_walls(inputs)
     have = {stem(w["file"]) for w in footed}
-    logged = [w for w in run_walls(inputs) if stem(w["file"]) in DEFAULT_RUNS]
+    logged = [w for w in run_walls(inputs) if is_default_run(w["file"])]
     footed += _unfooted(inputs, have | {stem(w["file"]) for w in logged})
     walls = footed + [w for w in logged if stem(w["file"]) not in have]
     tables = [_footer_table(footed)] if footed else []
@@ -147,7 +149,7 @@ def default_run(inputs: Inputs) -> Section | None:
     if logged:
         rows = [[w["file"], w["rows"], w["wall_s"], f"`{w['log']}`", w["commit"]] for w in logged]
         tables.append(Table(["run", "rows by status", "wall s", "log", "commit"], rows))
-    for name in DEFAULT_RUNS:
+    for name in sorted({stem(n) for n in inputs.headers if is_default_run(n)}):
         rows = inputs.of(name)
         if not rows.empty:
             plan = [[*r, *sources(rows)] for r in _first_plan(rows)]
@@ -162,17 +164,29 @@ def default_run(inputs: Inputs) -> Section | None:
         "the seconds its first plans took (`details.first_plan_s`: where FlashInfer JIT-compiles "
         "and FlexAttention's Inductor compiles)."
     )
-    heads = [
-        Headline(
-            f"default suite wall time, {stem(w['file'])}",
-            _seconds(w["wall_s"]),
-            w["log"],
-            w["commit"],
-        )
-        for w in walls
-        if re.search(r"\bok\b", w["rows"])
-    ]
-    return Section("Default run: wall time and first use", text, tables, heads)
+    return Section("Default run: wall time and first use", text, tables, _wall_heads(walls))
+
+
+def _wall_heads(walls: list[dict[str, str]]) -> list[Headline]:
+    """One headline per GPU: every fresh and every warm run's wall time (runs that kept a
+    row), in file order, so a slower machine's run stands beside a faster one's."""
+    by_gpu: dict[str, list[dict[str, str]]] = {}
+    for w in walls:
+        m = DEFAULT_RUN.match(stem(w["file"]))
+        if m and re.search(r"\bok\b", w["rows"]):
+            by_gpu.setdefault(m.group(1), []).append(w)
+    heads = []
+    for tag, runs in by_gpu.items():
+        runs = sorted(runs, key=lambda w: stem(w["file"]))
+        parts = []
+        for kind in ("fresh", "warm"):
+            times = [_seconds(w["wall_s"]) for w in runs if f"-default-{kind}" in w["file"]]
+            if times:
+                parts.append(f"{kind} {', '.join(times)}")
+        topic = f"default suite wall time, {GPU_NAMES.get(tag, tag)}"
+        sources_ = [", ".join(w["log"] for w in runs), ", ".join(w["commit"] for w in runs)]
+        heads.append(Headline.of(topic, "; ".join(parts), sources_))
+    return heads
 
 
 def _gpu_group(name: str, text: str) -> list[str] | None:
