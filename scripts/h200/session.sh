@@ -144,6 +144,14 @@ s16a)  # session 16, call 2 (a fresh machine: FlashInfer's prefill modules come 
   TAIL=20 step 50 prebuild-test python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
     tests/test_flashinfer.py -k "prebuil"
   ;;
+s17a)  # where a run's time goes off the GPU: on one H100 host the default suite's cases took
+  # 46 s after setup, on another 77-82 s (same commit, same rows). The default suite, fresh,
+  # with every process profiled (ATTNBENCH_PROFILE); the profiles come back in one tarball.
+  TAIL=30 step 350 default-profiled env ATTNBENCH_PROFILE="$OUT/prof" \
+    $AB run --device cuda --out "$OUT/$GPU_TAG-default-profiled.jsonl"
+  tar czf "$OUT/prof.tgz" -C "$OUT" prof && rm -rf "$OUT/prof"
+  nproc; lscpu | grep -E "Model name|^CPU\(s\)|MHz" || true
+  ;;
 s16b)  # SGLang's prefill at its default page size (1): s16a's rows at page 16 are another
   # option than SGLang's default, so `recommend --engine sglang` left prefill unpriced
   # On a fresh machine the first step's prebuild compiles FA3's and FlashInfer's prefill

@@ -29,6 +29,7 @@ from attnbench.measure.hardware import Ceilings, DeviceInfo
 from attnbench.results import Footer, Header, ResultRow, provenance
 from attnbench.run.jobs import Job, JobKind, TuneJob
 from attnbench.run.plan import RunPlan, RunSink
+from attnbench.run.profiling import profiled
 from attnbench.run.progress import Activity, fmt_s
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def run_session(plan: RunPlan, sink: RunSink) -> None:
     report: dict[str, Any] | None = None
     setup_s: float | None = None
     try:
-        with RunSession(plan, sink) as session:
+        with profiled("run"), RunSession(plan, sink) as session:
             jobs = [session.job(spec, names, kind) for spec in order_cases(plan.cases)]
             report = _finish_prebuild(pre, sink)
             setup_s = time.monotonic() - t0

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from attnbench.measure.config import MeasureConfig
 from attnbench.results import ResultRow
 from attnbench.run.jobs import Job, KernelErrorJob, TuneJob
+from attnbench.run.profiling import profiled
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -212,7 +213,7 @@ def worker_main(
     if slot.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.gpu)
     from attnbench.measure.hardware import detect, measure_ceilings
-    from attnbench.run.sweep import DeviceLost, SweepContext
+    from attnbench.run.sweep import SweepContext
 
     info = detect("cuda:0" if slot.gpu is not None else "cpu")
     ceilings = measure_ceilings(info, quick=info.kind == "cpu")
@@ -224,7 +225,14 @@ def worker_main(
         ceilings=ceilings,
         stop_when_poisoned=True,
     )
-    sink = _PipeSink(conn, slot)
+    with profiled("worker"):
+        _serve(conn, base, _PipeSink(conn, slot))
+
+
+def _serve(conn: Connection, base: SweepContext, sink: _PipeSink) -> None:
+    """Run the parent's jobs until it sends None or goes away, or the GPU is lost."""
+    from attnbench.run.sweep import DeviceLost
+
     while True:
         try:
             job: Job | None = conn.recv()
