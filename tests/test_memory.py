@@ -199,3 +199,28 @@ def test_run_where_nothing_fits_exits_3_with_the_need(
     assert "needs ~" in row.reason
     assert "1.0 MiB" not in row.reason  # sizes in GiB
     assert "0.0 GiB free" in row.reason
+
+
+def test_release_memory_collects_what_was_made_since_and_freezes_the_rest() -> None:
+    """After a backend: cyclic garbage made since the last release is collected; what lives
+    on is frozen, so the next collection does not scan torch's objects again (0.25 s each on
+    an H100 host, 31 s of one default run)."""
+    import gc
+    import weakref
+
+    from attnbench.run.sweep import release_memory
+
+    class Node:
+        def __init__(self) -> None:
+            self.me = self
+
+    try:
+        release_memory()
+        assert gc.get_freeze_count() > 0
+        cycle = Node()
+        gone = weakref.ref(cycle)
+        del cycle
+        release_memory()
+        assert gone() is None
+    finally:
+        gc.unfreeze()

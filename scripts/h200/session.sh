@@ -35,6 +35,13 @@ step() {  # step LIMIT_S NAME CMD...: Ctrl-C at the limit (rows kept), then a ha
   echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   pkill -9 -f spawn_main 2>/dev/null; true
 }
+precompile() {  # bytecode for every module on sys.path, as a pip install leaves it
+  export PYTHONPYCACHEPREFIX=/tmp/pycache
+  local t0=$SECONDS
+  python3 -c 'import sys; print("\n".join(p for p in sys.path if p.endswith(("site-packages", "/site", "/src"))))' |
+    xargs -r python3 -m compileall -q -j 0 >/dev/null 2>&1
+  echo "=== precompile: $((SECONDS - t0)) s"
+}
 stage=${1:?stage: s11a, s11d, s11e, s12a-s12e, s13a, s13c, s16a or s16b (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
@@ -107,6 +114,10 @@ s13a)  # session 13, call 1, on a FRESH machine (carry .device only; `trap - EXI
   # The prebuild now builds each module in its own folder; FlashInfer's JIT build log (kept
   # here as jit-builds-*.jsonl, and read by the run into its footer's `first_use`) shows any
   # module the jobs still compiled.
+  # The device's site folders carry no bytecode (a pip install writes it): every process
+  # compiled torch's modules from source (7.7 s in one worker, session 17). Compiled first,
+  # into a cache folder, outside the timed runs.
+  precompile
   TAIL=400 step 350 default-fresh env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-fresh.jsonl" \
     $AB run --device cuda --out "$OUT/$GPU_TAG-default-fresh.jsonl"
   TAIL=400 step 150 default-warm env FLASHINFER_JIT_BUILD_LOG="$OUT/jit-builds-warm.jsonl" \

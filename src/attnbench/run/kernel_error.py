@@ -18,7 +18,6 @@ FlashInfer's `use_token_head_sf` layout, handed to the backend in `inputs.extras
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,7 @@ from attnbench.run.sweep import (
     SweepContext,
     check_device_alive,
     failure_row,
+    release_memory,
     run_backend,
     runnable_on,
 )
@@ -108,18 +108,18 @@ def error_case(
         reason = f"building inputs/reference: {type(exc).__name__}: {exc}"[:400]
         for b in backends:
             emit(refused.get(b.name) or failure_row(ctx.run_id, spec, b.name, status, reason))
-        _free()
+        release_memory()
         return rows
     for b in backends:
         if b.name in refused:
             emit(_with_errors(refused[b.name], dict(case.base)))
         elif b in runnable:
             emit(row := _measure(spec, b, case, ctx, job))
-            _free()
+            release_memory()
             if row.status == "error" and ctx.stop_when_poisoned:
                 check_device_alive(row)  # DeviceLost: the variants left go to a fresh worker
     del case
-    _free()
+    release_memory()
     return rows
 
 
@@ -239,9 +239,3 @@ class _Seen:
             return got
 
         return replace(planned, unpack=keep)
-
-
-def _free() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()

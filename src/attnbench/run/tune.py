@@ -19,7 +19,6 @@ Kernels compiled by one trial are reused by the next (same process).
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -36,6 +35,7 @@ from attnbench.run.sweep import (
     SweepContext,
     check_device_alive,
     failure_row,
+    release_memory,
     run_backend,
     runnable_on,
 )
@@ -232,7 +232,7 @@ def tune_case(
         reason = f"building inputs/reference: {type(exc).__name__}: {exc}"[:400]
         for b in runnable:
             on_tuned(failure_row(ctx.run_id, spec, tuned_name(b.name), status, reason))
-        free_memory()
+        release_memory()
         return outcomes
     weight_left = sum(len(knob_grid(b.knobs)) for b in runnable)
     pairs_left = len(runnable)
@@ -254,11 +254,11 @@ def tune_case(
                 raise
             on_tuned(out.tuned)
             outcomes.append(out)
-            free_memory()
+            release_memory()
         weight_left -= weight
         pairs_left -= 1
     del inputs, oracle
-    free_memory()
+    release_memory()
     return outcomes
 
 
@@ -266,7 +266,7 @@ def after_failure(row: ResultRow) -> None:
     """After a failed trial: free memory after an oom; raise DeviceLost if an error left the
     CUDA context poisoned."""
     if row.status == "oom":
-        free_memory()
+        release_memory()
     if row.status == "error":
         check_device_alive(row)
 
@@ -284,12 +284,6 @@ def make_trial(
         return run_backend(spec, backend, inputs, oracle, replace(ctx, measure_cfg=cfg), knobs)
 
     return trial
-
-
-def free_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def _tuned_name(row: ResultRow) -> ResultRow:
