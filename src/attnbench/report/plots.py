@@ -248,8 +248,8 @@ def _log_labels(axis: Any, spans: tuple[float, float] = MINOR_LABELS) -> None:
 
 
 def _log_axes(ax: Any, spans: tuple[float, float] = MINOR_LABELS) -> None:
-    """`_log_labels` on each log axis of base 10 that keeps matplotlib's labels (the x axes
-    of token counts keep theirs), and on every log y axis."""
+    """`_log_labels` on each log axis of base 10: every y axis, and an x axis only where it
+    keeps matplotlib's labels (the x axes of token counts keep their own)."""
     from matplotlib.ticker import LogFormatterMathtext
 
     for axis in (ax.xaxis, ax.yaxis):
