@@ -42,7 +42,7 @@ precompile() {  # bytecode for every module on sys.path, as a pip install leaves
     xargs -r python3 -m compileall -q -j 0 >/dev/null 2>&1
   echo "=== precompile: $((SECONDS - t0)) s"
 }
-stage=${1:?stage: s11a, s11d, s11e, s12a-s12e, s13a, s13c, s16a or s16b (older stages are in git history)}
+stage=${1:?stage: s11a, s11d, s11e, s12a-s12e, s13a, s13c, s16a, s16b or s17a (older stages are in git history)}
 {
 echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; stage $stage; $(date -u +%FT%TZ)"
 bash scripts/h200/jit_aot.sh  # else FlashInfer's ninja compiles every carried module again
