@@ -31,6 +31,7 @@ LAYERS: list[set[str]] = [
     {"attnbench.run"},  # the sweep and where it runs (process, workers, Ray), tune, fidelity
     {"attnbench.analysis"},  # stored rows only: frame, compare, recommend, hybrid, engines
     {"attnbench.replay", "attnbench.fp8study"},  # studies built on measurements and analysis
+    {"attnbench.deploy"},  # the deployment answer: one GPU's rows, traffic, options, decider
     {"attnbench.report"},  # Markdown/HTML report, plots, terminal tables
     {"attnbench.config", "attnbench.config_load"},  # Settings and their loading: the CLI only
     {"attnbench.cli", "attnbench.__main__"},  # parsing and wiring

@@ -1,4 +1,4 @@
-"""`attnbench recommend --model`: the answer per deployment (analysis.deploy, cli.recommend)."""
+"""`attnbench recommend --model`: the answer per deployment (deploy.decide, cli.recommend)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.analysis import deploy
 from attnbench.analysis.compare import Timing
-from attnbench.analysis.deploy_stats import Pair, PairedEstimate, paired_ratio
 from attnbench.analysis.frame import load
 from attnbench.cli import app
 from attnbench.cli.deploy_view import WIDTH, answer_lines, command_lines
+from attnbench.deploy import decide as deploy
+from attnbench.deploy.stats import Pair, PairedEstimate, paired_ratio
 from fixtures_results import row, spec, write_results
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -321,7 +321,7 @@ def test_dry_run_plans_real_batches_per_heavy_bucket(tmp_path: Path) -> None:
 
 
 def test_cover_adds_the_heaviest_small_buckets_until_the_share_is_measured() -> None:
-    from attnbench.replay.deploy_plan import heavy_buckets
+    from attnbench.deploy.plan import heavy_buckets
 
     sizes = [1, 2, 4, 8, 16, 24, 32]
     # bucket 8: 50%; 16: 20%; 24, 32: 4% each; 1, 2, 4: 22%, 0%, 0%... (shares of 100 steps)
@@ -418,8 +418,8 @@ def test_measure_cut_short_resumes_and_answers(
     assert rerun.exit_code == 0, rerun.output
     assert len(calls) == n  # nothing measured twice
     # the findings' answer table re-weights the measured rows by their labels alone
-    from attnbench.analysis.deploy_report import answer_table
     from attnbench.analysis.frame import ok_rows
+    from attnbench.deploy.table import answer_table
 
     measured = ok_rows(load([out]).frame)
     ok = ok_rows(load([*H200, out]).frame)

@@ -33,7 +33,7 @@ NOT_MEASURED = {
     "flush >= 2x L2": "the L2 flush's size rule",
     "a ~50 us GPU spin": "the warm-L2 spin's length (`measure.l2`)",
     "within 3% for kernels over 50 us": "fidelity's tolerance and bound (`analysis.fidelity`)",
-    "each bucket of >= 5% of the": "`--measure`'s bucket share (`analysis.deploy.MEASURE_SHARE`)",
+    "each bucket of >= 5% of the": "`--measure`'s bucket share (`deploy.decide.MEASURE_SHARE`)",
     "until 90% of the steps": "the example value of `--cover 0.9`",
 }
 """Design constants that look like measurements, each with what it is."""

@@ -1,6 +1,6 @@
 """CUDA-graph capture buckets of `recommend --engine` (`analysis.engine_rank`): the engine's
 captured batch sizes, the bucket a running batch pads to, and each bucket's weight from a
-histogram of running batches (a replay's decode steps, `replay.engine_trace`), or uniform."""
+histogram of running batches (a replay's decode steps, `deploy.traffic`), or uniform."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`recommend --measure` and `--dry-run`: time the deployment's configurations on the trace's
-own batches (`replay.deploy_plan`), through the normal run path (`run.session.RunSession`:
+own batches (`deploy.plan`), through the normal run path (`run.session.RunSession`:
 the same workers, accuracy gate and measurement as `attnbench run`), rows appended to `--out`.
 `--resume` skips the (case, backend) pairs `--out` already holds with a final status; a
 `--budget-s` stops starting new cases once spent, so a cut run keeps its rows and resumes.
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from attnbench.cli.common import console, fail, note
 
 if TYPE_CHECKING:
-    from attnbench.analysis.deploy import ModelShape
+    from attnbench.deploy.decide import ModelShape
+    from attnbench.deploy.plan import PlannedCase
     from attnbench.engines.paths import Engine
-    from attnbench.replay.deploy_plan import PlannedCase
 
 DONE = ("ok", "mismatch", "unsupported", "error", "oom", "timeout")
 
@@ -36,8 +36,8 @@ def build_plan(
     cover: float = 0.0,
 ) -> tuple[list[PlannedCase], dict[int, int], str]:
     """The plan, and the replay's running-batch histogram and its source (for the answer)."""
-    from attnbench.replay.deploy_plan import plan_cases
-    from attnbench.replay.engine_trace import check_trace, replay_trace
+    from attnbench.deploy.plan import plan_cases
+    from attnbench.deploy.traffic import check_trace, replay_trace
     from attnbench.replay.pipeline import ReplayError
 
     if (why := check_trace(trace)) is not None:

@@ -9,10 +9,10 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from attnbench.analysis.deploy import Answer, IndexLine
-from attnbench.analysis.deploy_options import Option
-from attnbench.analysis.deploy_stats import PairedEstimate
 from attnbench.analysis.frame import fmt_us
+from attnbench.deploy.decide import Answer, IndexLine
+from attnbench.deploy.options import Option
+from attnbench.deploy.stats import PairedEstimate
 
 WIDTH = 80
 ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang", "none": "no engine (library calls)"}

@@ -1,5 +1,5 @@
 """`attnbench recommend`: the answer for one deployment (model, tp, engine, traffic), or the
-index of deployments the results hold. The decision is `analysis.deploy`; the text is
+index of deployments the results hold. The decision is `deploy.decide`; the text is
 `cli.deploy_view`; `--measure` (GPU) and `--dry-run` are `cli.deploy_measure`."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from attnbench.cli.common import check_output_file, console, fail, note, write_o
 if TYPE_CHECKING:
     import pandas as pd
 
-    from attnbench.analysis.deploy import Answer, ModelShape
     from attnbench.cli.deploy_measure import MeasureRequest
+    from attnbench.deploy.decide import Answer, ModelShape
 
 KV_HELP = "auto (the model's 16-bit dtype), fp8_e4m3 or fp8_e5m2"
 
@@ -65,7 +65,7 @@ def _check_kv(kv_dtype: str) -> str:
 
 
 def _shape(model: str, tp: int | None, frame: pd.DataFrame) -> ModelShape:
-    from attnbench.analysis.deploy import model_shape
+    from attnbench.deploy.decide import model_shape
     from attnbench.workload.models import get_model, valid_tps
 
     try:
@@ -79,8 +79,8 @@ def _shape(model: str, tp: int | None, frame: pd.DataFrame) -> ModelShape:
 
 def _tp_with_rows(model: str, tps: list[int], frame: pd.DataFrame) -> int:
     """Without --tp: the tp whose shard has the most rows (1 when none has any)."""
-    from attnbench.analysis.deploy import model_shape, shape_rows
     from attnbench.analysis.frame import ok_rows
+    from attnbench.deploy.decide import model_shape, shape_rows
 
     ok = ok_rows(frame)
     counts = {tp: len(shape_rows(ok, model_shape(model, tp))) for tp in tps}
@@ -146,7 +146,7 @@ def recommend(
     """The answer for one deployment: the deploy command, its decode and prefill time against
     the engine's default with paired 95% CIs, and its basis. Without --model: the index of the
     model shapes the results hold, one line each."""
-    from attnbench.analysis.deploy import TARGETS
+    from attnbench.deploy.decide import TARGETS
 
     name = engine.strip().lower()
     if name not in TARGETS:
@@ -240,8 +240,8 @@ def _slug(trace: str) -> str:
 
 
 def _index(frame: pd.DataFrame, json_out: Path | None) -> None:
-    from attnbench.analysis.deploy import index
     from attnbench.cli.deploy_view import index_lines
+    from attnbench.deploy.decide import index
 
     lines, unknown = index(frame)
     decode = frame[frame["kind"] == "decode"] if "kind" in frame else frame
@@ -301,8 +301,8 @@ def _answer(
     replayed: tuple[dict[int, int], str] | None = None,
 ) -> str | None:
     """Print the answer; None, or the error line of an answer the rows cannot give."""
-    from attnbench.analysis.deploy import answer
     from attnbench.cli.deploy_view import answer_json, answer_lines
+    from attnbench.deploy.decide import answer
 
     if ask.lengths is not None:
         frame = _only_lengths(frame, ask.lengths)
@@ -348,7 +348,7 @@ def _histogram(
 ) -> tuple[dict[int, int], str]:
     """The running-batch histogram of `trace` on this deployment, cached on disk by the rows
     files' names, sizes and times (a replay takes seconds)."""
-    from attnbench.replay.engine_trace import check_trace, replay_trace
+    from attnbench.deploy.traffic import check_trace, replay_trace
     from attnbench.replay.pipeline import ReplayError
 
     if (why := check_trace(trace)) is not None:

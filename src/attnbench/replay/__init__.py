@@ -19,7 +19,7 @@
     validate.py    replay-validate: drawn steps of several traces timed per variant vs the model
     validation_doc.py  the validation document read back, and found beside the rows
     trust.py       per candidate: validated error, steps beyond the fit; ties inside the error
-    engine_trace.py  a trace's running batches per CUDA-graph capture bucket (recommend --trace)
+
 
 Reads result files only; only `live` touches a GPU. The terminal tables (`report.replay_tables`) and
 the report's "Serving replay" section (`report.replay_section`) render the document.

@@ -1,7 +1,7 @@
 """The report's first screen: the per-model deploy decision and one figure, the decode time
 per batch-size bucket of every deployable configuration, before anything else on the page.
 
-The decisions are `recommend --model`'s (`analysis.deploy.answers_by_model`, per model shape
+The decisions are `recommend --model`'s (`deploy.decide.answers_by_model`, per model shape
 of the rows, without a trace): the same deployable options (an engine's settings, never a
 contiguous-cache or knob-less tuned variant), the same pairing on shared cases and 95% CIs.
 """
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis.deploy import Answer, ModelShape
-from attnbench.analysis.deploy_options import Option
 from attnbench.analysis.frame import fmt_us, ok_rows
+from attnbench.deploy.decide import Answer, ModelShape
+from attnbench.deploy.options import Option
 from attnbench.report.blocks import (
     Block,
     ReportData,
@@ -119,8 +119,8 @@ def _decision(shape: ModelShape, ans: Answer) -> ModelDecision:
 
 def decisions_from_answers(frame: pd.DataFrame) -> list[ModelDecision]:
     """Per model shape of the rows, the vLLM and SGLang answers `recommend --model` gives
-    (`analysis.deploy.answers_by_model`: the same options, pairing and CIs)."""
-    from attnbench.analysis.deploy import answers_by_model
+    (`deploy.decide.answers_by_model`: the same options, pairing and CIs)."""
+    from attnbench.deploy.decide import answers_by_model
 
     return [_decision(shape, a) for shape, answers in answers_by_model(frame) for a in answers]
 

@@ -194,8 +194,8 @@ ANSWER_COMMAND = (
 @section("answer")
 def answer(inputs: Inputs) -> Section | None:
     """`recommend --model M --engine E --trace T` per Llama model, engine and trace, from the
-    rows `--measure` took on that trace's own batches (`analysis.deploy_report`)."""
-    from attnbench.analysis.deploy_report import answer_table
+    rows `--measure` took on that trace's own batches (`deploy.table`)."""
+    from attnbench.deploy.table import answer_table
 
     rows = inputs.rows
     if rows.empty:

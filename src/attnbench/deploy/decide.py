@@ -27,14 +27,16 @@ from typing import Any, Literal
 import pandas as pd
 
 from attnbench.analysis.compare import Timing
-from attnbench.analysis.deploy_options import (
+from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
+from attnbench.analysis.frame import ok_rows
+from attnbench.deploy.options import (
     RAW_DEFAULT,
     Option,
     OptionKey,
     deploy_options,
     not_deployable,
 )
-from attnbench.analysis.deploy_shapes import (
+from attnbench.deploy.shapes import (
     IndexLine,
     ModelShape,
     index,
@@ -42,9 +44,7 @@ from attnbench.analysis.deploy_shapes import (
     preset_of,
     shape_rows,
 )
-from attnbench.analysis.deploy_stats import Pair, PairedEstimate, paired_ratio
-from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
-from attnbench.analysis.frame import ok_rows
+from attnbench.deploy.stats import Pair, PairedEstimate, paired_ratio
 from attnbench.engines.paths import default_setting
 
 Target = Literal["vllm", "sglang", "none"]
@@ -421,7 +421,7 @@ def fp8_decision(
 ) -> Fp8Decision | None:
     """The choice at the other KV precision (fp8 e4m3 against 16-bit, or 16-bit against the
     requested fp8), same engine setting where measured, on the shared decode cases."""
-    from attnbench.analysis.deploy_fp8 import kv_bytes_ratio, study_error
+    from attnbench.deploy.fp8 import kv_bytes_ratio, study_error
 
     if ans.choice is None:
         return None

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attnbench.analysis.deploy_options import Option
+from attnbench.deploy.options import Option
 
 STUDY_FILE = "h200-fp8-study.json.gz"
 SCHEME = "tensor"

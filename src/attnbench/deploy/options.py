@@ -20,9 +20,9 @@ from typing import Any
 import pandas as pd
 
 from attnbench.analysis.compare import Timing
-from attnbench.analysis.deploy_stats import PairedEstimate
 from attnbench.analysis.frame import records, spec_key
 from attnbench.backends.variant import Variant, is_tuned
+from attnbench.deploy.stats import PairedEstimate
 from attnbench.engines.paths import default_setting, engine_page_size, setting
 
 RAW_DEFAULT = "flash-attn:fa3"

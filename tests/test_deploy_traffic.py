@@ -1,4 +1,4 @@
-"""`recommend --engine E --trace T` (`replay.engine_trace`): the capture buckets are
+"""`recommend --engine E --trace T` (`deploy.traffic`): the capture buckets are
 weighted by how often the trace's running batch falls in each, from the replay simulator on the
 deployment the committed rows describe, instead of uniformly."""
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from attnbench.analysis.engine_buckets import bucket_weights, capture_sizes
 from attnbench.cli import app
-from attnbench.replay.engine_trace import TRACE_LIMIT, check_trace, running_batches
+from attnbench.deploy.traffic import TRACE_LIMIT, check_trace, running_batches
 from attnbench.replay.pipeline import ReplayError
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"

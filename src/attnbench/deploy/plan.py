@@ -1,6 +1,6 @@
 """`recommend --measure`'s plan: the real batches to time for one deployment on one trace.
 
-The trace's replay (`replay.engine_trace.replay_trace`, the engine's scheduling) gives a running
+The trace's replay (`deploy.traffic.replay_trace`, the engine's scheduling) gives a running
 batch per decode step; each step pads to the engine's CUDA-graph capture size (`engine_buckets`).
 Every bucket holding at least `deploy.MEASURE_SHARE` of the steps (and, with `cover`, the
 heaviest smaller ones until that share of the steps is covered) gets `per_bucket` of its own
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnbench.analysis.deploy import MEASURE_SHARE, deploy_label
 from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
+from attnbench.deploy.decide import MEASURE_SHARE, deploy_label
 from attnbench.engines.paths import SETTINGS, Engine
 from attnbench.replay.deployment import Deployment
 from attnbench.replay.live import step_spec

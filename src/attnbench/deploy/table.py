@@ -1,6 +1,6 @@
 """The answer table of the findings (`report.findings.engines.answer`): per model, engine,
 traffic and KV dtype, what `recommend --model` answers. Rows measured by `recommend --measure`
-carry their trace, capture bucket and bucket weight in their label (`replay.deploy_plan`): a
+carry their trace, capture bucket and bucket weight in their label (`deploy.plan`): a
 trace's answer prices decode on that trace's own batches only, weighted as the replay weighted
 the buckets. Without such rows the answer is from the committed rows (measured batch sizes
 weighted alike). Pure: frames in, table cells out."""
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from attnbench.analysis.deploy import (
+from attnbench.deploy.decide import (
     Answer,
     ModelShape,
     Target,
@@ -21,8 +21,8 @@ from attnbench.analysis.deploy import (
     parse_label,
     shape_rows,
 )
-from attnbench.analysis.deploy_options import Option
-from attnbench.analysis.deploy_stats import PairedEstimate
+from attnbench.deploy.options import Option
+from attnbench.deploy.stats import PairedEstimate
 
 KV_NAMES = {"auto": "bf16", "fp8_e4m3": "fp8_e4m3"}
 
