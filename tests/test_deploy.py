@@ -312,12 +312,21 @@ def test_dry_run_plans_real_batches_per_heavy_bucket(tmp_path: Path) -> None:
     from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
 
     sizes = capture_sizes("vllm")
-    for c in plan:
-        assert c["weight"] >= deploy.MEASURE_SHARE
+    decode = [c for c in plan if c["kind"] == "decode"]
+    prefill = [c for c in plan if c["kind"] == "prefill"]
+    per_bucket: dict[int, int] = {}
+    for c in decode:
         assert bucket_of(c["batch_size"], sizes) == c["bucket"]
+        per_bucket[c["bucket"]] = per_bucket.get(c["bucket"], 0) + 1
+    for c in plan:
         assert c["backends"] == ["vllm:flash-attn", "vllm:flashinfer"]
         assert c["page_size"] == 16
-    assert sum({c["bucket"]: c["weight"] for c in plan}.values()) > 0.8
+    weights = {c["bucket"]: c["weight"] for c in decode}
+    assert sum(weights.values()) >= 0.9  # the default cover
+    for b, w in weights.items():  # every heavy bucket is a stratum of 5 random steps
+        assert per_bucket[b] == (5 if w >= deploy.MEASURE_SHARE else 2)
+    assert len(prefill) == 6  # prompts drawn from the trace: enough for an interval
+    assert len({c["case_id"] for c in prefill}) >= 3
 
 
 def test_cover_adds_the_heaviest_small_buckets_until_the_share_is_measured() -> None:

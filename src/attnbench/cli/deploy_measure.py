@@ -20,36 +20,38 @@ from attnbench.cli.common import console, fail, note
 
 if TYPE_CHECKING:
     from attnbench.deploy.decide import ModelShape
-    from attnbench.deploy.plan import PlannedCase
+    from attnbench.deploy.plan import PlanAsk, PlannedCase
+    from attnbench.deploy.traffic import RunningBatches
     from attnbench.engines.paths import Engine
 
 DONE = ("ok", "mismatch", "unsupported", "error", "oom", "timeout")
 
 
 def build_plan(
-    paths: list[Path],
-    shape: ModelShape,
-    engine: str,
-    trace: str,
-    kv: str,
-    per_bucket: int,
-    cover: float = 0.0,
-) -> tuple[list[PlannedCase], dict[int, int], str]:
-    """The plan, and the replay's running-batch histogram and its source (for the answer)."""
-    from attnbench.deploy.plan import plan_cases
+    paths: list[Path], shape: ModelShape, engine: str, ask: PlanAsk, gpu: str | None
+) -> tuple[list[PlannedCase], RunningBatches]:
+    """The plan (decode steps, then prefill prompts), and the replay behind it (for the answer):
+    replayed on `gpu`'s own step costs (the measuring GPU), else on the GPU with the most rows,
+    said in a note."""
+    from dataclasses import replace
+
+    from attnbench.deploy.plan import plan_cases, prefill_cases
     from attnbench.deploy.traffic import check_trace, replay_trace
     from attnbench.replay.pipeline import ReplayError
 
-    if (why := check_trace(trace)) is not None:
+    if (why := check_trace(ask.trace)) is not None:
         fail(why)
     eng: Engine = "sglang" if engine == "sglang" else "vllm"
     try:
-        with console.status(f"replaying {trace} on {shape.label}"):
-            run, sim, dep = replay_trace(paths, None, eng, trace, model=(shape.model, shape.tp))
+        with console.status(f"replaying {ask.trace} on {shape.label}"):
+            run, sim, dep = replay_trace(paths, gpu, eng, ask.trace, model=(shape.model, shape.tp))
     except ReplayError as exc:
         fail(str(exc))
-    plan = plan_cases(sim, dep, eng, run.trace, kv, per_bucket, cover)
-    return plan, run.histogram, run.source()
+    if run.fallback:
+        note(run.fallback)
+    ask = replace(ask, trace=run.trace, costs_gpu=run.costs_gpu)
+    plan = plan_cases(sim, dep, eng, ask) + prefill_cases(run.prompts, dep, eng, ask)
+    return plan, run
 
 
 def plan_lines(plan: list[PlannedCase]) -> list[str]:
@@ -58,6 +60,9 @@ def plan_lines(plan: list[PlannedCase]) -> list[str]:
         "timed pairs"
     ]
     for c in plan:
+        if c.spec.kind == "prefill":
+            out.append(f"  prefill prompt {c.step:>6}: {c.spec.kv_lens[0]:>6} tokens")
+            continue
         out.append(
             f"  bucket {c.bucket:>4} ({100 * c.weight:4.1f}%) step {c.step:>6}: batch "
             f"{c.spec.batch_size:>4}, kv max {max(c.spec.kv_lens):>6}, {c.spec.kv_dtype}"
@@ -86,13 +91,28 @@ class MeasureRequest:
     resume: bool
     budget_s: float
     dry_run: bool
-    per_bucket: int = 2
-    cover: float = 0.0
+    per_bucket: int = 5
+    cover: float = 0.9
     """Also measure the heaviest buckets under 5% until this share of the steps is covered."""
+    gpu: str | None = None
+    """The GPU whose step costs replay the traffic: the measuring GPU (None: the dry run's
+    GPU with the most rows)."""
 
 
 Replayed = tuple[str, dict[int, int], str]
 """A trace, its replay's running-batch histogram and the replay's source line."""
+
+
+def measuring_gpu(dry_run: bool, asked: str | None) -> str | None:
+    """The GPU whose costs replay the traffic: this CUDA GPU when measuring, else `asked`."""
+    if dry_run:
+        return asked
+    from attnbench.replay.live import cuda_device
+
+    try:
+        return cuda_device("cuda", "no CUDA GPU").name
+    except (RuntimeError, ValueError):
+        return asked
 
 
 def run_measure(
@@ -112,10 +132,13 @@ def run_measure(
         fail(f"--per-bucket={per_bucket}: must be at least 1")
     plan: list[PlannedCase] = []
     replayed: list[Replayed] = []
+    from attnbench.deploy.plan import PlanAsk
+
+    gpu = measuring_gpu(dry_run, req.gpu)
     for trace in req.traces:
-        cases, histogram, source = build_plan(
-            paths, shape, engine, trace, kv, per_bucket, req.cover
-        )
+        ask = PlanAsk(trace, kv, per_bucket, req.cover)
+        cases, run = build_plan(paths, shape, engine, ask, gpu)
+        histogram, source = run.histogram, run.source()
         if len(req.traces) > 1:
             console.print(f"trace {trace}:", markup=False, highlight=False)
         for line in plan_lines(cases):

@@ -126,15 +126,16 @@ def recommend(
         float, typer.Option(help="--measure: stop starting cases after this many seconds.")
     ] = 0.0,
     per_bucket: Annotated[
-        int, typer.Option(help="--measure: replayed steps drawn per bucket of >= 5% weight.")
-    ] = 2,
+        int,
+        typer.Option(help="--measure: replayed steps drawn at random per bucket of >= 5% weight."),
+    ] = 5,
     cover: Annotated[
         float,
         typer.Option(
-            help="--measure: also the heaviest buckets under 5% until this share of the decode "
-            "steps is measured on its own batches, e.g. 0.9 (default 0: buckets of >= 5% only)."
+            help="--measure: also the heaviest buckets under 5% (2 steps each) until this share "
+            "of the decode steps is measured on its own batches (0: buckets of >= 5% only)."
         ),
-    ] = 0.0,
+    ] = 0.9,
     gpu: Annotated[
         str | None,
         typer.Option(
@@ -178,7 +179,9 @@ def recommend(
 
         if not 0.0 <= cover <= 1.0:
             fail(f"--cover={cover:g}: must be a share of the decode steps in [0, 1], e.g. 0.9")
-        req = MeasureRequest(tuple(traces), kv, out, resume, budget_s, dry_run, per_bucket, cover)
+        req = MeasureRequest(
+            tuple(traces), kv, out, resume, budget_s, dry_run, per_bucket, cover, gpu_name
+        )
         ask = Ask(shape, name, None, lengths, kv, gpu_name)
         _measured(paths, frame, ask, req, verbose, json_out)
         return

@@ -53,13 +53,12 @@ MEASURE_SHARE = 0.05
 """A bucket with at least this share of the traffic's decode steps must be measured."""
 
 
-LABEL_PREFIX = "deploy "
+def deploy_label(trace: str, bucket: int, weight: float, costs_gpu: str = "") -> str:
+    """The rows' label (`deploy.labels`): trace, capture bucket, its share of the decode steps
+    and the GPU whose step costs made the replay."""
+    from attnbench.deploy.labels import decode_label
 
-
-def deploy_label(trace: str, bucket: int, weight: float) -> str:
-    """The rows' label: the trace, the capture bucket and its share of the decode steps, so the
-    rows alone give the traffic's weighting again (`parse_label`)."""
-    return f"{LABEL_PREFIX}{trace} bucket={bucket} weight={weight:.4f}"
+    return decode_label(trace, bucket, weight, costs_gpu or "unknown")
 
 
 def own_batches(rows: pd.DataFrame, trace: str | None, engine: str) -> Any:
@@ -95,14 +94,11 @@ def one_gpu(
 
 
 def parse_label(label: str) -> tuple[str, int, float] | None:
-    """(trace, bucket, weight) of a `deploy_label`, else None."""
-    if not label.startswith(LABEL_PREFIX):
-        return None
-    try:
-        trace, bucket, weight = label[len(LABEL_PREFIX) :].rsplit(" ", 2)
-        return trace, int(bucket.split("=")[1]), float(weight.split("=")[1])
-    except (ValueError, IndexError):
-        return None
+    """(trace, bucket, weight) of a decode `deploy_label`, else None."""
+    from attnbench.deploy.labels import parse_decode
+
+    got = parse_decode(label)
+    return None if got is None else (got.trace, got.bucket, got.weight)
 
 
 @dataclass

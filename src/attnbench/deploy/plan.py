@@ -1,31 +1,46 @@
-"""`recommend --measure`'s plan: the real batches to time for one deployment on one trace.
+"""`recommend --measure`'s sampling design: the real batches and prompts to time for one
+deployment on one trace.
 
-The trace's replay (`deploy.traffic.replay_trace`, the engine's scheduling) gives a running
-batch per decode step; each step pads to the engine's CUDA-graph capture size (`engine_buckets`).
-Every bucket holding at least `deploy.MEASURE_SHARE` of the steps (and, with `cover`, the
-heaviest smaller ones until that share of the steps is covered) gets `per_bucket` of its own
-steps, at evenly spaced quantiles of their total KV (`live.step_spec`: the step's exact decode
-batch, its requests' KV lengths, on the deployment's shard), and each is timed with every
-deployable configuration of the engine (its attention backends at the asked KV dtype and the
-page size the engine runs). Pure: a simulation in, cases out.
+The trace's replay (`deploy.traffic.replay_trace`, the engine's scheduling, on the measuring
+GPU's own step costs) gives a running batch per decode step; each step pads to the engine's
+CUDA-graph capture size (`engine_buckets`). The buckets are strata: every bucket holding at
+least `MEASURE_SHARE` of the steps gets `per_bucket` steps (5 by default) drawn at random from
+its own steps without replacement; smaller buckets are added heaviest first, `PER_SMALL_BUCKET`
+steps each, until a share `cover` of the steps (0.9 by default) is in measured buckets. A
+step is its exact decode batch (`live.step_spec`: its requests' KV lengths on the deployment's
+shard), timed with every deployable configuration of the engine (its attention backends at the
+asked KV dtype and the page size the engine runs), so every option is timed on the same
+batches (paired). Prefill: `PREFILL_PROMPTS` prompts drawn at random from the trace's
+requests, each a one-request causal prefill at its prompt length. The draws are seeded by the
+trace and bucket: the same replay gives the same plan. Pure: a simulation in, cases out.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
-from attnbench.deploy.decide import MEASURE_SHARE, deploy_label
+from attnbench.deploy.decide import MEASURE_SHARE
+from attnbench.deploy.labels import decode_label, prefill_label
 from attnbench.engines.paths import SETTINGS, Engine
 from attnbench.replay.deployment import Deployment
 from attnbench.replay.live import step_spec
 from attnbench.replay.simresult import SimResult
 from attnbench.workload.spec import WorkloadSpec
 
-PER_BUCKET = 2
+PER_BUCKET = 5
+"""Steps drawn from each bucket of at least `MEASURE_SHARE` of the decode steps."""
+PER_SMALL_BUCKET = 2
+"""Steps drawn from each smaller bucket `cover` adds (two: a stratum's spread needs two)."""
+COVER = 0.9
+"""Buckets are added until this share of the decode steps is in measured buckets."""
+PREFILL_PROMPTS = 6
+"""Prompts drawn from the trace for prefill (at least 5: an interval needs 3 cases)."""
+SEED = 20261207
 SGLANG_PAGE = 1
 """SGLang's default `--page-size` (its flashinfer backend indexes tokens whatever it is)."""
 
@@ -43,6 +58,7 @@ class PlannedCase:
     def as_dict(self) -> dict[str, object]:
         return {
             "trace": self.trace,
+            "kind": self.spec.kind,
             "bucket": self.bucket,
             "weight": self.weight,
             "step": self.step,
@@ -61,59 +77,121 @@ def engine_variants(engine: Engine, kv_dtype: str) -> tuple[str, ...]:
     return tuple(s.variant for s in SETTINGS if s.engine == engine and kv in s.kv_dtypes)
 
 
-def heavy_buckets(
-    histogram: Mapping[int, int], sizes: Sequence[int], cover: float = 0.0
-) -> dict[int, float]:
-    """Capture buckets with at least MEASURE_SHARE of the steps, and their share; with
-    `cover`, also the heaviest smaller ones until the buckets taken hold that share of the
-    steps (a trace whose running batch spreads over many buckets: 39-58% of the 70B tp8
-    mooncake and agents steps on the H100 fell in buckets under 5%)."""
+def bucket_shares(histogram: Mapping[int, int], sizes: Sequence[int]) -> dict[int, float]:
+    """Each capture bucket's share of the decode steps."""
     counts: dict[int, float] = {}
     for b, n in histogram.items():
         if b >= 1 and n > 0:
             counts[bucket_of(b, sizes)] = counts.get(bucket_of(b, sizes), 0.0) + n
     total = sum(counts.values()) or 1.0
-    share = {s: c / total for s, c in counts.items()}
-    taken = {s for s, w in share.items() if w >= MEASURE_SHARE}
+    return {s: c / total for s, c in sorted(counts.items())}
+
+
+def bucket_plan(
+    histogram: Mapping[int, int],
+    sizes: Sequence[int],
+    cover: float = COVER,
+    per_bucket: int = PER_BUCKET,
+) -> dict[int, tuple[float, int]]:
+    """Bucket -> (share of the decode steps, steps to draw): `per_bucket` for each bucket of at
+    least `MEASURE_SHARE`, then `PER_SMALL_BUCKET` for the heaviest smaller ones until the
+    buckets taken hold `cover` of the steps."""
+    share = bucket_shares(histogram, sizes)
+    taken = {s: per_bucket for s, w in share.items() if w >= MEASURE_SHARE}
     for s in sorted(share, key=lambda s: (-share[s], s)):
         if sum(share[t] for t in taken) >= cover - 1e-12:
             break
-        taken.add(s)
-    return {s: share[s] for s in sorted(taken)}
+        taken.setdefault(s, min(PER_SMALL_BUCKET, per_bucket))
+    return {s: (share[s], taken[s]) for s in sorted(taken)}
 
 
-def plan_cases(
-    sim: SimResult,
-    dep: Deployment,
-    engine: Engine,
-    trace: str,
-    kv_dtype: str = "auto",
-    per_bucket: int = PER_BUCKET,
-    cover: float = 0.0,
-) -> list[PlannedCase]:
-    """The batches to time (module docstring), bucket by bucket, smallest first."""
+def heavy_buckets(
+    histogram: Mapping[int, int], sizes: Sequence[int], cover: float = 0.0
+) -> dict[int, float]:
+    """The measured buckets of `bucket_plan` and their shares."""
+    return {s: w for s, (w, _) in bucket_plan(histogram, sizes, cover).items()}
+
+
+@dataclass(frozen=True)
+class PlanAsk:
+    """What one trace's plan is for: the trace, KV dtype, steps per bucket, cover and the GPU
+    whose step costs made the replay (named in every label)."""
+
+    trace: str
+    kv_dtype: str = "auto"
+    per_bucket: int = PER_BUCKET
+    cover: float = COVER
+    costs_gpu: str = "unknown"
+
+
+def plan_cases(sim: SimResult, dep: Deployment, engine: Engine, ask: PlanAsk) -> list[PlannedCase]:
+    """The decode steps to time (module docstring), bucket by bucket, smallest first."""
     sizes = capture_sizes(engine)
     n = sim.features.n_decode
     hist = {int(b): int(c) for b, c in zip(*np.unique(n[n > 0], return_counts=True), strict=True)}
-    variants = engine_variants(engine, kv_dtype)
-    kv = dep.dtype if kv_dtype == "auto" else kv_dtype
+    variants = engine_variants(engine, ask.kv_dtype)
+    kv = dep.dtype if ask.kv_dtype == "auto" else ask.kv_dtype
     page = SGLANG_PAGE if engine == "sglang" else dep.page_size
     out: list[PlannedCase] = []
-    for size, weight in heavy_buckets(hist, sizes, cover).items():
-        for step in _steps_in(sim, size, sizes, per_bucket):
+    for size, (weight, k) in bucket_plan(hist, sizes, ask.cover, ask.per_bucket).items():
+        label = decode_label(ask.trace, size, weight, ask.costs_gpu)
+        for step in _steps_in(sim, size, sizes, k, _seed(ask.trace, size)):
             spec = step_spec(sim, step, dep).model_copy(
                 update={
                     "kv_dtype": kv,
                     "page_size": page,
-                    "lengths": f"{trace}-step{step}",
-                    "label": deploy_label(trace, size, weight),
+                    "lengths": f"{ask.trace}-step{step}",
+                    "label": label,
                 }
             )
-            out.append(PlannedCase(trace, size, weight, step, spec, variants))
+            out.append(PlannedCase(ask.trace, size, weight, step, spec, variants))
     return out
 
 
-def _steps_in(sim: SimResult, size: int, sizes: Sequence[int], k: int) -> list[int]:
+def prefill_cases(
+    prompts: Sequence[int], dep: Deployment, engine: Engine, ask: PlanAsk
+) -> list[PlannedCase]:
+    """`PREFILL_PROMPTS` prompt lengths drawn at random from the trace's `prompts`, each a
+    one-request causal prefill on the deployment's shard at the engine's page size."""
+    if not prompts:
+        return []
+    rng = np.random.default_rng([SEED, zlib.crc32(ask.trace.encode()), 0])
+    at = rng.choice(len(prompts), size=min(PREFILL_PROMPTS, len(prompts)), replace=False)
+    variants = engine_variants(engine, ask.kv_dtype)
+    kv = dep.dtype if ask.kv_dtype == "auto" else ask.kv_dtype
+    page = SGLANG_PAGE if engine == "sglang" else dep.page_size
+    s = dep.shard
+    out = []
+    for draw, i in enumerate(sorted(int(x) for x in at)):
+        length = int(prompts[i])
+        spec = WorkloadSpec(
+            kind="prefill",
+            kv_lens=(length,),
+            qo_lens=(length,),
+            num_qo_heads=s.num_qo_heads,
+            num_kv_heads=s.num_kv_heads,
+            head_dim=s.head_dim,
+            page_size=page,
+            dtype=dep.dtype,
+            kv_dtype=kv,
+            model=dep.model,
+            tp=dep.tp,
+            num_layers=dep.num_layers,
+            lengths=f"{ask.trace}-prompt{i}",
+            label=prefill_label(ask.trace, draw),
+        )
+        out.append(PlannedCase(ask.trace, 0, 0.0, i, spec, variants))
+    return out
+
+
+def _seed(trace: str, size: int) -> list[int]:
+    return [SEED, zlib.crc32(trace.encode()), size]
+
+
+def _steps_in(
+    sim: SimResult, size: int, sizes: Sequence[int], k: int, seed: list[int]
+) -> list[int]:
+    """`k` steps drawn at random, without replacement, from the steps that pad to `size`."""
     f = sim.features
     grid = np.asarray(sizes)
     at_size = grid[np.minimum(np.searchsorted(grid, f.n_decode), grid.size - 1)]
@@ -121,6 +199,5 @@ def _steps_in(sim: SimResult, size: int, sizes: Sequence[int], k: int) -> list[i
     steps = np.flatnonzero(pads == size)
     if not steps.size:
         return []
-    order = steps[np.argsort(f.kv_total[steps], kind="stable")]
-    at = np.unique(np.rint(np.linspace(0, order.size - 1, min(k, order.size))).astype(int))
-    return sorted(int(order[i]) for i in at)
+    pick = np.random.default_rng(seed).choice(steps.size, size=min(k, steps.size), replace=False)
+    return sorted(int(steps[i]) for i in pick)

@@ -66,6 +66,11 @@ class RunningBatches:
     cost: str
     scheduling: str
     histogram: dict[int, int]
+    costs_gpu: str = ""
+    """The GPU whose rows fitted the step costs (the answer's GPU, else `fallback` says why not)."""
+    prompts: tuple[int, ...] = ()
+    """The replayed requests' prompt lengths (prefill is priced on draws from them)."""
+    fallback: str = ""
 
     @property
     def steps(self) -> int:
@@ -76,7 +81,8 @@ class RunningBatches:
         return (
             f"the running batch of {self.steps:,} decode steps replayed from trace "
             f"{self.trace} (first {self.requests:,} requests on {self.deployment}; "
-            f"{self.scheduling}; step times from {self.cost}'s fitted cost)"
+            f"{self.scheduling}; step times from {self.cost}'s fitted cost on "
+            f"{self.costs_gpu or 'an unnamed GPU'}{'; ' + self.fallback if self.fallback else ''})"
         )
 
 
@@ -200,8 +206,7 @@ def replay_trace(
 ) -> tuple[RunningBatches, SimResult, Deployment]:
     """`running_batches`, with the simulation and its deployment (whose steps `recommend
     --measure` draws its batches from); `model` replays that preset on its shard's rows."""
-    loaded = load_rows(paths, gpu)
-    dep, described, models = deployment_of(loaded, model)
+    loaded, dep, described, models, fallback = _fit_on(paths, gpu, model)
     name = _cost_variant(engine, models, loaded.rows)
     cfg = ReplayConfig(trace=trace, limit=limit, deployment=dep)
     reqs, info = requests_for(cfg)
@@ -229,5 +234,27 @@ def replay_trace(
             + ("prefill chunks mixed into decode steps" if chunked else "prefill batches apart")
         ),
         histogram={int(s): int(c) for s, c in zip(sizes.tolist(), steps.tolist(), strict=True)},
+        costs_gpu=loaded.gpu,
+        prompts=tuple(int(r.input_len) for r in reqs),
+        fallback=fallback,
     )
     return run, sim, dep
+
+
+def _fit_on(
+    paths: Sequence[Path], gpu: str | None, model: tuple[str, int] | None
+) -> tuple[LoadedRows, Deployment, str, dict[str, AttentionCostModel], str]:
+    """The rows, deployment and fitted step costs of `gpu` (the answer's GPU); where that GPU's
+    rows fit none, the GPU with the most rows, and the fallback said in words."""
+    try:
+        loaded = load_rows(paths, gpu)
+        return (loaded, *deployment_of(loaded, model), "")
+    except ReplayError as exc:
+        if gpu is None:
+            raise
+        why = str(exc)
+    loaded = load_rows(paths, None)
+    if loaded.gpu == gpu:
+        raise ReplayError(why)
+    note = f"step costs from {loaded.gpu}'s rows: {gpu} has none to fit them"
+    return (loaded, *deployment_of(loaded, model), note)
