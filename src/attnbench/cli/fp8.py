@@ -46,6 +46,10 @@ def fp8(
     recall_bound: Annotated[
         float | None, Opt(help="Summary: smallest acceptable needle recall (default 0.99).")
     ] = None,
+    heads: Annotated[
+        str | None,
+        Opt(help="Study the head shape of one GPU of MODEL:TP (e.g. llama-3.1-70b:8: 8/1 heads)."),
+    ] = None,
     capacity: Annotated[
         bool, Opt("--capacity", help="Print KV capacity for the brief's scenario and exit.")
     ] = False,
@@ -83,6 +87,7 @@ def fp8(
         needle_trials=trials,
         rel_l2_bound=rel_l2_bound,
         recall_bound=recall_bound,
+        **_study_heads(heads),
     )
     console.print(f"[bold]attnbench fp8[/] ({size}) device=[cyan]{dev}[/] seed={seed}")
     saved: list[str] = []
@@ -223,3 +228,21 @@ def _check_room(
                 EXIT_BAD_INPUT,
             )
         note(f"{g}: {why}")
+
+
+def _study_heads(heads: str | None) -> dict[str, int]:
+    """`--heads MODEL:TP` as the study's head counts and head_dim (one GPU's shard)."""
+    if heads is None:
+        return {}
+    from attnbench.workload.models import get_model
+
+    name, _, tp = heads.partition(":")
+    try:
+        shard = get_model(name).shard(int(tp or "1"))
+    except (KeyError, ValueError) as exc:
+        fail(f"--heads={heads}: {str(exc).strip(chr(39))} (MODEL:TP, e.g. llama-3.1-70b:8)")
+    return {
+        "num_qo_heads": shard.num_qo_heads,
+        "num_kv_heads": shard.num_kv_heads,
+        "head_dim": shard.head_dim,
+    }
