@@ -90,3 +90,16 @@ def test_anchors_gpu_filter_and_bad_gpu_is_one_line() -> None:
     bad = runner.invoke(app, ["anchors", str(RESULTS), "--gpu", "a100"])
     assert bad.exit_code == 2
     assert "Traceback" not in bad.output
+
+
+def test_the_findings_section_says_what_is_not_measured_at_page_64() -> None:
+    from attnbench.report.findings import REGISTRY, load_inputs
+
+    got = REGISTRY["aic-anchors"](load_inputs([RESULTS]))
+    assert got is not None
+    assert "vllm:flash-attn, sglang:fa3, flashinfer:xqa on the H100" in got.text
+    summary = got.tables[0]
+    assert summary.columns[-2:] == ["file", "commit"]
+    assert {row[0] for row in summary.rows} == {"H100", "H200"}
+    for row in summary.rows:
+        assert row[-1] not in ("", "-", "unknown")

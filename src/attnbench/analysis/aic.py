@@ -306,7 +306,9 @@ def differences(p: Pair) -> str:
         out.append(f"KV {kv_mb(k):.0f} MB < L2: AIC warm, attnbench cold")
     if not p.same_page:
         out.append(f"page {p.page_size} vs {AIC_PAGE_SIZE}")
-    if k.kind == "decode" and p.anchor.latency_us < SHORT_CALL_US:
+    if k.framework == "trtllm":
+        out.append("AIC's TRT-LLM call adds QKV preprocessing (RoPE) and the KV write")
+    elif k.kind == "decode" and p.anchor.latency_us < SHORT_CALL_US:
         out.append("AIC's call adds the KV write")
     if k.kv_dtype == "fp8" and k.framework == "sglang":
         out.append("AIC times SGLang's q cast")
