@@ -19,7 +19,10 @@ from attnbench.analysis.aic import (
 )
 
 GPU_LABELS = {"h100_sxm": "H100", "h200_sxm": "H200"}
-SUMMARY_HEAD = f"  {'variant':<17}{'vs':<8}{'phase':<9}{'page':>4}{'rows':>6}{'median':>8}  range"
+SUMMARY_HEAD = (
+    f"  {'variant':<17}{'vs':<8}{'phase':<9}{'page':>4}{'rows':>6}{'median':>8}  "
+    f"{'range':<13}{f'>{TOLERANCE:.0%}':>5}"
+)
 
 
 def gpu_label(system: str) -> str:
@@ -37,10 +40,9 @@ def tokens(n: int) -> str:
 
 def summary_line(s: Summary) -> str:
     page = str(AIC_PAGE_SIZE) if s.same_page else "other"
-    beyond = f" ({s.beyond} beyond {TOLERANCE:.0%})" if s.beyond else ""
     return (
         f"  {s.variant:<17}{COUNTERPART[s.variant]:<8}{s.kind:<9}{page:>5}{len(s.ratios):>5}"
-        f"{s.median:>7.2f}x  {ratio_range(s.ratios)}{beyond}"
+        f"{s.median:>7.2f}x  {ratio_range(s.ratios):<13}{s.beyond:>5}"
     )
 
 
