@@ -262,6 +262,7 @@ def _measured_columns(row: ResultRow) -> dict[str, Any]:
         "acc_passed": acc.passed if acc else None,
         "precision": acc.precision if acc else "",
         "timer": meas.timer if meas else "",
+        "l2_policy": meas.l2_policy if meas else "",
         "plan_mode": plan_mode(row),
         "samples_us": row.samples_us,
     }

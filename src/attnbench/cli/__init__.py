@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from attnbench.cli import (
     analyze,
+    anchors,
     export,
     fidelity,
     findings,
@@ -24,6 +25,7 @@ from attnbench.cli.app import app, main
 
 __all__ = [
     "analyze",
+    "anchors",
     "app",
     "export",
     "fidelity",

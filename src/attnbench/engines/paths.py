@@ -244,13 +244,16 @@ def engine_page_size(variant: str, spec: WorkloadSpec) -> int:
     return 1 if variant == "sglang:flashinfer" else spec.page_size
 
 
-def kernel_path(variant: str, spec: WorkloadSpec) -> KernelPath | str:
+def kernel_path(variant: str, spec: WorkloadSpec, rel: Release | None = None) -> KernelPath | str:
     """The raw variant + knobs that reproduce engine variant `variant` on `spec`, or why the
-    engine would not run this case through that backend."""
+    engine would not run this case through that backend. `rel`: the engine release whose
+    rules apply (default: the pinned commits'; vLLM FLASH_ATTN's split cap depends on it)."""
     s = setting(variant)
     why = _common(s, spec)
     if why:
         return why
+    if variant == "vllm:flash-attn":
+        return _vllm_flash_attn(spec, vllm_fa3_splits(rel))
     return _RULES[variant](spec)
 
 
@@ -269,9 +272,9 @@ def _vllm_flashinfer(spec: WorkloadSpec) -> KernelPath | str:
     )
 
 
-def _vllm_flash_attn(spec: WorkloadSpec) -> KernelPath | str:
+def _vllm_flash_attn(spec: WorkloadSpec, cap: int = VLLM_CUDA_GRAPH_SPLITS) -> KernelPath | str:
     graphs = spec.total_q <= VLLM_MAX_CAPTURE
-    splits = VLLM_CUDA_GRAPH_SPLITS if graphs else 0
+    splits = cap if graphs else 0
     rule = "<=" if graphs else ">"
     return KernelPath(
         "flash-attn:fa3",
@@ -338,3 +341,160 @@ def command(s: Setting, kv_dtype: str, page_size: int) -> str:
         f"python -m sglang.launch_server --model-path MODEL --attention-backend {s.name} "
         f"--kv-cache-dtype {kv} --page-size {page_size}"
     )
+
+
+@dataclass(frozen=True)
+class Release:
+    """One engine release's launch flags and the rules attnbench reproduces that depend on it.
+
+    `flags` are the command-line flags the release's argument parser has, of those attnbench
+    prints or names (backend, KV dtype, page size, CUDA-graph sizes, per-phase backends);
+    `checked` names the releases whose source the table was read from: a command is stated
+    valid for those only."""
+
+    engine: Engine
+    version: str
+    checked: tuple[str, ...]
+    flags: frozenset[str]
+    read_from: str
+    changes: tuple[str, ...] = ()
+    """What changed against the pinned commits (`SOURCES`), one rule a line."""
+    fa3_cuda_graph_splits: int | None = None
+    """vLLM FLASH_ATTN: FA3's num_splits cap under full CUDA graphs."""
+    sinks_backend: str | None = None
+    """SGLang: the backend a model with attention sinks gets by default."""
+
+    def label(self) -> str:
+        return f"{self.engine} {', '.join(self.checked)}"
+
+
+_VLLM_FLAGS = frozenset({"--attention-backend", "--kv-cache-dtype", "--block-size"})
+_SGLANG_FLAGS = frozenset(
+    {"--model-path", "--attention-backend", "--kv-cache-dtype", "--page-size"}
+)
+RELEASES: tuple[Release, ...] = (
+    Release(
+        "vllm",
+        "pinned",
+        ("the commits in SOURCES",),
+        _VLLM_FLAGS | {"--tensor-parallel-size"},
+        f"{VLLM_FA.cite()}; {VLLM_GRAPHS.cite()}",
+        fa3_cuda_graph_splits=VLLM_CUDA_GRAPH_SPLITS,
+    ),
+    Release(
+        "vllm",
+        "0.34.0",
+        ("0.34.0",),
+        _VLLM_FLAGS
+        | {
+            "--tensor-parallel-size",
+            "--attention-config",
+            "--cudagraph-capture-sizes",
+            "--max-cudagraph-capture-size",
+        },
+        "vllm 0.34.0 (package index): vllm/config/attention.py, vllm/config/cache.py, "
+        "vllm/config/compilation.py, as summarised in shared/reference/"
+        "engines-and-outside-anchors.md (2026-12-07)",
+        (
+            "VLLM_ATTENTION_BACKEND is gone (PR #26315, issue #50292): --attention-backend or "
+            "--attention-config -ac.backend=",
+            "CUDA-graph sizes: --cudagraph-capture-sizes and --max-cudagraph-capture-size "
+            "(--cuda-graph-sizes removed)",
+            "FA3's num_splits cap under full CUDA graphs is the config field "
+            "flash_attn_max_num_splits_for_cuda_graph, default 32 (the pinned commit: a "
+            "constant 16)",
+        ),
+        fa3_cuda_graph_splits=32,
+    ),
+    Release(
+        "sglang",
+        "pinned",
+        ("the commits in SOURCES",),
+        _SGLANG_FLAGS | {"--tp", "--cuda-graph-max-bs", "--cuda-graph-bs"},
+        f"{SGLANG_ARGS.cite()}",
+    ),
+    Release(
+        "sglang",
+        "0.5.23",
+        ("0.5.23",),
+        _SGLANG_FLAGS
+        | {
+            "--tp",
+            "--decode-attention-backend",
+            "--prefill-attention-backend",
+            "--cuda-graph-max-bs-decode",
+            "--cuda-graph-bs-decode",
+            "--cuda-graph-max-bs-prefill",
+            "--cuda-graph-bs-prefill",
+        },
+        "sglang 0.5.23 wheel: srt/server_args.py, srt/arg_groups/model_override_base.py, as "
+        "summarised in shared/reference/engines-and-outside-anchors.md (2026-12-07)",
+        (
+            "--cuda-graph-max-bs and --cuda-graph-bs are gone: --cuda-graph-max-bs-decode / "
+            "--cuda-graph-bs-decode (and -prefill)",
+            "--decode-attention-backend and --prefill-attention-backend set the phases apart "
+            "and win over --attention-backend",
+            "models with attention sinks default to triton on Hopper, never flashinfer",
+        ),
+        sinks_backend="triton",
+    ),
+)
+"""Engine releases attnbench knows, oldest first per engine; the last of an engine is the
+default (`release`)."""
+
+
+def releases(engine: Engine) -> list[Release]:
+    return [r for r in RELEASES if r.engine == engine]
+
+
+def release(engine: Engine, version: str | None = None) -> Release:
+    """The release `version` of `engine` (default: the newest known); a one-line error names
+    the known ones."""
+    known = releases(engine)
+    if version is None:
+        return known[-1]
+    for r in known:
+        if r.version == version:
+            return r
+    allowed = ", ".join(r.version for r in known)
+    raise ValueError(f"--engine-version={version!r} is not known for {engine}; allowed: {allowed}")
+
+
+def release_command(variant: str, kv: str, page_size: int, tp: int, rel: Release) -> list[str]:
+    """The launch command for engine variant `variant` in release `rel`, one flag group a
+    line, the first naming the releases it was checked against."""
+    s = setting(variant)
+    if s.engine != rel.engine:
+        raise ValueError(f"{variant} is a {s.engine} setting, not {rel.engine}'s")
+    note = f"# flags of {rel.label()}"
+    if s.engine == "vllm":
+        return [
+            note,
+            "vllm serve MODEL",
+            f"--tensor-parallel-size {tp}",
+            f"--attention-backend {s.name}",
+            f"--kv-cache-dtype {kv}",
+            f"--block-size {page_size}",
+        ]
+    return [
+        note,
+        "python -m sglang.launch_server",
+        "--model-path MODEL",
+        f"--tp {tp}",
+        f"--attention-backend {s.name}",
+        f"--kv-cache-dtype {kv}",
+        f"--page-size {page_size}",
+    ]
+
+
+def command_flags(lines: list[str]) -> set[str]:
+    """Every `--flag` of a command's lines (comments left out)."""
+    words = " ".join(ln for ln in lines if not ln.startswith("#")).split()
+    return {w.split("=")[0] for w in words if w.startswith("--")}
+
+
+def vllm_fa3_splits(rel: Release | None = None) -> int:
+    """FA3's num_splits cap under full CUDA graphs in vLLM release `rel` (default: the
+    pinned commit's, which the committed engine rows reproduce)."""
+    cap = rel.fa3_cuda_graph_splits if rel is not None else None
+    return VLLM_CUDA_GRAPH_SPLITS if cap is None else cap

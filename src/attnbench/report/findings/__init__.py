@@ -62,6 +62,7 @@ SECTION_MODULES = (
     "attnbench.report.findings.headdim",
     "attnbench.report.findings.profiling",
     "attnbench.report.findings.engines",
+    "attnbench.report.findings.anchors",
     "attnbench.report.findings.replay",
     "attnbench.report.findings.runs",
 )
