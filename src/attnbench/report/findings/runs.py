@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.analysis.evidence import evidence_of_commits
 from attnbench.report.findings.core import (
     UNKNOWN,
     Headline,
@@ -23,6 +24,7 @@ from attnbench.report.findings.core import (
     sources,
     stem,
 )
+from attnbench.report.findings.gate import file_evidence
 
 COMMIT_LINE = re.compile(r"^(?:=== )?commit (\S+?);?(?:\s|$)", re.M)
 ROWS_LINE = re.compile(r"^rows: (.+?) in (\d+) s -> (\S+)$", re.M)
@@ -185,7 +187,7 @@ def _wall_heads(walls: list[dict[str, str]]) -> list[Headline]:
                 parts.append(f"{kind} {', '.join(times)}")
         topic = f"default suite wall time, {GPU_NAMES.get(tag, tag)}"
         sources_ = [", ".join(w["log"] for w in runs), ", ".join(w["commit"] for w in runs)]
-        heads.append(Headline.of(topic, "; ".join(parts), sources_))
+        heads.append(Headline.of(topic, "; ".join(parts), sources_, gated=False))
     return heads
 
 
@@ -271,23 +273,30 @@ def files(inputs: Inputs) -> Section | None:
         n = int((inputs.rows["file"] == name).sum()) if not inputs.rows.empty else 0
         gpus = joined(h.gpu for h in headers)
         commits = joined(header_commit(h) for h in headers)
-        rows.append([f"`{name}`", str(n), gpus, _libraries(headers), commits])
+        ev = file_evidence(inputs, name)
+        rows.append([f"`{name}`", str(n), gpus, _libraries(headers), ev.gate, ev.tree, commits])
     for name, doc in inputs.docs.items():
         prov = doc.get("provenance", {}) if isinstance(doc, dict) else {}
         gpu = prov.get("gpu") or (doc.get("gpu") if isinstance(doc, dict) else None) or "-"
-        rows.append([f"`{name}`", "document", str(gpu), "-", doc_commit(doc)])
+        tree = evidence_of_commits([doc_commit(doc)]).tree
+        rows.append([f"`{name}`", "document", str(gpu), "-", "-", tree, doc_commit(doc)])
     for name, text in inputs.texts.items():
         commit = commit_before(text, len(text))
         kind = "GPU test report" if GPU_TESTS.match(name) else "log"
         shown = commit if commit != UNKNOWN else "no commit line (gives no figure)"
-        rows.append([f"`{name}`", kind, "-", "-", shown])
+        tree = evidence_of_commits([commit]).tree if commit != UNKNOWN else "-"
+        rows.append([f"`{name}`", kind, "-", "-", "-", tree, shown])
     if not rows:
         return None
     text = (
         "Each results file with its rows (the latest per case and variant), the GPU and "
-        "libraries its headers record, and the commit of every run it holds; each JSON "
-        "document with the commit its provenance names; each report and log with the commit "
-        "its own line names."
+        "libraries its headers record, the gate its `ok` rows passed (`eager + timed output`: "
+        "the accuracy gate before timing and the timed-output check after it, rows carrying "
+        "`timed_rel_l2_err`; `eager only`: the gate before timing alone), the tree (clean, or "
+        "`dirty`: a run's commit with uncommitted edits) and the commit of every run it holds; "
+        "each JSON document with the tree and commit its provenance names; each report and log "
+        "with the commit its own line names. A README headline drawn from rows not at today's "
+        "gate (both checks, a clean tree) says so in its text."
     )
-    table = Table(["file", "rows", "GPU", "libraries", "commit"], rows)
+    table = Table(["file", "rows", "GPU", "libraries", "gate", "tree", "commit"], rows)
     return Section("Files and commits", text, [table])
