@@ -257,9 +257,14 @@ def test_gpu_test_reports_and_logs_give_their_commit(tmp_path: Path) -> None:
     inputs = load_inputs([tmp_path])
     tests, walls = build(inputs, ["gpu-tests", "run-walls"])
     assert tests.tables[0].rows == [
-        ["a", "3 passed, 1 skipped", "12", "exit 0 after 14 s", "2 (20-30 s each)",
+        ["H200", "a", "3 passed, 1 skipped", "12", "exit 0 after 14 s", "2 (20-30 s each)",
          "`h200-gpu-tests-a.txt`", "1234abc"],
     ]  # fmt: skip
+    (head,) = tests.headlines
+    assert (head.topic, head.figure) == (
+        "GPU tests (`pytest -m gpu`), H200",
+        "a: 3 passed; at 1234abc",
+    )
     assert walls.tables[0].rows == [
         ["h200-default-fresh.jsonl", "ok 3", "42", "`logs/s1.txt`", "5678def"]
     ]

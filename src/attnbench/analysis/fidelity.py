@@ -9,10 +9,12 @@ achieved_occupancy_pct, ...}, clocks: {sm_mhz_min, sm_mhz_median, throttled_samp
 their cases `sm-uniform`, `sm-mixed` and `sm-4-long` per backend. Everything here is pure:
 dicts in, numbers and verdicts out.
 
-A kernel of FIDELITY_MIN_US or more is judged: the engine's median against Nsight Compute where
-it ran (else CUPTI's kernel time, through the torch profiler), and against nvbench where it
-ran, each within FIDELITY_TOLERANCE; where one differs, `disagreement_cause` says why from what
-the row recorded (or that it does not explain it).
+A kernel of FIDELITY_MIN_US or more is judged against one comparator, like against like:
+nvbench's event timer where it ran (its CUDA events hold the same launch and event overhead per
+call as the engine's), with CUPTI's kernel time beside it as a lower bound (the engine may not
+be below it); else Nsight Compute; else CUPTI's kernel time (through the torch profiler); within
+FIDELITY_TOLERANCE. Where it differs, `disagreement_cause` says why from what the row recorded
+(or that it does not explain it).
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ def disagreement_cause(t: KernelTiming, others: Sequence[KernelTiming] = ()) -> 
     if not t.disagrees:
         return ""
     causes = []
+    if t.below_kernel_time:
+        causes.append(_below_kernel_time_cause(t))
     for name, d in t.references:
         if abs(d) <= FIDELITY_TOLERANCE:
             continue
@@ -153,28 +157,21 @@ def _cupti_cause(t: KernelTiming) -> str:
             f"them, while its first-start to last-end span per call, {t.span_us:.1f} us, is "
             f"{100 * (rel_diff(t.engine_us, t.span_us) or 0):+.1f}% from the engine"
         )
-    shared = _shared_causes(t, t.profiler_us or 0.0) or _event_overhead_cause(t)
+    shared = _shared_causes(t, t.profiler_us or 0.0)
     return shared or (
         "not explained by what the row recorded (kernels per call, CUPTI's span, SM clocks, "
         "nvbench)"
     )
 
 
-def _event_overhead_cause(t: KernelTiming) -> str:
-    """Where nvbench, timing the same call with its own CUDA events, agrees with the engine
-    while CUPTI's kernel duration is shorter: the gap is what every event-timed call holds
-    besides the kernel (the launch and the event records), not a timing error of ours."""
-    assert t.engine_us is not None
-    nv, cupti = t.nvbench_us, t.profiler_us
-    if nv is None or cupti is None:
-        return ""
-    if not (_near(t.engine_us, nv) or abs(t.engine_us - nv) < 2 * EVENT_RESOLUTION_US):
-        return ""
+def _below_kernel_time_cause(t: KernelTiming) -> str:
+    """The engine below CUPTI's kernel time of the same call, the lower bound of any event
+    timer: the kernels alone took longer than the engine's whole call."""
+    d = t.profiler_diff or 0.0
     return (
-        f"nvbench's own CUDA events time the same call at {nv:.1f} us "
-        f"({100 * (rel_diff(t.engine_us, nv) or 0):+.1f}% from the engine): both event timers "
-        f"hold the {t.engine_us - cupti:.1f} us per call besides the kernel (its launch and "
-        "the event records) that CUPTI's kernel duration leaves out"
+        f"below CUPTI's kernel time, {t.profiler_us:.1f} us ({100 * d:+.1f}%), the lower bound "
+        "of an event-timed call: "
+        + (_shared_causes(t, t.profiler_us or 0.0) or "not explained by what the row recorded")
     )
 
 

@@ -84,29 +84,45 @@ class KernelTiming:
         return self.engine_us is not None and self.engine_us >= FIDELITY_MIN_US
 
     @property
-    def references(self) -> list[tuple[str, float]]:
-        """(timer, the engine's relative difference from it) for each timer the tolerance
-        judges: Nsight Compute where it ran, else CUPTI's kernel time; nvbench where it ran."""
-        out = [] if self.judged_diff is None else [(self._first, self.judged_diff)]
-        if self.nvbench_diff is not None:
-            out.append(("nvbench", self.nvbench_diff))
-        return out
-
-    @property
-    def _first(self) -> str:
-        return "ncu" if self.ncu_diff is not None else "CUPTI"
+    def comparator(self) -> str:
+        """The timer the tolerance judges the engine against: nvbench where it ran (its CUDA
+        events hold the same launch and event overhead per call as the engine's), else Nsight
+        Compute, else CUPTI's kernel time (through the torch profiler); "" for none."""
+        for name, diff in (
+            ("nvbench", self.nvbench_diff),
+            ("ncu", self.ncu_diff),
+            ("CUPTI", self.profiler_diff),
+        ):
+            if diff is not None:
+                return name
+        return ""
 
     @property
     def judged_diff(self) -> float | None:
-        """The difference the tolerance judges: against Nsight Compute where it ran (the
-        issue's criterion), else against the torch profiler."""
-        return self.ncu_diff if self.ncu_diff is not None else self.profiler_diff
+        """(engine - comparator) / comparator: the difference the tolerance judges."""
+        by_name = {"nvbench": self.nvbench_diff, "ncu": self.ncu_diff, "CUPTI": self.profiler_diff}
+        return by_name.get(self.comparator)
+
+    @property
+    def references(self) -> list[tuple[str, float]]:
+        """(comparator, the engine's relative difference from it): the one timer judged."""
+        d = self.judged_diff
+        return [] if d is None else [(self.comparator, d)]
+
+    @property
+    def below_kernel_time(self) -> bool:
+        """Judged against nvbench, the engine's time is below CUPTI's kernel time (the lower
+        bound beside it: the kernels alone, without launch and events) by more than the
+        tolerance, which an event timer cannot be."""
+        d = self.profiler_diff
+        return self.comparator == "nvbench" and d is not None and d < -FIDELITY_TOLERANCE
 
     @property
     def disagrees(self) -> bool:
-        """A judged kernel whose engine time differs from ncu's (else CUPTI's), or nvbench's,
-        by more than the tolerance."""
-        return self.long and any(abs(d) > FIDELITY_TOLERANCE for _, d in self.references)
+        """A judged kernel whose engine time differs from its comparator's by more than the
+        tolerance, or lies below CUPTI's kernel time where nvbench is the comparator."""
+        over = any(abs(d) > FIDELITY_TOLERANCE for _, d in self.references)
+        return self.long and (over or self.below_kernel_time)
 
     @property
     def agrees(self) -> bool:

@@ -27,10 +27,14 @@ if TYPE_CHECKING:
 
 DEFAULT_OUT = Path("docs/h200.md")
 DEFAULT_README = Path("README.md")
+DEFAULT_RESULTS = Path("results")
 
 
-def _generate(results: list[Path] | None, out: Path, readme: Path | None) -> dict[Path, str]:
-    """What each target file should hold: the document, and the README with its block."""
+def _generate(
+    results: list[Path] | None, out: Path, readme: Path | None
+) -> tuple[dict[Path, str], dict[str, str]]:
+    """What each target file should hold (the document, and the README with its block), and
+    the text files read (GPU test reports, logs)."""
     from attnbench.analysis.frame import NoResultsError
     from attnbench.report.findings import (
         FAILED,
@@ -63,7 +67,21 @@ def _generate(results: list[Path] | None, out: Path, readme: Path | None) -> dic
             )
         except BlockMarkersError as exc:
             fail(str(exc))
-    return want
+    return want, inputs.texts
+
+
+def _gpu_tests_age(results: list[Path] | None, texts: dict[str, str]) -> None:
+    """One line per GPU: its last full GPU-test pass, how many commits ago, and a warning when
+    it predates the last change to the packages that time kernels (the exit status stays)."""
+    from attnbench.report.findings.freshness import gpu_test_freshness
+
+    where = next(iter(results or []), DEFAULT_RESULTS)
+    repo = where if where.is_dir() else where.parent
+    for age in gpu_test_freshness(texts, repo):
+        if age.stale:
+            err_console.print(f"[yellow]warning:[/] {escape(age.line())}", highlight=False)
+        else:
+            note(age.line())
 
 
 def _report(diff: Difference) -> None:
@@ -109,7 +127,8 @@ def findings(
         readme = DEFAULT_README
     if not check:
         check_output_file(out, "--out")
-    want = _generate(results, out, readme)
+    want, texts = _generate(results, out, readme)
+    _gpu_tests_age(results, texts)
     if check:
         have = {p: p.read_text(encoding="utf-8") if p.is_file() else "" for p in want}
         diffs = [d for p, text in want.items() if (d := difference(p, have[p], text))]

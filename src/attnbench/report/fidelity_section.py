@@ -168,9 +168,11 @@ def timing_fidelity(data: ReportData) -> Section | None:
     lines = [
         f"Of {agr.long} kernels of {FIDELITY_MIN_US:.0f} µs or more with a profiler time, "
         f"**{agr.agree} agree within {FIDELITY_TOLERANCE:.0%}**: the engine's median against "
-        "Nsight Compute's gpu__time_duration per call (against CUPTI's kernel time, through "
-        "the torch profiler, where ncu did not run; that time is shown beside it as a second "
-        "opinion), and against nvbench's cold GPU time of the same planned call where it ran"
+        "one comparator, like against like: nvbench's cold GPU time of the same planned call "
+        "where it ran (its CUDA events hold the launch and event overhead the engine's hold), "
+        "with CUPTI's kernel time beside it as a lower bound the engine may not be under; "
+        "else Nsight Compute's gpu__time_duration per call; else CUPTI's kernel time (through "
+        "the torch profiler)"
         + (
             "; every one agrees."
             if not agr.disagree

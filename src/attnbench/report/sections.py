@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from attnbench.analysis.engines import export
+from attnbench.analysis.evidence import evidence
 from attnbench.analysis.frame import fmt_us, gpu_name
 from attnbench.analysis.hybrid import Recommendation, recommend
 from attnbench.analysis.recommend import (
@@ -92,7 +93,27 @@ def overview(data: ReportData) -> Section | None:
     if prov:
         head = ["file", "run", "time", "torch", "CUDA", "driver", "libraries", "attnbench git"]
         blocks.append(Table(head, prov, "provenance of every run"))
+    gates = _gate_rows(rows)
+    if gates:
+        caption = (
+            "the gate each file's ok rows passed (eager + timed output: the accuracy gate "
+            "before timing and the timed output checked again after it; eager only: before "
+            "timing alone) and the tree their runs named (dirty: uncommitted edits)"
+        )
+        blocks.append(Table(["file", "ok rows", "gate", "tree"], gates, caption))
     return Section("Overview", blocks) if blocks else None
+
+
+def _gate_rows(rows: pd.DataFrame) -> list[list[Any]]:
+    """Per results file: its ok rows, their gate and their tree (`analysis.evidence`)."""
+    if rows.empty or "git_sha" not in rows.columns:
+        return []
+    out: list[list[Any]] = []
+    for name, g in rows.groupby("source", sort=True):
+        ev = evidence(g, sha="git_sha")
+        if ev.rows:
+            out.append([str(name), ev.rows, ev.gate, ev.tree])
+    return out
 
 
 @register_section("Measured ceilings", order=15)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.analysis.evidence import evidence, evidence_of_commits
 from attnbench.analysis.frame import (
     NoResultsError,
     dtype_label,
@@ -178,17 +179,41 @@ class Headline:
     figure: str
     file: str
     commit: str
+    caveat: str = ""
+    """Where the figure's rows are not at today's gate (`analysis.evidence`): what they are."""
+    named_files: tuple[str, ...] = ()
+    """Every file the cells name, for `report.findings.evidence.annotate` (cells given)."""
+    named_commits: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, topic: str, figure: str, rows: pd.DataFrame | list[str]) -> Headline:
+    def of(
+        cls, topic: str, figure: str, rows: pd.DataFrame | list[str], gated: bool = True
+    ) -> Headline:
         """A headline whose file and commit cells name the sources of `rows` (a frame with
-        `file` and `commit`, or the two cells of a table row), abbreviated past two."""
-        files, commits = (
-            (list(rows["file"]), list(rows["commit"]))
-            if isinstance(rows, pd.DataFrame)
-            else ([f.strip() for f in rows[0].split(",")], [c.strip() for c in rows[1].split(",")])
+        `file` and `commit`, or the two cells of a table row), abbreviated past two. A frame's
+        rows give its caveat (their gate and tree; only the tree where not `gated`: a wall
+        time, a ceiling); cells give the tree of their commits, and the build adds the gate
+        of the named files' rows."""
+        if isinstance(rows, pd.DataFrame):
+            files, commits = list(rows["file"]), list(rows["commit"])
+            ev = evidence(rows) if gated else evidence_of_commits(commits)
+            return cls(topic, figure, abbreviated(files), abbreviated(commits), ev.caveat())
+        files = [f.strip() for f in rows[0].split(",")]
+        commits = [c.strip() for c in rows[1].split(",")]
+        caveat = evidence_of_commits(commits).caveat()
+        named = tuple(f.strip("`") for f in files) if gated else ()
+        return cls(
+            topic, figure, abbreviated(files), abbreviated(commits), caveat, named, tuple(commits)
         )
-        return cls(topic, figure, abbreviated(files), abbreviated(commits))
+
+    @property
+    def text(self) -> str:
+        """The figure, and what its rows are where they are not at today's gate."""
+        return (
+            f"{self.figure} — *not at today's gate*: {self.caveat}"
+            if self.caveat
+            else (self.figure)
+        )
 
 
 def abbreviated(values: Iterable[str]) -> str:

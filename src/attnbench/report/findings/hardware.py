@@ -130,6 +130,7 @@ def ceilings(inputs: Inputs) -> Section | None:
                     f"{df.loc[df['gpu'] == g, 'file'].nunique()} results files",
                     f"{df.loc[df['gpu'] == g, 'commit'].nunique()} commits",
                 ],
+                gated=False,
             )
             for g in gpus
         ],

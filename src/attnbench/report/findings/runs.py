@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.analysis.evidence import evidence_of_commits
 from attnbench.report.findings.core import (
     UNKNOWN,
     Headline,
@@ -23,13 +24,15 @@ from attnbench.report.findings.core import (
     sources,
     stem,
 )
+from attnbench.report.findings.gate import file_evidence
 
 COMMIT_LINE = re.compile(r"^(?:=== )?commit (\S+?);?(?:\s|$)", re.M)
 ROWS_LINE = re.compile(r"^rows: (.+?) in (\d+) s -> (\S+)$", re.M)
 PYTEST_SUMMARY = re.compile(r"^(\d+ passed.*) in ([\d.]+)s(?: \(.*\))?$", re.M)
 GROUP_LINE = re.compile(r"^=== group (\w+): (.+): exit (\d+) after (\d+) s$", re.M)
 COMPILED = re.compile(r"^compiled (\d+) s ", re.M)
-GPU_TESTS = re.compile(r"^h200-gpu-tests-(\w+)\.txt$")
+GPU_TESTS = re.compile(r"^(\w+)-gpu-tests-(\w+)\.txt$")
+"""`h200-gpu-tests-a.txt`: the GPU tag (`scripts/h200/gpu_tag.sh`) and the group."""
 DEFAULT_RUN = re.compile(r"^(h\d00)-default-(fresh|warm)(?:-(\d+))?$")
 """`h200-default-fresh`, `h100-default-warm-2`: the default suite on a fresh machine, or again
 with every kernel compiled; a number for a later run of the same kind on another machine."""
@@ -185,11 +188,13 @@ def _wall_heads(walls: list[dict[str, str]]) -> list[Headline]:
                 parts.append(f"{kind} {', '.join(times)}")
         topic = f"default suite wall time, {GPU_NAMES.get(tag, tag)}"
         sources_ = [", ".join(w["log"] for w in runs), ", ".join(w["commit"] for w in runs)]
-        heads.append(Headline.of(topic, "; ".join(parts), sources_))
+        heads.append(Headline.of(topic, "; ".join(parts), sources_, gated=False))
     return heads
 
 
 def _gpu_group(name: str, text: str) -> list[str] | None:
+    """A GPU test report's row: GPU, group, pytest's summary and seconds, the call, the
+    modules it compiled, the file and its commit."""
     m = GPU_TESTS.match(name)
     summary = PYTEST_SUMMARY.search(text)
     if m is None or summary is None:
@@ -198,7 +203,8 @@ def _gpu_group(name: str, text: str) -> list[str] | None:
     compiled = [int(s) for s in COMPILED.findall(text)]
     modules = f"{len(compiled)} ({min(compiled)}-{max(compiled)} s each)" if compiled else "0"
     return [
-        m.group(1),
+        GPU_NAMES.get(m.group(1), m.group(1)),
+        m.group(2),
         summary.group(1),
         f"{float(summary.group(2)):.0f}",
         f"exit {group.group(3)} after {group.group(4)} s" if group else "-",
@@ -210,23 +216,28 @@ def _gpu_group(name: str, text: str) -> list[str] | None:
 
 @section("gpu-tests")
 def gpu_tests(inputs: Inputs) -> Section | None:
-    """`pytest -m gpu` in the groups of `scripts/h200/gpu_tests.sh`: each group's report."""
+    """`pytest -m gpu` in the groups of `scripts/h200/gpu_tests.sh`: each group's report, per
+    GPU (the report's name), and per GPU a headline naming the commit the groups ran at."""
     rows = [r for name, text in inputs.texts.items() if (r := _gpu_group(name, text))]
     if not rows:
         return None
     text = (
         "Each group's pytest summary, the call's exit status and wall time, and the FlashInfer "
-        "modules it JIT-compiled, from the report the group wrote."
+        "modules it JIT-compiled, from the report the group wrote, with the GPU and commit it "
+        "ran on. `attnbench findings` (and `--check`) print how many commits ago each GPU's "
+        "last full pass (groups a-d) ran, and warn when it is older than the last change to "
+        "`backends/`, `measure/` or `run/`."
     )
-    cols = ["group", "pytest", "pytest s", "call", "modules compiled", "file", "commit"]
-    figure = "; ".join(f"{r[0]}: {r[1].split(', ')[0]}" for r in rows)
-    heads = [
-        Headline.of(
-            "GPU tests (`pytest -m gpu`)",
-            figure,
-            [", ".join(r[5] for r in rows), ", ".join(r[6] for r in rows)],
+    cols = ["GPU", "group", "pytest", "pytest s", "call", "modules compiled", "file", "commit"]
+    heads = []
+    for gpu in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == gpu]
+        figure = "; ".join(f"{r[1]}: {r[2].split(', ')[0]}" for r in mine)
+        at = joined(r[7] for r in mine)
+        cells = [", ".join(r[6] for r in mine), ", ".join(r[7] for r in mine)]
+        heads.append(
+            Headline.of(f"GPU tests (`pytest -m gpu`), {gpu}", f"{figure}; at {at}", cells)
         )
-    ]
     return Section("GPU tests", text, [Table(cols, rows)], heads)
 
 
@@ -271,23 +282,30 @@ def files(inputs: Inputs) -> Section | None:
         n = int((inputs.rows["file"] == name).sum()) if not inputs.rows.empty else 0
         gpus = joined(h.gpu for h in headers)
         commits = joined(header_commit(h) for h in headers)
-        rows.append([f"`{name}`", str(n), gpus, _libraries(headers), commits])
+        ev = file_evidence(inputs, name)
+        rows.append([f"`{name}`", str(n), gpus, _libraries(headers), ev.gate, ev.tree, commits])
     for name, doc in inputs.docs.items():
         prov = doc.get("provenance", {}) if isinstance(doc, dict) else {}
         gpu = prov.get("gpu") or (doc.get("gpu") if isinstance(doc, dict) else None) or "-"
-        rows.append([f"`{name}`", "document", str(gpu), "-", doc_commit(doc)])
+        tree = evidence_of_commits([doc_commit(doc)]).tree
+        rows.append([f"`{name}`", "document", str(gpu), "-", "-", tree, doc_commit(doc)])
     for name, text in inputs.texts.items():
         commit = commit_before(text, len(text))
         kind = "GPU test report" if GPU_TESTS.match(name) else "log"
         shown = commit if commit != UNKNOWN else "no commit line (gives no figure)"
-        rows.append([f"`{name}`", kind, "-", "-", shown])
+        tree = evidence_of_commits([commit]).tree if commit != UNKNOWN else "-"
+        rows.append([f"`{name}`", kind, "-", "-", "-", tree, shown])
     if not rows:
         return None
     text = (
         "Each results file with its rows (the latest per case and variant), the GPU and "
-        "libraries its headers record, and the commit of every run it holds; each JSON "
-        "document with the commit its provenance names; each report and log with the commit "
-        "its own line names."
+        "libraries its headers record, the gate its `ok` rows passed (`eager + timed output`: "
+        "the accuracy gate before timing and the timed-output check after it, rows carrying "
+        "`timed_rel_l2_err`; `eager only`: the gate before timing alone), the tree (clean, or "
+        "`dirty`: a run's commit with uncommitted edits) and the commit of every run it holds; "
+        "each JSON document with the tree and commit its provenance names; each report and log "
+        "with the commit its own line names. A README headline drawn from rows not at today's "
+        "gate (both checks, a clean tree) says so in its text."
     )
-    table = Table(["file", "rows", "GPU", "libraries", "commit"], rows)
+    table = Table(["file", "rows", "GPU", "libraries", "gate", "tree", "commit"], rows)
     return Section("Files and commits", text, [table])

@@ -95,7 +95,7 @@ def mla(inputs: Inputs) -> Section | None:
         "both variants ran, and the fp8 latent against the bf16 latent of the same shape."
     )
     tables = [Table(CASE_COLUMNS, _case_rows(ok, every)), Table(RATIO_COLUMNS, ratios + fp8)]
-    heads = [Headline(f"MLA {r[0]}, {r[1]}", r[3], r[4], r[5]) for r in ratios[:2]]
+    heads = [Headline.of(f"MLA {r[0]}, {r[1]}", r[3], [r[4], r[5]]) for r in ratios[:2]]
     return Section("MLA (DeepSeek-V3)", text, tables, heads)
 
 
