@@ -11,6 +11,7 @@ one set of ceilings for all), then answered one after another."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from attnbench.cli.common import console, fail, note
 if TYPE_CHECKING:
     from attnbench.deploy.decide import ModelShape
     from attnbench.deploy.plan import PlanAsk, PlannedCase
-    from attnbench.deploy.traffic import RunningBatches
+    from attnbench.deploy.traffic import RunningBatches, Traffic
     from attnbench.engines.paths import Engine
 
 DONE = ("ok", "mismatch", "unsupported", "error", "oom", "timeout")
@@ -36,7 +37,7 @@ def build_plan(
     from dataclasses import replace
 
     from attnbench.deploy.plan import plan_cases, prefill_cases
-    from attnbench.deploy.traffic import check_trace, replay_trace
+    from attnbench.deploy.traffic import check_trace, fit_paths, replay_trace
     from attnbench.replay.pipeline import ReplayError
 
     if (why := check_trace(ask.trace)) is not None:
@@ -44,7 +45,9 @@ def build_plan(
     eng: Engine = "sglang" if engine == "sglang" else "vllm"
     try:
         with console.status(f"replaying {ask.trace} on {shape.label}"):
-            run, sim, dep = replay_trace(paths, gpu, eng, ask.trace, model=(shape.model, shape.tp))
+            run, sim, dep = replay_trace(
+                fit_paths(paths), gpu, eng, ask.trace, model=(shape.model, shape.tp)
+            )
     except ReplayError as exc:
         fail(str(exc))
     if run.fallback:
@@ -99,8 +102,8 @@ class MeasureRequest:
     GPU with the most rows)."""
 
 
-Replayed = tuple[str, dict[int, int], str]
-"""A trace, its replay's running-batch histogram and the replay's source line."""
+Replayed = tuple[str, "Traffic"]
+"""A trace and its replay's traffic (histogram, replicates, source)."""
 
 
 def measuring_gpu(dry_run: bool, asked: str | None) -> str | None:
@@ -138,13 +141,17 @@ def run_measure(
     for trace in req.traces:
         ask = PlanAsk(trace, kv, per_bucket, req.cover)
         cases, run = build_plan(paths, shape, engine, ask, gpu)
-        histogram, source = run.histogram, run.source()
+        from attnbench.deploy.traffic import Traffic
+
+        traffic = Traffic.of(
+            run, (shape.model, shape.tp), "sglang" if engine == "sglang" else "vllm"
+        )
         if len(req.traces) > 1:
             console.print(f"trace {trace}:", markup=False, highlight=False)
         for line in plan_lines(cases):
             console.print(line, markup=False, highlight=False)
         plan += cases
-        replayed.append((trace, histogram, source))
+        replayed.append((trace, traffic))
     if dry_run:
         target = out.with_suffix(".plan.json")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -155,8 +162,24 @@ def run_measure(
     if out.exists() and not resume:
         fail(f"--out={out} exists: pass --resume to continue it, or another file")
     skip = finished(out) if resume else set()
+    keep_traffic(out, [t for _, t in replayed])
     measured = _time_plan(plan, out, skip, budget_s)
     return (out if measured else None), replayed
+
+
+def keep_traffic(out: Path, traffic: list[Traffic]) -> None:
+    """Keep the replays that drew the plan beside its rows (`deploy.traffic.traffic_path`):
+    the answer weights the rows by the histogram that drew them."""
+    from attnbench.deploy.traffic import committed_traffic, traffic_path, write_traffic
+
+    kept = committed_traffic([out])
+    kept.update({t.key: t for t in traffic})
+    try:
+        write_traffic(
+            traffic_path(out), list(kept.values()), os.environ.get("ATTNBENCH_GIT_SHA", "")
+        )
+    except OSError as exc:
+        fail(f"--out={out}: keeping the traffic beside it failed: {exc.strerror or exc}")
 
 
 def _time_plan(

@@ -4,9 +4,7 @@ index of deployments the results hold. The decision is `deploy.decide`; the text
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -22,6 +20,7 @@ if TYPE_CHECKING:
 
     from attnbench.cli.deploy_measure import MeasureRequest
     from attnbench.deploy.decide import Answer, ModelShape
+    from attnbench.deploy.traffic import Traffic
 
 KV_HELP = "auto (the model's 16-bit dtype), fp8_e4m3 or fp8_e5m2"
 
@@ -219,7 +218,7 @@ def _measured(
         if "gpu" in measured and not measured.empty:  # the GPU just measured answers
             ask = replace(ask, gpu=str(measured["gpu"].astype(str).value_counts().index[0]))
     whys: list[str] = []
-    for i, (trace, hist, source) in enumerate(replayed):
+    for i, (trace, traffic) in enumerate(replayed):
         if i:
             console.print("", markup=False, highlight=False)
         one_json = json_out if len(replayed) == 1 or json_out is None else None
@@ -231,7 +230,7 @@ def _measured(
             replace(ask, trace=trace),
             verbose or extra is None,
             one_json,
-            (hist, source),
+            traffic,
         )
         whys += [f"{trace}: {why}"] if why is not None else []
     if whys:
@@ -301,22 +300,26 @@ def _answer(
     ask: Ask,
     verbose: bool,
     json_out: Path | None,
-    replayed: tuple[dict[int, int], str] | None = None,
+    replayed: Traffic | None = None,
 ) -> str | None:
     """Print the answer; None, or the error line of an answer the rows cannot give."""
     from attnbench.cli.deploy_view import answer_json, answer_lines
-    from attnbench.deploy.decide import answer
+    from attnbench.deploy.decide import answer, answer_gpu
 
     if ask.lengths is not None:
         frame = _only_lengths(frame, ask.lengths)
     running: dict[int, int] | None = None
     source = ""
+    reps: tuple[tuple[dict[int, int], ...], tuple[dict[int, int], ...]] = ((), ())
+    gpu = ask.gpu
     if replayed is not None:
-        running, source = replayed
+        running, source, reps = replayed.histogram, replayed.source, (replayed.boot, replayed.band)
     elif ask.trace is not None:
-        running, source = _histogram(paths, ask.shape, ask.engine, ask.trace)
+        gpu = answer_gpu(frame, ask.shape, ask.engine, ask.trace, ask.gpu)
+        t = _traffic(paths, ask, gpu)
+        running, source, reps = t.histogram, t.source, (t.boot, t.band)
     engine = ask.engine
-    ans = answer(frame, ask.shape, engine, ask.kv, running, source, ask.trace, ask.gpu)  # type: ignore[arg-type]
+    ans = answer(frame, ask.shape, engine, ask.kv, running, source, ask.trace, gpu, reps)  # type: ignore[arg-type]
     if ask.lengths is not None:
         ans.weighting = f"cases of lengths {ask.lengths}, weighted equally per batch size"
     _echo(answer_lines(ans, verbose))
@@ -346,42 +349,17 @@ def _only_lengths(frame: pd.DataFrame, lengths: str) -> pd.DataFrame:
     return sub
 
 
-def _histogram(
-    paths: list[Path], shape: ModelShape, engine: str, trace: str
-) -> tuple[dict[int, int], str]:
-    """The running-batch histogram of `trace` on this deployment, cached on disk by the rows
-    files' names, sizes and times (a replay takes seconds)."""
-    from attnbench.deploy.traffic import check_trace, replay_trace
+def _traffic(paths: list[Path], ask: Ask, gpu: str) -> Traffic:
+    """The traffic of `ask.trace` on the answer's GPU (`deploy.traffic.traffic_for`)."""
+    from attnbench.deploy.traffic import check_trace, traffic_for
     from attnbench.replay.pipeline import ReplayError
 
-    if (why := check_trace(trace)) is not None:
+    assert ask.trace is not None
+    if (why := check_trace(ask.trace)) is not None:
         fail(why)
-    eng = "vllm" if engine == "none" else engine
-    cache = _cache_file(paths, shape, eng, trace)
-    if cache is not None and cache.is_file():
-        data = json.loads(cache.read_text())
-        return {int(k): int(v) for k, v in data["histogram"].items()}, str(data["source"])
+    eng = "vllm" if ask.engine == "none" else ask.engine
     try:
-        with console.status(f"replaying {trace} for the running batch"):
-            run, _, _ = replay_trace(paths, None, eng, trace, model=(shape.model, shape.tp))  # type: ignore[arg-type]
+        with console.status(f"replaying {ask.trace} for the running batch on {gpu}"):
+            return traffic_for(paths, gpu, eng, ask.trace, (ask.shape.model, ask.shape.tp))  # type: ignore[arg-type]
     except ReplayError as exc:
         fail(str(exc))
-    if cache is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_text(json.dumps({"histogram": run.histogram, "source": run.source()}))
-        except OSError:
-            pass
-    return run.histogram, run.source()
-
-
-def _cache_file(paths: list[Path], shape: ModelShape, engine: str, trace: str) -> Path | None:
-    if Path(trace).is_file():
-        return None
-    h = hashlib.sha256()
-    for p in sorted(paths):
-        st = p.stat()
-        h.update(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
-    h.update(f"{shape.model}|{shape.tp}|{engine}|{trace}|1".encode())
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "attnbench" / "recommend" / f"{h.hexdigest()[:24]}.json"

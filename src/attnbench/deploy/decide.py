@@ -19,8 +19,7 @@ point of the report's first screen.
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -44,7 +43,7 @@ from attnbench.deploy.shapes import (
     preset_of,
     shape_rows,
 )
-from attnbench.deploy.stats import Pair, PairedEstimate, paired_ratio
+from attnbench.deploy.stats import Pair, PairedEstimate, WeightReplicates, paired_ratio
 from attnbench.engines.paths import default_setting
 
 Target = Literal["vllm", "sglang", "none"]
@@ -91,6 +90,13 @@ def one_gpu(
     if (own & on_gpu).any():
         return ok[on_gpu & ((ok["kind"] != "decode").to_numpy() | own)], gpu, True, others
     return ok[on_gpu], gpu, False, others
+
+
+def answer_gpu(
+    frame: pd.DataFrame, shape: ModelShape, engine: str, trace: str | None, gpu: str | None
+) -> str:
+    """The GPU whose rows answer (`one_gpu`): its traffic is replayed on its own costs."""
+    return one_gpu(shape_rows(ok_rows(frame), shape), trace, engine, gpu)[1]
 
 
 def parse_label(label: str) -> tuple[str, int, float] | None:
@@ -170,52 +176,75 @@ class Answer:
         )
 
 
-def _pairs(
-    option: Option, base: Option, kind: str, weights: Mapping[int, float] | None
-) -> list[Pair]:
+@dataclass(frozen=True)
+class Strata:
+    """The decode strata of an answer: each measured case's stratum (the CUDA-graph bucket its
+    batch pads to; without a histogram, its batch size) and each stratum's weight (its
+    bucket's share of the decode steps, plus the shares of unmeasured buckets priced by its
+    batches); `replicates`, the same weights under the histogram's replicates."""
+
+    of: Mapping[int, int]
+    """Measured batch size -> stratum."""
+    weights: Mapping[int, float]
+    replicates: WeightReplicates | None = None
+
+
+def _pairs(option: Option, base: Option, kind: str, strata: Strata | None) -> list[Pair]:
     mine, theirs = option.cases(kind), base.cases(kind)
     shared = sorted(set(mine) & set(theirs))
-    if kind != "decode" or weights is None:
+    if kind != "decode" or strata is None:
         return [Pair(mine[c].timing, theirs[c].timing) for c in shared]
-    per_batch = Counter(theirs[c].batch for c in shared)
-    return [
-        Pair(
-            mine[c].timing,
-            theirs[c].timing,
-            weights.get(theirs[c].batch, 0.0) / per_batch[theirs[c].batch],
-        )
-        for c in shared
-    ]
+    out = []
+    for c in shared:
+        h = strata.of.get(theirs[c].batch)
+        if h is not None:
+            out.append(Pair(mine[c].timing, theirs[c].timing, strata.weights.get(h, 0.0), h))
+    return out
 
 
-def batch_weights(
-    measured: list[int], sizes: list[int], running: Mapping[int, float] | None
-) -> tuple[dict[int, float], list[Bucket]]:
-    """Weight per measured batch size and the buckets: a bucket is priced by the measured
-    batches that pad to it (its weight split evenly among them), else by the nearest measured
-    batch size (log scale: extrapolated); without a histogram every measured batch size weighs
-    the same and no bucket is listed."""
+def decode_strata(
+    measured: list[int],
+    sizes: list[int],
+    running: Mapping[int, float] | None,
+    replicates: Sequence[Sequence[Mapping[int, float]]] = ((), ()),
+) -> tuple[Strata, list[Bucket]]:
+    """The strata and the buckets: a bucket is priced by the measured batches that pad to it
+    (its own stratum), else by the nearest measured batch size (log scale: extrapolated, its
+    weight added to that batch's stratum); without a histogram every measured batch size is a
+    stratum of equal weight and no bucket is listed. `replicates`: (bootstrap, band)
+    histograms, turned into stratum weights the same way."""
     if not measured:
-        return {}, []
+        return Strata({}, {}), []
     if not running:
-        return {m: 1.0 / len(measured) for m in measured}, []
+        return Strata({m: m for m in measured}, {m: 1.0 / len(measured) for m in measured}), []
+    of = {m: bucket_of(m, sizes) for m in measured}
+    weights, buckets = _fold(running, sizes, measured, of)
+    boot, band = replicates
+    reps = WeightReplicates(
+        tuple(_fold(h, sizes, measured, of)[0] for h in boot),
+        tuple(_fold(h, sizes, measured, of)[0] for h in band),
+    )
+    return Strata(of, weights, reps if (reps.boot or reps.band) else None), buckets
+
+
+def _fold(
+    running: Mapping[int, float], sizes: list[int], measured: list[int], of: Mapping[int, int]
+) -> tuple[dict[int, float], list[Bucket]]:
     counts: dict[int, float] = {}
     for b, n in running.items():
         if b >= 1 and n > 0:
             size = bucket_of(b, sizes)
             counts[size] = counts.get(size, 0.0) + float(n)
     total = sum(counts.values()) or 1.0
-    by_bucket: dict[int, list[int]] = {}
-    for m in sorted(measured):
-        by_bucket.setdefault(bucket_of(m, sizes), []).append(m)
-    out: dict[int, float] = {}
+    own = set(of.values())
+    weights: dict[int, float] = {}
     buckets = []
     for size in sorted(counts):
-        own = by_bucket.get(size) or [_nearest(size, measured)]
-        buckets.append(Bucket(size, counts[size] / total, own[0], size in by_bucket))
-        for m in own:
-            out[m] = out.get(m, 0.0) + counts[size] / total / len(own)
-    return out, buckets
+        at = size if size in own else of[_nearest(size, measured)]
+        weights[at] = weights.get(at, 0.0) + counts[size] / total
+        first = min((m for m in measured if of[m] == size), default=_nearest(size, measured))
+        buckets.append(Bucket(size, counts[size] / total, first, size in own))
+    return weights, buckets
 
 
 def _nearest(batch: int, measured: list[int]) -> int:
@@ -259,10 +288,11 @@ def answer(
     weighting: str = "",
     trace: str | None = None,
     gpu: str | None = None,
+    replicates: tuple[Sequence[Mapping[int, float]], Sequence[Mapping[int, float]]] = ((), ()),
 ) -> Answer:
     """The decision for `shape` on `engine` (module docstring) from the rows of one GPU
     (`one_gpu`); `trace` names the traffic in the command that would measure what the rows
-    lack."""
+    lack; `replicates`, the histogram's (bootstrap, cost band) replicates (`deploy.traffic`)."""
     ok = shape_rows(ok_rows(frame), shape)
     ok, gpu, own, others = one_gpu(ok, trace, engine, gpu)
     ok, prefill_on_trace = prefill_on_traffic(ok, trace)
@@ -287,10 +317,10 @@ def answer(
         ans.gaps.append(_stand_in_gap(frame, shape, default.key.variant, trace, kv_dtype))
     ans.measured_batches = sorted({c.batch for c in default.cases("decode").values()})
     sizes = capture_sizes("vllm" if engine == "none" else engine)
-    weights, ans.buckets = batch_weights(ans.measured_batches, sizes, running)
-    ans.default_decode_us = expected_us(default, weights)
+    strata, ans.buckets = decode_strata(ans.measured_batches, sizes, running, replicates)
+    ans.default_decode_us = expected_us(default, strata)
     for opt in options:
-        opt.decode = paired_ratio(_pairs(opt, default, "decode", weights))
+        opt.decode = paired_ratio(_pairs(opt, default, "decode", strata), strata.replicates)
         opt.prefill = paired_ratio(_pairs(opt, default, "prefill", None))
     ans.options = sorted(
         (o for o in options if o.key.kv == kv_dtype), key=lambda o: _order(o, default)
@@ -299,7 +329,7 @@ def answer(
     if engine == "none":
         pre = [o for o in ans.options if o.prefill is not None]
         ans.prefill_choice = min(pre, key=lambda o: (o.prefill.ratio, o.key.text)) if pre else None  # type: ignore[union-attr]
-    ans.fp8 = fp8_decision(ans, options, weights)
+    ans.fp8 = fp8_decision(ans, options, strata)
     ans.gaps += coverage_gaps(ans, trace)
     return ans
 
@@ -384,15 +414,17 @@ def prefill_command(ans: Answer, trace: str | None) -> str:
     )
 
 
-def expected_us(opt: Option, weights: Mapping[int, float]) -> float | None:
-    """Sum over measured batch sizes of weight x geometric-mean latency there."""
+def expected_us(opt: Option, strata: Strata) -> float | None:
+    """The option's traffic-weighted mean decode time per step and layer: the sum over strata
+    of weight x mean latency of its cases there."""
     by: dict[int, list[float]] = {}
     for c in opt.cases("decode").values():
-        by.setdefault(c.batch, []).append(math.log(c.timing.median_us))
-    total = sum(w for b, w in weights.items() if b in by)
+        if (h := strata.of.get(c.batch)) is not None:
+            by.setdefault(h, []).append(c.timing.median_us)
+    total = sum(w for h, w in strata.weights.items() if h in by)
     if not total:
         return None
-    return sum(w * math.exp(sum(by[b]) / len(by[b])) for b, w in weights.items() if b in by) / total
+    return sum(w * sum(by[h]) / len(by[h]) for h, w in strata.weights.items() if h in by) / total
 
 
 def _order(o: Option, default: Option) -> tuple[float, str]:
@@ -412,9 +444,7 @@ def _choose(ans: Answer, default: Option) -> None:
     ans.choice = best
 
 
-def fp8_decision(
-    ans: Answer, options: list[Option], weights: Mapping[int, float]
-) -> Fp8Decision | None:
+def fp8_decision(ans: Answer, options: list[Option], strata: Strata) -> Fp8Decision | None:
     """The choice at the other KV precision (fp8 e4m3 against 16-bit, or 16-bit against the
     requested fp8), same engine setting where measured, on the shared decode cases."""
     from attnbench.deploy.fp8 import kv_bytes_ratio, study_error
@@ -427,21 +457,21 @@ def fp8_decision(
         same = [o for o in fp8 if o.key.variant == c.key.variant] or fp8
         if not same:
             return None
-        other, base = _best(same, c, weights), c
+        other, base = _best(same, c, strata), c
     else:
         sixteen = [o for o in options if o.key.kv == "auto" and o.key.variant == c.key.variant]
         if not sixteen:
             return None
         other, base = c, sixteen[0]
-    est = paired_ratio(_pairs(other, base, "decode", weights))
+    est = paired_ratio(_pairs(other, base, "decode", strata), strata.replicates)
     return Fp8Decision(
         other, base, est, kv_bytes_ratio(other.key.kv), study_error(other, ans.engine)
     )
 
 
-def _best(cands: list[Option], base: Option, weights: Mapping[int, float]) -> Option:
+def _best(cands: list[Option], base: Option, strata: Strata) -> Option:
     def score(o: Option) -> float:
-        est = paired_ratio(_pairs(o, base, "decode", weights), n=200)
+        est = paired_ratio(_pairs(o, base, "decode", strata))
         return est.ratio if est else math.inf
 
     return min(cands, key=lambda o: (score(o), o.key.text))

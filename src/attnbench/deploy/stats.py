@@ -1,99 +1,229 @@
-"""Paired bootstrap of `recommend --model`: one option against a baseline on the same cases.
+"""The paired, stratified estimate of `recommend`: one option against a baseline on the same
+cases, and its 95% interval.
 
-Each case contributes the log of its latency ratio option / baseline, weighted (a decode case
-carries its share of the traffic's CUDA-graph buckets; a prefill case weight 1). The estimate
-is the weighted geometric mean of the ratios. Its 95% CI comes from a two-level bootstrap: each
-replicate resamples the cases with replacement (the case-to-case spread) and, per case, draws a
-bootstrap median of each side's timing samples (`compare.median_replicates`: the run-to-run
-noise of each row). The generator is seeded (`compare.SEED`) and created per call, so the same
-rows give the same interval. Two options are tied when their intervals against the same
-baseline overlap. Pure: no I/O.
+Estimand (decode): the traffic-weighted mean attention time per decode step of the option over
+the baseline's, over this trace's decode steps on this GPU,
+    theta = sum_h W_h mu_h(option) / sum_h W_h mu_h(baseline),
+with h the CUDA-graph buckets (strata), W_h each bucket's share of the decode steps and
+mu_h the mean step time over the bucket's steps. It is the ratio of total decode attention
+time, what a serving engineer's capacity and latency budget move with (a geometric mean of
+per-step ratios is not a time anyone spends). Prefill: the mean time of one prompt's prefill
+over the trace's prompts (one stratum).
+
+Design: within each stratum, steps drawn at random without replacement (`deploy.plan`), both
+sides timed on the same batch (paired). Estimator: the combined ratio estimator
+R = sum W_h ybar_h / sum W_h xbar_h. Its variance is linearised: the residuals
+d = y - R x of each stratum (their spread holds the step-to-step spread and each row's timing
+noise alike) give V_s = sum W_h^2 s_h^2 / n_h / X^2, with Satterthwaite's degrees of freedom.
+A stratum of one case is pooled with its neighbour for its variance (collapsed strata). The
+histogram's own uncertainty enters as a further variance: the spread of R under the replicate
+weights of `Traffic` (a block bootstrap of the replay's steps, and replays at the step-cost
+model's held-out p90 error either way, taken as a 90% range). The interval is
+exp(log R +- t_df * sqrt(V) / R). Fewer than `MIN_CASES` cases: no interval. Deterministic:
+the same rows and weights give the same digits. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from attnbench.analysis.compare import SEED, Timing, median_replicates
+from attnbench.analysis.compare import Timing
 
-N_REPLICATES = 500
-_CACHE: dict[tuple[int, int], tuple[Timing, np.ndarray]] = {}
-_CACHE_MAX = 50_000
+MIN_CASES = 3
+"""Fewer cases than this print no interval."""
+Z975 = 1.959963984540054
+Z90 = 1.6448536269514722
+"""A 90% range of a normal spans +-Z90 standard deviations."""
 
 
 @dataclass(frozen=True)
 class Pair:
-    """One case both sides ran: the option's timing, the baseline's, and the case's weight."""
+    """One case both sides ran: the option's timing, the baseline's, its stratum's weight
+    (share of the decode steps) and its stratum (the CUDA-graph bucket; 0: one stratum)."""
 
     option: Timing
     baseline: Timing
     weight: float = 1.0
+    stratum: int = 0
+
+
+@dataclass(frozen=True)
+class WeightReplicates:
+    """The histogram's uncertainty as replicate stratum weights: `boot`, a block bootstrap of
+    the replay's steps; `band`, the replays at step costs of (1 - p90, 1 + p90)."""
+
+    boot: tuple[Mapping[int, float], ...] = ()
+    band: tuple[Mapping[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class PairedEstimate:
     ratio: float
-    """Weighted geometric mean of option / baseline latency (< 1: the option is faster)."""
+    """Ratio of the weighted mean times, option / baseline (< 1: the option is faster)."""
     ci_low: float
     ci_high: float
     cases: int
+    strata: int = 1
+    df: float = math.inf
+    """Degrees of freedom of the interval's t quantile (Satterthwaite)."""
+
+    @property
+    def has_interval(self) -> bool:
+        return self.cases >= MIN_CASES and self.ci_high > self.ci_low
 
     def overlaps(self, other: PairedEstimate) -> bool:
+        """Not told apart: the intervals overlap, or either rests on too few cases. (Zero
+        spread over enough cases, as an option against itself, is an exact point.)"""
+        if self.cases < MIN_CASES or other.cases < MIN_CASES:
+            return True
         return self.ci_low <= other.ci_high and other.ci_low <= self.ci_high
 
     @property
     def differs(self) -> bool:
-        """The CI excludes 1: significantly faster or slower than the baseline."""
-        return self.ci_high < 1.0 or self.ci_low > 1.0
+        """The interval excludes 1: significantly faster or slower than the baseline."""
+        return self.has_interval and (self.ci_high < 1.0 or self.ci_low > 1.0)
+
+    @property
+    def verdict(self) -> str:
+        """`faster`, `slower` (the interval lies above 1) or `no clear difference`."""
+        if not self.differs:
+            return "no clear difference"
+        return "faster" if self.ci_high < 1.0 else "slower"
+
+    def interval(self) -> str:
+        """`0.84-0.90`, or `N case(s): no interval`."""
+        if not self.has_interval:
+            return f"{self.cases} case{'s' if self.cases != 1 else ''}: no interval"
+        return f"{self.ci_low:.2f}-{self.ci_high:.2f}"
 
     def text(self) -> str:
-        """`0.87x (95% CI 0.84-0.90, 12 cases)`."""
-        return (
-            f"{self.ratio:.2f}x (95% CI {self.ci_low:.2f}-{self.ci_high:.2f}, "
-            f"{self.cases} case{'s' if self.cases != 1 else ''})"
-        )
+        """`0.87x (95% CI 0.84-0.90, 12 cases)`, or `0.87x (2 cases: no interval)`."""
+        if not self.has_interval:
+            return f"{self.ratio:.2f}x ({self.interval()})"
+        return f"{self.ratio:.2f}x (95% CI {self.interval()}, {self.cases} cases)"
 
-
-def medians(t: Timing, n: int) -> np.ndarray:
-    """`n` bootstrap medians of one row's timing (numpy resampling of its samples, else
-    `compare.median_replicates`' draws from the stored CI), from a generator seeded by the
-    row's own figures, so a row draws the same replicates in every pairing; cached per row."""
-    hit = _CACHE.get((id(t), n))
-    if hit is not None and hit[0] is t:
-        return hit[1]
-    k = 0 if t.samples_us is None else t.samples_us.size
-    rng = np.random.default_rng([SEED, k, int(t.median_us * 1000) % 2**32])
-    if t.samples_us is None:
-        arr = np.asarray(median_replicates(t, rng, n))
-    else:
-        arr = np.asarray(np.median(t.samples_us[rng.integers(0, k, size=(n, k))], axis=1))
-    arr = np.asarray(np.log(arr), dtype=np.float64)
-    if len(_CACHE) >= _CACHE_MAX:
-        _CACHE.clear()
-    _CACHE[(id(t), n)] = (t, arr)
-    return arr
+    def short(self) -> str:
+        """`0.87x [0.84-0.90]`, or `0.87x [2 cases: no interval]`."""
+        return f"{self.ratio:.2f}x [{self.interval()}]"
 
 
 def paired_ratio(
-    pairs: Sequence[Pair], n: int = N_REPLICATES, seed: int = SEED
+    pairs: Sequence[Pair], replicates: WeightReplicates | None = None
 ) -> PairedEstimate | None:
-    """The paired estimate over `pairs` (None when there is no pair of positive weight)."""
-    used = [p for p in pairs if p.weight > 0]
+    """The stratified paired estimate over `pairs` (module docstring); None without a pair of
+    positive weight."""
+    used = [p for p in pairs if p.weight > 0 and p.baseline.median_us > 0]
     if not used:
         return None
-    rng = np.random.default_rng(seed)
-    w = np.array([p.weight for p in used], dtype=np.float64)
-    point = np.array([math.log(p.option.median_us / p.baseline.median_us) for p in used])
-    reps = np.stack([medians(p.option, n) - medians(p.baseline, n) for p in used])  # cases x n
-    pick = rng.integers(0, len(used), size=(n, len(used)))
-    cols = np.arange(n)[:, None]
-    boot = (w[pick] * reps[pick, cols]).sum(axis=1) / w[pick].sum(axis=1)
-    low, high = np.percentile(boot, [2.5, 97.5])
-    est = float(np.dot(w, point) / w.sum())
+    strata = _strata(used)
+    r = _ratio(strata, {h: s.weight for h, s in strata.items()})
+    v_s, df = _sampling_variance(strata, r)
+    v_h = _histogram_variance(strata, replicates) if replicates else 0.0
+    v = v_s + v_h
+    n = len(used)
+    if n < MIN_CASES or not v > 0:
+        return PairedEstimate(r, r, r, n, len(strata))
+    df_all = v**2 / (v_s**2 / df) if v_s > 0 and math.isfinite(df) else math.inf
+    t = t975(df_all)
+    half = t * math.sqrt(v) / r
     return PairedEstimate(
-        math.exp(est), math.exp(min(float(low), est)), math.exp(max(float(high), est)), len(used)
+        r, r * math.exp(-half), r * math.exp(half), n, len(strata), round(df_all, 1)
     )
+
+
+def t975(df: float) -> float:
+    """The 97.5% quantile of Student's t with `df` degrees of freedom (scipy's; where scipy
+    is absent, as on the GPU machine, the Abramowitz-Stegun 26.7.5 expansion)."""
+    if not math.isfinite(df):
+        return Z975
+    try:
+        from scipy import stats as sps
+    except ImportError:
+        z, g = Z975, max(df, 1.0)
+        terms = (
+            (z**3 + z) / 4,
+            (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+            (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        )
+        return z + sum(c / g ** (i + 1) for i, c in enumerate(terms))
+    return float(sps.t.ppf(0.975, df))
+
+
+@dataclass(frozen=True)
+class _Stratum:
+    weight: float
+    y: np.ndarray
+    """The option's step times (µs)."""
+    x: np.ndarray
+    """The baseline's step times (µs), paired with `y`."""
+
+
+def _strata(pairs: Sequence[Pair]) -> dict[int, _Stratum]:
+    by: dict[int, list[Pair]] = {}
+    for p in pairs:
+        by.setdefault(p.stratum, []).append(p)
+    return {
+        h: _Stratum(
+            max(p.weight for p in ps),
+            np.array([p.option.median_us for p in ps]),
+            np.array([p.baseline.median_us for p in ps]),
+        )
+        for h, ps in sorted(by.items())
+    }
+
+
+def _ratio(strata: Mapping[int, _Stratum], weights: Mapping[int, float]) -> float:
+    num = sum(weights.get(h, 0.0) * float(s.y.mean()) for h, s in strata.items())
+    den = sum(weights.get(h, 0.0) * float(s.x.mean()) for h, s in strata.items())
+    return num / den if den > 0 else math.nan
+
+
+def _sampling_variance(strata: Mapping[int, _Stratum], r: float) -> tuple[float, float]:
+    """Linearised variance of R and its Satterthwaite degrees of freedom; strata of one case
+    borrow the residual variance of their nearest neighbour with two or more."""
+    total_w = sum(s.weight for s in strata.values())
+    den = sum(s.weight / total_w * float(s.x.mean()) for s in strata.values())
+    var: dict[int, tuple[float, int]] = {}
+    for h, s in strata.items():
+        if s.y.size >= 2:
+            d = s.y - r * s.x
+            var[h] = (float(np.var(d, ddof=1)), s.y.size - 1)
+    if not var:
+        pooled = np.concatenate([s.y - r * s.x for s in strata.values()])
+        if pooled.size < 2:
+            return 0.0, math.inf
+        var = {h: (float(np.var(pooled, ddof=1)), pooled.size - 1) for h in strata}
+    terms, dfs = [], []
+    for h, s in strata.items():
+        s2, df = var.get(h) or var[_nearest(h, list(var))]
+        a = (s.weight / total_w) ** 2 / s.y.size * s2
+        terms.append(a)
+        dfs.append(df)
+    v = sum(terms) / den**2
+    denom = sum(a**2 / df for a, df in zip(terms, dfs, strict=True) if df > 0)
+    df_s = sum(terms) ** 2 / denom if denom > 0 else math.inf
+    return v, df_s
+
+
+def _histogram_variance(strata: Mapping[int, _Stratum], rep: WeightReplicates) -> float:
+    """Variance of R from the histogram: over the bootstrap replicate weights, plus the
+    step-cost band as a 90% range."""
+    v = 0.0
+    boot = [_ratio(strata, w) for w in rep.boot]
+    boot = [b for b in boot if math.isfinite(b)]
+    if len(boot) >= 2:
+        v += float(np.var(boot, ddof=1))
+    band = [_ratio(strata, w) for w in rep.band]
+    band = [b for b in band if math.isfinite(b)]
+    if len(band) == 2:
+        v += ((band[1] - band[0]) / (2 * Z90)) ** 2
+    return v
+
+
+def _nearest(h: int, have: Sequence[int]) -> int:
+    """The stratum of `have` nearest `h` (log scale of bucket sizes, the smaller on ties)."""
+    return min(have, key=lambda g: (abs(math.log(max(g, 1) / max(h, 1))), g))

@@ -14,6 +14,11 @@ batches apart from decode batches (`enable_mixed_chunk` off), replayed as the si
 unchunked mode. Every step with decoding requests counts once at its decode batch (the running
 batch the engine pads to a captured size); prefill-only steps run no decode graph and do not
 count.
+
+The histogram's own uncertainty (`uncertainty`): `BOOT_REPLICATES` histograms of a block
+bootstrap of the replayed decode steps (`BLOCKS` consecutive blocks, resampled with
+replacement: the trace is one sample of traffic), and the histograms of two more replays with
+every step's cost scaled by 1 -+ the fitted decode model's held-out p90 error.
 """
 
 from __future__ import annotations
@@ -47,10 +52,14 @@ from attnbench.replay.pipeline import (
 from attnbench.replay.simresult import SchedulerConfig, SimResult
 from attnbench.replay.simulator import simulate
 from attnbench.replay.stepcost import ReplayCost
+from attnbench.replay.steps import FloatArray, StepFeatures, StepShape
 from attnbench.results import ResultRow
 from attnbench.workload.models import MODELS, valid_tps
 from attnbench.workload.traces import TRACES
 
+BOOT_REPLICATES = 200
+BLOCKS = 40
+BOOT_SEED = 20261207
 TRACE_LIMIT = 2000
 """Requests replayed from the trace's start (a few seconds of simulation at most)."""
 TRACE_HELP = "azure-code, azure-conv, mooncake-conv, agents:N[@LO-HI] or a trace file"
@@ -71,6 +80,12 @@ class RunningBatches:
     prompts: tuple[int, ...] = ()
     """The replayed requests' prompt lengths (prefill is priced on draws from them)."""
     fallback: str = ""
+    boot: tuple[dict[int, int], ...] = ()
+    """Block-bootstrap replicate histograms of the decode steps (`uncertainty`)."""
+    band: tuple[dict[int, int], ...] = ()
+    """The histograms of the replays at step costs x (1 - p90, 1 + p90)."""
+    cost_p90: float = 0.0
+    """The step-cost model's held-out p90 |error| the band spans."""
 
     @property
     def steps(self) -> int:
@@ -224,6 +239,11 @@ def replay_trace(
     sim = simulate(reqs, sched, cost)
     n = sim.features.n_decode
     sizes, steps = np.unique(n[n > 0], return_counts=True)
+    p90 = _p90(models[name])
+    band = tuple(
+        histogram_of(simulate(reqs, sched, Scaled(cost, f)).features.n_decode)
+        for f in (1 - p90, 1 + p90)
+    )
     run = RunningBatches(
         trace=info.name,
         requests=info.requests,
@@ -237,8 +257,57 @@ def replay_trace(
         costs_gpu=loaded.gpu,
         prompts=tuple(int(r.input_len) for r in reqs),
         fallback=fallback,
+        boot=block_bootstrap(n),
+        band=band,
+        cost_p90=p90,
     )
     return run, sim, dep
+
+
+def histogram_of(n_decode: np.ndarray) -> dict[int, int]:
+    """Decode steps per running batch size (steps without decode left out)."""
+    sizes, steps = np.unique(n_decode[n_decode > 0], return_counts=True)
+    return {int(s): int(c) for s, c in zip(sizes.tolist(), steps.tolist(), strict=True)}
+
+
+def block_bootstrap(
+    n_decode: np.ndarray, reps: int = BOOT_REPLICATES, blocks: int = BLOCKS
+) -> tuple[dict[int, int], ...]:
+    """`reps` histograms of the steps' running batches, each from `blocks` consecutive blocks
+    of the step sequence drawn with replacement (seeded: the same replay, the same replicates)."""
+    n = n_decode[n_decode > 0]
+    if n.size < blocks:
+        return ()
+    sizes = np.unique(n)
+    parts = np.array_split(np.searchsorted(sizes, n), blocks)
+    per_block = np.stack([np.bincount(p, minlength=sizes.size) for p in parts])
+    draws = np.random.default_rng(BOOT_SEED).integers(0, blocks, size=(reps, blocks))
+    counts = per_block[draws].sum(axis=1)
+    return tuple(
+        {int(s): int(c) for s, c in zip(sizes.tolist(), row.tolist(), strict=True) if c}
+        for row in counts
+    )
+
+
+def _p90(model: AttentionCostModel) -> float:
+    """The decode fit's held-out p90 |error| (0 where the fit has no held-out rows)."""
+    fit = model.decode
+    p90 = fit.cv_p90_rel_err if fit is not None else float("nan")
+    return float(min(p90, 0.5)) if np.isfinite(p90) else 0.0
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """A step cost times `factor` (the replay at the cost model's error band)."""
+
+    cost: ReplayCost
+    factor: float
+
+    def durations_s(self, f: StepFeatures) -> FloatArray:
+        return np.asarray(self.cost.durations_s(f) * self.factor, dtype=np.float64)
+
+    def step_s(self, s: StepShape) -> float:
+        return self.cost.step_s(s) * self.factor
 
 
 def _fit_on(
@@ -258,3 +327,171 @@ def _fit_on(
         raise ReplayError(why)
     note = f"step costs from {loaded.gpu}'s rows: {gpu} has none to fit them"
     return (loaded, *deployment_of(loaded, model), note)
+
+
+TRAFFIC_SUFFIX = ".traffic.json.gz"
+"""A rows file `X.jsonl.gz` of `recommend --measure` keeps its traffic in `X.traffic.json.gz`."""
+TrafficKey = tuple[str, str, int, str, str]
+"""(GPU, model, tp, engine, trace)."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The decode histogram an answer weights by, its replicates, and where it came from."""
+
+    gpu: str
+    model: str
+    tp: int
+    engine: str
+    trace: str
+    histogram: dict[int, int]
+    boot: tuple[dict[int, int], ...]
+    band: tuple[dict[int, int], ...]
+    cost_p90: float
+    source: str
+
+    @property
+    def key(self) -> TrafficKey:
+        return (self.gpu, self.model, self.tp, self.engine, self.trace)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "gpu": self.gpu,
+            "model": self.model,
+            "tp": self.tp,
+            "engine": self.engine,
+            "trace": self.trace,
+            "histogram": self.histogram,
+            "boot": list(self.boot),
+            "band": list(self.band),
+            "cost_p90": self.cost_p90,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> Traffic:
+        def hist(h: object) -> dict[int, int]:
+            return {int(k): int(v) for k, v in dict(h).items()}  # type: ignore[call-overload]
+
+        return cls(
+            str(d["gpu"]),
+            str(d["model"]),
+            int(d["tp"]),  # type: ignore[call-overload]
+            str(d["engine"]),
+            str(d["trace"]),
+            hist(d["histogram"]),
+            tuple(hist(h) for h in d["boot"]),  # type: ignore[attr-defined]
+            tuple(hist(h) for h in d["band"]),  # type: ignore[attr-defined]
+            float(d["cost_p90"]),  # type: ignore[arg-type]
+            str(d["source"]),
+        )
+
+    @classmethod
+    def of(cls, run: RunningBatches, model: tuple[str, int], engine: str) -> Traffic:
+        return cls(
+            run.costs_gpu,
+            model[0],
+            model[1],
+            engine,
+            run.trace,
+            run.histogram,
+            run.boot,
+            run.band,
+            run.cost_p90,
+            run.source(),
+        )
+
+
+def traffic_path(rows: Path) -> Path:
+    """Where the traffic of the rows file `rows` is kept."""
+    name = rows.name
+    for ext in (".jsonl.gz", ".jsonl"):
+        if name.endswith(ext):
+            return rows.with_name(name[: -len(ext)] + TRAFFIC_SUFFIX)
+    return rows.with_name(name + TRAFFIC_SUFFIX)
+
+
+def committed_traffic(paths: Sequence[Path]) -> dict[TrafficKey, Traffic]:
+    """The traffics kept beside the given rows files (`traffic_path`)."""
+    import gzip
+    import json
+
+    out: dict[TrafficKey, Traffic] = {}
+    for p in paths:
+        doc = traffic_path(p)
+        if doc.is_file():
+            for d in json.loads(gzip.decompress(doc.read_bytes()))["traffic"]:
+                t = Traffic.from_dict(d)
+                out[t.key] = t
+    return out
+
+
+def write_traffic(path: Path, traffic: Sequence[Traffic], commit: str) -> None:
+    import gzip
+    import json
+
+    doc = {"commit": commit, "traffic": [t.as_dict() for t in traffic]}
+    path.write_bytes(gzip.compress(json.dumps(doc, sort_keys=True).encode(), mtime=0))
+
+
+def fit_paths(paths: Sequence[Path]) -> list[Path]:
+    """The rows files a replay fits its step costs on: all but `recommend --measure`'s own
+    (named `*deploy*`), whose drawn batches would change the costs that drew them; all of
+    them where they are all such files."""
+    rest = [p for p in paths if "deploy" not in p.name]
+    return rest or list(paths)
+
+
+def traffic_for(
+    paths: Sequence[Path], gpu: str, engine: Engine, trace: str, model: tuple[str, int]
+) -> Traffic:
+    """The traffic of `trace` on this deployment and GPU: the one kept beside the rows that
+    `recommend --measure` drew on this GPU (`committed_traffic`: the histogram that drew
+    them), else a replay on `gpu`'s own rows (`replay_trace`, cached on disk by GPU,
+    attnbench version and the rows files)."""
+    kept = committed_traffic(paths).get((gpu, model[0], model[1], engine, trace))
+    if kept is not None:
+        return kept
+    cache = _cache_file(paths, gpu, engine, trace, model)
+    if cache is not None and cache.is_file():
+        import json
+
+        try:
+            return Traffic.from_dict(json.loads(cache.read_text()))
+        except (ValueError, KeyError, TypeError):
+            pass
+    run, _, _ = replay_trace(fit_paths(paths), gpu, engine, trace, model=model)
+    got = Traffic.of(run, model, engine)
+    if cache is not None:
+        import json
+
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(got.as_dict()))
+        except OSError:
+            pass
+    return got
+
+
+def _cache_file(
+    paths: Sequence[Path], gpu: str, engine: str, trace: str, model: tuple[str, int]
+) -> Path | None:
+    """The disk cache of one replay: keyed by the GPU, attnbench's version, the rows files
+    (names, sizes, times) and the ask; none for a trace file (it may change in place)."""
+    import hashlib
+    import os
+    from importlib.metadata import PackageNotFoundError, version
+
+    if Path(trace).is_file():
+        return None
+    try:
+        ours = version("attnbench")
+    except PackageNotFoundError:
+        ours = "unknown"
+    h = hashlib.sha256()
+    for p in sorted(fit_paths(paths)):
+        st = p.stat()
+        h.update(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    h.update(f"{gpu}|{ours}|{model[0]}|{model[1]}|{engine}|{trace}|{BOOT_SEED}|2".encode())
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "attnbench" / "recommend" / f"{h.hexdigest()[:24]}.json"
