@@ -9,7 +9,8 @@
 # Through the device tool, with `.device` carried:
 #   source .device/setup.sh; trap - EXIT; ATTNBENCH_GIT_SHA=<sha> bash scripts/h200/deploy_answer.sh
 # Rows land in $OUT/<gpu>-deploy.jsonl.gz (<gpu>: the card the call got, `gpu_tag.sh`); commit
-# them as results/<gpu>-deploy.jsonl.gz.
+# them as results/<gpu>-deploy.jsonl.gz, with the replays that drew them (histogram, bootstrap
+# and cost-band replicates), <gpu>-deploy.traffic.json.gz, beside them.
 # Where this GPU has no rows to fit the 70B tp8 step costs, the `replay` suite's FA3 rows are
 # measured first (`$OUT/<gpu>-replay-70b.jsonl.gz`, ~32 cases), so that no traffic is replayed on
 # another GPU's costs.
@@ -32,8 +33,12 @@ echo "commit ${ATTNBENCH_GIT_SHA:-unknown}; deploy_answer on $GPU_TAG; $(date -u
 [ -f scripts/h200/jit_aot.sh ] && bash scripts/h200/jit_aot.sh
 if [ ! -f "$ROWS" ] && [ -f "runs/$GPU_TAG-deploy.jsonl.gz" ]; then
   zcat "runs/$GPU_TAG-deploy.jsonl.gz" > "$ROWS"  # a cut call's rows: continue them
+  cp "runs/$GPU_TAG-deploy.traffic.json.gz" "$KEEP/" 2>/dev/null
 fi
-save() { gzip -9c "$ROWS" > "$OUT/$GPU_TAG-deploy.jsonl.gz" 2>/dev/null; true; }
+save() {
+  gzip -9c "$ROWS" > "$OUT/$GPU_TAG-deploy.jsonl.gz" 2>/dev/null
+  cp "$KEEP/$GPU_TAG-deploy.traffic.json.gz" "$OUT/" 2>/dev/null; true
+}
 trap save EXIT
 mapfile -t INPUTS < <(ls results/*.jsonl* | grep -v -- -deploy)
 CAL="$KEEP/$GPU_TAG-replay-70b.jsonl"
