@@ -304,7 +304,7 @@ def _answer(
 ) -> str | None:
     """Print the answer; None, or the error line of an answer the rows cannot give."""
     from attnbench.cli.deploy_view import answer_json, answer_lines
-    from attnbench.deploy.decide import answer, answer_gpu
+    from attnbench.deploy.decide import answer, answer_gpu, label_weights
 
     if ask.lengths is not None:
         frame = _only_lengths(frame, ask.lengths)
@@ -316,7 +316,7 @@ def _answer(
         running, source, reps = replayed.histogram, replayed.source, (replayed.boot, replayed.band)
     elif ask.trace is not None:
         gpu = answer_gpu(frame, ask.shape, ask.engine, ask.trace, ask.gpu)
-        t = _traffic(paths, ask, gpu)
+        t = _traffic(paths, ask, gpu, label_weights(frame, ask.shape, ask.engine, ask.trace, gpu))
         running, source, reps = t.histogram, t.source, (t.boot, t.band)
     engine = ask.engine
     ans = answer(frame, ask.shape, engine, ask.kv, running, source, ask.trace, gpu, reps)  # type: ignore[arg-type]
@@ -349,7 +349,7 @@ def _only_lengths(frame: pd.DataFrame, lengths: str) -> pd.DataFrame:
     return sub
 
 
-def _traffic(paths: list[Path], ask: Ask, gpu: str) -> Traffic:
+def _traffic(paths: list[Path], ask: Ask, gpu: str, labelled: dict[int, float]) -> Traffic:
     """The traffic of `ask.trace` on the answer's GPU (`deploy.traffic.traffic_for`)."""
     from attnbench.deploy.traffic import check_trace, traffic_for
     from attnbench.replay.pipeline import ReplayError
@@ -360,6 +360,7 @@ def _traffic(paths: list[Path], ask: Ask, gpu: str) -> Traffic:
     eng = "vllm" if ask.engine == "none" else ask.engine
     try:
         with console.status(f"replaying {ask.trace} for the running batch on {gpu}"):
-            return traffic_for(paths, gpu, eng, ask.trace, (ask.shape.model, ask.shape.tp))  # type: ignore[arg-type]
+            model = (ask.shape.model, ask.shape.tp)
+            return traffic_for(paths, gpu, eng, ask.trace, model, labelled)  # type: ignore[arg-type]
     except ReplayError as exc:
         fail(str(exc))

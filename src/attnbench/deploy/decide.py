@@ -92,6 +92,18 @@ def one_gpu(
     return ok[on_gpu], gpu, False, others
 
 
+def label_weights(
+    frame: pd.DataFrame, shape: ModelShape, engine: str, trace: str, gpu: str
+) -> dict[int, float]:
+    """The bucket weights the labels of `engine`'s rows on `trace`'s own batches carry on
+    `gpu` (the replay that drew them), or {} where there are none."""
+    ok = shape_rows(ok_rows(frame), shape)
+    ok = ok[(ok["gpu"].astype(str) == gpu).to_numpy()] if not ok.empty else ok
+    own = own_batches(ok, trace, engine)
+    got = (parse_label(str(x)) for x in ok.loc[own, "label"])
+    return {int(p[1]): float(p[2]) for p in got if p}
+
+
 def answer_gpu(
     frame: pd.DataFrame, shape: ModelShape, engine: str, trace: str | None, gpu: str | None
 ) -> str:

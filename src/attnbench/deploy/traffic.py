@@ -24,7 +24,7 @@ every step's cost scaled by 1 -+ the fitted decode model's held-out p90 error.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -443,15 +443,25 @@ def fit_paths(paths: Sequence[Path]) -> list[Path]:
 
 
 def traffic_for(
-    paths: Sequence[Path], gpu: str, engine: Engine, trace: str, model: tuple[str, int]
+    paths: Sequence[Path],
+    gpu: str,
+    engine: Engine,
+    trace: str,
+    model: tuple[str, int],
+    labelled: Mapping[int, float] | None = None,
 ) -> Traffic:
     """The traffic of `trace` on this deployment and GPU: the one kept beside the rows that
     `recommend --measure` drew on this GPU (`committed_traffic`: the histogram that drew
-    them), else a replay on `gpu`'s own rows (`replay_trace`, cached on disk by GPU,
-    attnbench version and the rows files)."""
+    them), else the bucket weights those rows' labels carry (`labelled`: no replicates),
+    else a replay on `gpu`'s own rows (`replay_trace`, cached on disk by GPU, attnbench
+    version and the rows files)."""
     kept = committed_traffic(paths).get((gpu, model[0], model[1], engine, trace))
     if kept is not None:
         return kept
+    if labelled:
+        hist = {b: max(1, round(w * 1e6)) for b, w in labelled.items()}
+        why = f"bucket weights from the labels of the rows {trace}'s replay drew on {gpu}"
+        return Traffic(gpu, *model, engine, trace, hist, (), (), 0.0, why)
     cache = _cache_file(paths, gpu, engine, trace, model)
     if cache is not None and cache.is_file():
         import json
