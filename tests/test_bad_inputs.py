@@ -9,6 +9,7 @@ table stays fast: commands that would do real work are left out or kept tiny.
 
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,8 @@ TINY += ["--kv-dtype", "bf16", "--max-time-ms", "1"]
 ALLOWED_TIMERS = "allowed: 'auto', 'cpu', 'cuda-event' or 'cuda-graph'"
 """The fake timer is for tests only: the CLI and the settings never name it."""
 BAD_UTF8 = b"\x00\x01\xff\xfe binary"
+COMMITTED = Path(__file__).resolve().parents[1] / "results"
+"""The checkout's committed results/: commands refuse to write there."""
 GROUP = '[[group]]\nkinds = ["decode"]\nlengths = ["16"]\n'
 
 
@@ -427,20 +430,54 @@ RUN = [
         id="run-out-unwritable",
     ),
     case(
-        ["run", *TINY, "--out", "f.json"],
+        ["run", *TINY, "--out", "f.json", "--append"],
         2,
         "not an attnbench row",
         files={"f.json": '{"a": 1}\n'},
         id="run-out-foreign",
     ),
     case(
-        ["run", *TINY, "--out", "f.jsonl"],
+        ["run", *TINY, "--out", "f.jsonl", "--append"],
         2,
         "not a UTF-8 text file",
         files={"f.jsonl": BAD_UTF8},
         id="run-out-binary",
     ),
     case(["run", *TINY, "--resume"], 2, "--resume needs --out", id="resume-without-out"),
+    # -- issue 49: the committed evidence is read-only; one writer per file; .gz is gzip
+    case(
+        ["run", *TINY, "--out", str(COMMITTED / "h200-brief.jsonl.gz")],
+        2,
+        "is inside the committed results folder",
+        id="run-out-committed-file",
+    ),
+    case(
+        ["run", *TINY, "--out", str(COMMITTED / "new.jsonl"), "--append"],
+        2,
+        "or pass --into-results to add a file there on purpose",
+        id="run-out-committed-new",
+    ),
+    case(
+        ["run", *TINY, "--out", "f.jsonl"],
+        2,
+        "--out=f.jsonl exists: pass --resume to finish its run, --append to add a new run",
+        files={"f.jsonl": HEADER + ROW},
+        id="run-out-exists",
+    ),
+    case(
+        ["tune", "--device", "cpu", "-b", "flex", "--out", "f.jsonl"],
+        2,
+        "--out (its trials file)=f.trials.jsonl exists",
+        files={"f.trials.jsonl": HEADER + ROW},
+        id="tune-trials-exist",
+    ),
+    case(
+        ["show", "d.jsonl.gz"],
+        2,
+        "d.jsonl.gz: damaged gzip stream: the member at byte",
+        files={"d.jsonl.gz": gzip.compress(HEADER.encode()) + ROW.encode()},
+        id="show-gzip-appended-plain",
+    ),
     case(
         ["run", *TINY, "--resume", "--out", "f.json"],
         2,

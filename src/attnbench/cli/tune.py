@@ -56,7 +56,7 @@ def tune(
     from attnbench.run.plan import TunePlan
 
     plan = TunePlan(grid_limit=grid_limit, stage0_ms=stage_ms, budget_s=budget_s)
-    outcome = execute_session(opts.overrides(), opts.config, tune=plan)
+    outcome = execute_session(opts.overrides(), opts.config, tune=plan, out_flags=opts.out_flags())
     tuned = outcome.rows
     shown = [r for r in tuned if r.status != "unsupported"] or tuned
     console.print(tune_table(shown, title=f"tuned: {outcome.suite_name} on {outcome.device_name}"))
