@@ -50,7 +50,7 @@ def copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(
         "attnbench.cli.outpath.committed_folders", lambda: [folder.resolve(), RESULTS]
     )
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(folder.parent)  # `results/` here is the copy (deploy.fp8 reads it so)
     return folder
 
 

@@ -111,6 +111,7 @@ def _plan(
     if device_note and tune is None and settings.suite is None and suite_name == "cpu":
         note(device_note)  # "...on a small suite": only when that suite was chosen for the user
     backends, where = _where(settings, info, tune)
+    _note_inline_timeouts(sources, where.mode)
     header = settings.model_dump(mode="json") | {"suite": suite_name}
     check_resume_shape(settings.out if settings.resume else None, header)  # before _skip trusts it
     name = suite_name + ("-tune" if tune else "")
@@ -157,6 +158,21 @@ def _where(
     return backends, where
 
 
+def _note_inline_timeouts(sources: dict[str, str], mode: str) -> None:
+    """A timeout the user set is only enforced on a worker process: say so when cases run in
+    this process (a hung case there cannot be killed)."""
+    if mode != "inline":
+        return
+    for name, flag in (("case_timeout_s", "case-timeout"), ("plan_timeout_s", "plan-timeout")):
+        source = sources.get(name, "default")
+        if source != "default":
+            given = f"--{flag}" if source == "cli" else flag_for(name, source)
+            note(
+                f"{given} is not enforced: cases run in this process (--workers 0), where a "
+                "hung case cannot be killed; pass --workers 1 to run them in a worker that can"
+            )
+
+
 def _files(
     settings: Settings,
     sources: dict[str, str],
@@ -197,6 +213,7 @@ def _announce(plan: RunPlan, suite_name: str, files: _Files) -> None:
 
 def _execute(plan: RunPlan, files: _Files, outcome: Outcome) -> None:
     """Run the plan, every row to the files as it comes; one line for each way it can stop."""
+    from attnbench.run.raycluster import ClusterError
     from attnbench.run.session import run_session
     from attnbench.run.sweep import DeviceLost
 
@@ -216,6 +233,9 @@ def _execute(plan: RunPlan, files: _Files, outcome: Outcome) -> None:
                 f"{len(kept)} rows written before are kept; free space or choose "
                 "another --out, then --resume"
             )
+        except ClusterError as exc:
+            live.stop()
+            fail(str(exc))
         except DeviceLost as exc:  # in-process tune on a GPU only (workers are replaced)
             live.stop()
             fail(

@@ -42,6 +42,7 @@ class ResultWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._created = not path.exists()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = lock_path(path)
         try:
@@ -63,6 +64,9 @@ class ResultWriter:
             return
         with contextlib.suppress(OSError):
             self._lock.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            if self._created and os.fstat(self._fd).st_size == 0:
+                self.path.unlink()  # nothing was written: leave no empty file behind
         with contextlib.suppress(OSError):
             os.close(self._fd)  # releases the flock
         self._fd = -1
