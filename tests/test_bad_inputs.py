@@ -676,7 +676,7 @@ ANALYZE = [
     case(  # from another folder (this test's empty one): the checkout's committed results/
         ["recommend"],
         0,
-        "NVIDIA H200: one line per model shape.",
+        "Deployments measured on NVIDIA H100 80GB HBM3, NVIDIA H200: one line per model",
         id="recommend-from-another-folder",
     ),
     case(

@@ -197,7 +197,6 @@ def test_tune_summary_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     check_texts(texts[0], texts[1], "the tune summary")
 
 
-@pytest.mark.xfail(strict=True, reason="the recommend index is the lead's (issue 49 diff)")
 def test_recommend_index_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     check_fits(["recommend"], monkeypatch)
