@@ -9,6 +9,7 @@ table stays fast: commands that would do real work are left out or kept tiny.
 
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,8 @@ TINY += ["--kv-dtype", "bf16", "--max-time-ms", "1"]
 ALLOWED_TIMERS = "allowed: 'auto', 'cpu', 'cuda-event' or 'cuda-graph'"
 """The fake timer is for tests only: the CLI and the settings never name it."""
 BAD_UTF8 = b"\x00\x01\xff\xfe binary"
+COMMITTED = Path(__file__).resolve().parents[1] / "results"
+"""The checkout's committed results/: commands refuse to write there."""
 GROUP = '[[group]]\nkinds = ["decode"]\nlengths = ["16"]\n'
 
 
@@ -427,20 +430,76 @@ RUN = [
         id="run-out-unwritable",
     ),
     case(
-        ["run", *TINY, "--out", "f.json"],
+        ["run", *TINY, "--out", "f.json", "--append"],
         2,
         "not an attnbench row",
         files={"f.json": '{"a": 1}\n'},
         id="run-out-foreign",
     ),
     case(
-        ["run", *TINY, "--out", "f.jsonl"],
+        ["run", *TINY, "--out", "f.jsonl", "--append"],
         2,
         "not a UTF-8 text file",
         files={"f.jsonl": BAD_UTF8},
         id="run-out-binary",
     ),
     case(["run", *TINY, "--resume"], 2, "--resume needs --out", id="resume-without-out"),
+    # -- issue 49: the committed evidence is read-only; one writer per file; .gz is gzip
+    case(
+        ["run", *TINY, "--out", str(COMMITTED / "h200-brief.jsonl.gz")],
+        2,
+        "is inside the committed results folder",
+        id="run-out-committed-file",
+    ),
+    case(
+        ["run", *TINY, "--out", str(COMMITTED / "new.jsonl"), "--append"],
+        2,
+        "or pass --into-results to add a file there on purpose",
+        id="run-out-committed-new",
+    ),
+    case(
+        ["run", *TINY, "--out", "f.jsonl"],
+        2,
+        "--out=f.jsonl exists: pass --resume to finish its run, --append to add a new run",
+        files={"f.jsonl": HEADER + ROW},
+        id="run-out-exists",
+    ),
+    case(
+        ["tune", "--device", "cpu", "-b", "flex", "--out", "f.jsonl"],
+        2,
+        "--out (its trials file)=f.trials.jsonl exists",
+        files={"f.trials.jsonl": HEADER + ROW},
+        id="tune-trials-exist",
+    ),
+    case(["run", "--page-size", "1048576"], 2, "at most 65536 tokens per page", id="run-page-2-20"),
+    case(
+        ["run", "-b", "", "--device", "cpu"], 2, "is empty: name a backend", id="run-backend-empty"
+    ),
+    case(
+        ["run", "--model", "qwen2.5-7b", "--tp", "8"],
+        2,
+        "allowed: 1, 2, 4 (as `attnbench models` lists)",
+        id="run-tp-qwen-8",
+    ),
+    case(
+        ["run", "--model", "qwen2.5-7b", "--tp", "7"],
+        2,
+        "tp=7 must be a multiple of qwen2.5-7b's 4 KV heads; allowed: 1, 2, 4 (as",
+        id="run-tp-qwen-7",
+    ),
+    case(
+        ["run", *TINY, "--case-timeout", "0.001"],
+        0,
+        "--case-timeout is not enforced: cases run in this process (--workers 0)",
+        id="run-case-timeout-inline",
+    ),
+    case(
+        ["show", "d.jsonl.gz"],
+        2,
+        "d.jsonl.gz: damaged gzip stream: the member at byte",
+        files={"d.jsonl.gz": gzip.compress(HEADER.encode()) + ROW.encode()},
+        id="show-gzip-appended-plain",
+    ),
     case(
         ["run", *TINY, "--resume", "--out", "f.json"],
         2,
@@ -617,7 +676,7 @@ ANALYZE = [
     case(  # from another folder (this test's empty one): the checkout's committed results/
         ["recommend"],
         0,
-        "NVIDIA H200: one line per model shape.",
+        "Deployments measured on NVIDIA H100 80GB HBM3, NVIDIA H200: one line per model",
         id="recommend-from-another-folder",
     ),
     case(
@@ -788,6 +847,45 @@ ANALYZE = [
         files={"o.jsonl": HEADER + ROW},
         id="compare-disjoint",
     ),
+    case(
+        ["compare", str(COMMITTED / "h200-gqa.jsonl.gz"), str(COMMITTED / "h200-gqa.jsonl.gz")],
+        0,
+        "(not listed: ",
+        id="compare-same-file-counts-what-it-hides",
+    ),
+    case(
+        ["export", "{rows}", "{rows}", "--csv", "o.csv"],
+        0,
+        "is given twice (as ",
+        id="export-same-file-twice",
+    ),
+    case(
+        ["export", "s.json.gz", "--csv", "o.csv"],
+        2,
+        "s.json.gz: a JSON document (an fp8 study, replay or fidelity record), not a results",
+        files={"s.json.gz": gzip.compress(b'{"type": "fp8-study"}')},
+        id="export-fp8-study",
+    ),
+    case(
+        ["recommend", "--model", "llama-3.1-8b", "--trace", "z.jsonl"],
+        2,
+        "trace z.jsonl: request 1 (arriving at 0 s) has output length 0",
+        files={"z.jsonl": '{"timestamp": 0, "input_length": 1, "output_length": 0}\n'},
+        id="recommend-trace-no-output",
+    ),
+    case(
+        ["replay", "{rows}", "--trace", "z.jsonl"],
+        2,
+        "trace z.jsonl: request 1 (arriving at 0 s) has output length 0",
+        files={"z.jsonl": '{"timestamp": 0, "input_length": 1, "output_length": 0}\n'},
+        id="replay-trace-no-output",
+    ),
+    case(
+        ["replay-validate", "{rows}", "--device", "cpu"],
+        3,
+        "--rescore FILE scores a validation measured before, without a GPU",
+        id="replay-validate-cpu-names-its-own-flags",
+    ),
 ]
 
 FP8 = [
@@ -801,6 +899,19 @@ FP8 = [
     case(["fp8", "--capacity", "--tp", "3"], 2, "tp=3", id="cap-tp"),
     case(["fp8", "--capacity", "--model", "nope"], 2, "model='nope'", id="cap-model"),
     case(["fp8", "--capacity", "--page-size", "0"], 2, "--page-size=0", id="cap-page"),
+    case(
+        ["fp8", "--capacity", "--model", "llama-3.1-70b", "--tp", "3"],
+        2,
+        "allowed: 1, 2, 4, 8, 16 (as `attnbench models` lists)",
+        id="cap-tp-3-lists-the-models-degrees",
+    ),
+    case(
+        ["fp8", "--capacity", "--reserve-gib", "100000"],
+        2,
+        "--reserve-gib=100000: h100-80gb:",
+        id="cap-reserve-huge-blames-the-reserve",
+    ),
+    case(["lengths", "prefix:0+uniform:1-2"], 2, "prefix P=0 shares no tokens", id="len-prefix-0"),
     case(["fp8", "--seed", "-1"], 2, "'--seed'", id="fp8-seed"),
     case(["fp8", "--device", "cpu", "--out", "."], 2, "--out=. is a directory", id="fp8-out-dir"),
     case(["fp8", "--device", "cpu", "--out", "/dev/full"], 2, "regular file", id="fp8-dev-full"),
@@ -1122,3 +1233,38 @@ def test_rows_without_decode_never_print_none_as_a_kernel_name(tmp_path: Path) -
     res = runner.invoke(app, ["recommend", str(path), "--model", "llama-3.1-8b"])
     assert res.exit_code == 2, res.output
     assert "None" not in res.output
+
+
+# -- issue 49: what the table cannot run in-process -----------------------------------------------
+
+
+def test_an_ascii_terminal_gets_ascii_spellings_not_a_traceback() -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = os.environ | {"PYTHONIOENCODING": "ascii", "PYTHONPATH": str(root / "src")}
+    args = [sys.executable, "-m", "attnbench", "show", str(COMMITTED / "h200-gqa-flex.jsonl")]
+    res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "median us" in res.stdout
+
+
+def test_an_unreachable_ray_cluster_is_one_line_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ray = pytest.importorskip("ray")
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("Failed to connect to Ray cluster at 10.255.255.1:6379")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr("attnbench.run.raycluster.check_address", lambda address: None)
+    out = tmp_path / "r.jsonl"
+    res = runner.invoke(app, ["run", *TINY, "--ray", "10.255.255.1:6379", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    assert "--ray=10.255.255.1:6379: cannot connect: Failed to connect" in res.output
+    assert not out.exists()

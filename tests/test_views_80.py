@@ -51,18 +51,21 @@ def words(text: str) -> set[str]:
 def check_fits(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     narrow = render(args, WIDTH, monkeypatch)
     wide = render(args, WIDE, monkeypatch)
+    check_texts(narrow, wide, f"`attnbench {' '.join(args)}`")
+
+
+def check_texts(narrow: str, wide: str, what: str) -> None:
+    """`narrow` (a view at 80 columns) fits and splits no word of `wide` (the same at 400)."""
     long = [ln for ln in narrow.splitlines() if len(ln.rstrip()) > WIDTH]
-    assert not long, f"`attnbench {' '.join(args)}`: lines over {WIDTH} columns:\n" + "\n".join(
-        long[:5]
-    )
+    assert not long, f"{what}: lines over {WIDTH} columns:\n" + "\n".join(long[:5])
     cut = sorted(w for w in words(narrow) if "…" in w and w != "…")
-    assert not cut, f"`attnbench {' '.join(args)}`: cut words {cut[:10]}"
+    assert not cut, f"{what}: cut words {cut[:10]}"
     # a word longer than a line (a path in an error message) can only be broken
     unbreakable = [w for w in words(wide) if len(w) > WIDTH - 8]
     split = sorted(
         w for w in words(narrow) - words(wide) if not any(w in long for long in unbreakable)
     )
-    assert not split, f"`attnbench {' '.join(args)}`: words split at {WIDTH} columns: {split[:10]}"
+    assert not split, f"{what}: words split at {WIDTH} columns: {split[:10]}"
 
 
 @pytest.mark.parametrize(
@@ -141,3 +144,59 @@ def test_every_committed_results_file_is_shown() -> None:
     assert "results/h200-fp8-study.json.gz" in SHOWN
     for doc in ("replay-azure-conv.json", "replay-validation.json.gz", "fidelity.json"):
         assert f"results/h200-{doc}" in SHOWN
+
+
+# -- issue 49: fp8 --capacity, compare, the tune summary and the recommend index ---------------
+
+WARM, FRESH = "results/h200-default-warm.jsonl.gz", "results/h200-default-fresh.jsonl.gz"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fp8", "--capacity"],
+        ["fp8", "--capacity", "--model", "qwen2.5-7b", "--tp", "4"],
+        ["compare", WARM, FRESH],
+        ["compare", "results/h200-gqa-flex.jsonl", "results/h200-gqa-flex.jsonl"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_issue49_view_fits(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    check_fits(args, monkeypatch)
+
+
+def test_compare_keeps_every_ratio_and_interval_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    narrow = render(["compare", WARM, FRESH], WIDTH, monkeypatch)
+    assert re.search(r"\[\d\.\d{3}-\d\.\d{3}\]", narrow), narrow  # a whole 95% CI
+    assert "flash-attn:fa3-contiguous" in narrow
+    assert "(not listed: 110 ties and 153 still failing; --all lists them)" in narrow
+
+
+def test_tune_summary_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tune summary of the committed tune runs (`tune` prints it after its search)."""
+    import io
+
+    from rich.console import Console
+
+    from attnbench.cli.common import print_fitted
+    from attnbench.cli.tune import tune_table
+    from attnbench.results import read_results
+
+    rows = [
+        r for f in ("ragged", "fp8") for r in read_results(RESULTS / f"h200-tune-{f}.jsonl.gz").rows
+    ]
+    texts = []
+    for width in (WIDTH, WIDE):
+        out = Console(width=width, file=io.StringIO(), color_system=None)
+        print_fitted(
+            tune_table(rows, title="tuned: committed runs on NVIDIA H200"), keys=2, out=out
+        )
+        texts.append(out.file.getvalue())  # type: ignore[attr-defined]
+    check_texts(texts[0], texts[1], "the tune summary")
+
+
+def test_recommend_index_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    check_fits(["recommend"], monkeypatch)

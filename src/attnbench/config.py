@@ -231,13 +231,15 @@ class Settings(BaseSettings):
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             return names
         names = _unique([n.strip().lower() for n in names])
+        if not names:
+            raise ValueError("is empty: name a backend or variant (e.g. sdpa:math), or all")
         if "all" in names and len(names) > 1:
             others = ", ".join(n for n in names if n != "all")
             raise ValueError(
                 f"all (every variant that runs here) cannot be combined with {others}; "
                 "give all alone, or name each variant to run"
             )
-        return names or ["all"]
+        return names
 
     @field_validator("lengths", mode="before")
     @classmethod
@@ -335,8 +337,10 @@ class Settings(BaseSettings):
     @field_validator("page_size")
     @classmethod
     def _power_of_two(cls, v: int) -> int:
-        if v <= 0 or v & (v - 1) or v > LIMITS["page_size"]:
+        if v <= 0 or v & (v - 1):
             raise ValueError("must be a power of two (1, 2, 4, ..., 16, 32, 64...)")
+        if v > LIMITS["page_size"]:
+            raise ValueError(f"must be at most {LIMITS['page_size']} tokens per page")
         return v
 
     @field_validator("model")

@@ -18,7 +18,6 @@ from attnbench.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from attnbench.analysis.compare import Comparison
     from attnbench.analysis.frame import Loaded
 
 ResultsArg = Annotated[
@@ -135,66 +134,7 @@ def compare(
     comp = compare_frames(fa, fb, threshold=thr, noise_floor=floor)
     if not any(e.status_a and e.status_b for e in comp.entries):
         fail(f"{a} and {b} share no (case, backend) pair: nothing to compare")
-    _print_comparison(comp, show_all)
+    from attnbench.cli.compare_view import print_comparison
+
+    print_comparison(comp, show_all)
     raise typer.Exit(1 if comp.regressions else 0)
-
-
-_STYLE = {"faster": "green", "slower": "red", "broken": "bold red", "fixed": "green"}
-
-
-def _print_comparison(comp: Comparison, show_all: bool) -> None:
-    from rich.table import Table
-
-    from attnbench.analysis.frame import fmt_us
-    from attnbench.report.table import short_case
-
-    quiet = {"tie", "still failing"}
-    shown = [
-        e for e in comp.entries if show_all or len(comp.entries) <= 40 or e.outcome not in quiet
-    ]
-    t = Table(title=escape(f"B vs A ({comp.gpus[1]} vs {comp.gpus[0]})"), header_style="bold")
-    for col in ("case", "backend", "A", "B", "B/A [95% CI]", "p", "verdict"):
-        t.add_column(col, justify="right" if col in ("A", "B", "p") else "left", overflow="fold")
-    order = {"broken": 0, "slower": 1, "status changed": 2, "faster": 3, "fixed": 4}
-    for e in sorted(shown, key=lambda e: (order.get(e.outcome, 9), e.case_id, e.backend)):
-        est = e.estimate
-        ratio = f"{est.ratio:.3f} [{est.ci_low:.3f}-{est.ci_high:.3f}]" if est else "-"
-        p = f"{est.p_value:.3g}" if est and est.p_value is not None else "-"
-        verdict = str(e.outcome)
-        if e.outcome in ("broken", "fixed", "status changed"):
-            verdict += f" ({e.status_a} -> {e.status_b})"
-        if e.within_spread:
-            verdict += " (within spread)"
-        if e.regression:
-            verdict += " REGRESSION"
-        style = _STYLE.get(e.outcome, "")
-        t.add_row(
-            escape(short_case(e.spec) if e.spec else e.case_id),
-            escape(e.backend),
-            fmt_us(e.median_a_us),
-            fmt_us(e.median_b_us),
-            ratio,
-            p,
-            f"[{style}]{verdict}[/]" if style else verdict,
-        )
-    console.print(t)
-    if len(shown) < len(comp.entries):
-        console.print(f"({len(comp.entries) - len(shown)} ties not listed; --all lists them)")
-    counts = comp.counts()
-    console.print("summary: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    if comp.overall:
-        o = comp.overall
-        console.print(
-            f"overall B/A geomean {o.ratio:.3f} (95% CI {o.ci_low:.3f}-{o.ci_high:.3f}) over "
-            f"{o.method.split()[-2]} timed pairs: {o.verdict}"
-        )
-    for n in comp.notes:
-        note(n)
-    thr = f"{100 * comp.threshold:g}%"
-    if comp.regressions:
-        console.print(
-            f"[bold red]{len(comp.regressions)} regression(s)[/] (slower beyond "
-            f"{thr} and significant, or ok -> failed): exit 1"
-        )
-    else:
-        console.print(f"no regression beyond {thr}: exit 0")

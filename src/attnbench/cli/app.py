@@ -56,4 +56,7 @@ def _main(
 
 
 def main() -> None:
+    from attnbench.cli.common import tolerate_narrow_encoding
+
+    tolerate_narrow_encoding()
     app()

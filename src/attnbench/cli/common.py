@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import re
@@ -22,6 +23,45 @@ def _width(stream: object) -> int | None:
         return None
     columns = os.environ.get("COLUMNS", "").strip()
     return int(columns) if columns.isdigit() and int(columns) > 0 else 160
+
+
+ASCII_SPELLING = {
+    "µ": "u",
+    "×": "x",
+    "…": "...",
+    "±": "+/-",
+    "≥": ">=",
+    "≤": "<=",
+    "→": "->",
+    "—": "-",
+    "–": "-",
+    "·": ".",
+    "≈": "~",
+}
+"""What a terminal that cannot print a character gets instead (`µs` -> `us`); others: `?`."""
+
+
+def _ascii_spelling(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start : err.end]
+    return "".join(ASCII_SPELLING.get(c, "?") for c in bad), err.end
+
+
+codecs.register_error("attnbench-ascii", _ascii_spelling)
+
+
+def tolerate_narrow_encoding() -> None:
+    """On a terminal whose encoding cannot print `µ` (PYTHONIOENCODING=ascii, a latin-1 pipe),
+    print its ASCII spelling instead of ending in a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        try:
+            "µ×…".encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors="attnbench-ascii")
 
 
 # No emoji codes: data such as `root:x:0` must not print as `root❌0`.

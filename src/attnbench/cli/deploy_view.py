@@ -48,7 +48,7 @@ def command_lines(units: Sequence[str], indent: str = "  ") -> list[str]:
 
 
 def index_lines(lines: Sequence[IndexLine], unknown: int, gpu: str = "") -> list[str]:
-    out = [f"Deployments measured{' on ' + gpu if gpu else ''}: one line per model shape."]
+    out = wrap(f"Deployments measured{' on ' + gpu if gpu else ''}: one line per model shape.")
     out.append("Ask about one: attnbench recommend --model M --tp N --engine vllm|sglang")
     out.append("")
     for x in lines:

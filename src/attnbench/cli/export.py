@@ -105,6 +105,8 @@ def export(
     check_csv_target(csv_out, files)
     for path in files:
         check_input_file(path, "export")
+        check_results_name(path)
+    files = once_each(files)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -121,6 +123,29 @@ def export(
             count += 1
     write_output(csv_out, buffer.getvalue(), "--csv")
     console.print(f"{count} rows -> {csv_out}", markup=False, highlight=False)
+
+
+def once_each(files: list[Path]) -> list[Path]:
+    """The files in order, each once (the same file given twice would write its rows twice)."""
+    seen: dict[Path, Path] = {}
+    for f in files:
+        if f.resolve() in seen:
+            note(f"{f} is given twice (as {seen[f.resolve()]}): its rows are exported once")
+        else:
+            seen[f.resolve()] = f
+    return list(seen.values())
+
+
+def check_results_name(path: Path) -> None:
+    """A JSON document (fp8 study, replay, fidelity) holds no result rows: say what it is."""
+    from attnbench.results import is_results_path
+    from attnbench.results.textfile import is_document_path
+
+    if is_document_path(path) and not is_results_path(path):
+        fail(
+            f"{path}: a JSON document (an fp8 study, replay or fidelity record), not a results "
+            f"file of rows (.jsonl, .jsonl.gz); `attnbench show {path}` prints it"
+        )
 
 
 def check_csv_target(csv_out: Path, files: list[Path]) -> None:

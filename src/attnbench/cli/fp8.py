@@ -10,7 +10,14 @@ import typer
 from rich.markup import escape
 
 from attnbench.cli.app import app
-from attnbench.cli.common import EXIT_BAD_INPUT, check_output_file, console, fail, note
+from attnbench.cli.common import (
+    EXIT_BAD_INPUT,
+    check_output_file,
+    console,
+    fail,
+    note,
+    print_fitted,
+)
 from attnbench.cli.paths import runs_dir
 from attnbench.measure.limits import MAX_SEED
 
@@ -190,7 +197,7 @@ def _capacity(
         f"KV capacity per GPU: {model} TP{tp}, page {page_size}, weights {weights:.1f} GiB "
         f"(bf16), budget = {utilization:g} x memory - weights - {reserve_gib:g} GiB"
     )
-    console.print(capacity_rich_table(rows, title))
+    print_fitted(capacity_rich_table(rows, title), keys=3)
     console.print(
         "fp8 halves bytes per token at most (50% with per-tensor scales; per-token scales "
         "add 4 B per token and head for K and V); `batch @L` = requests of length L that fit."
@@ -222,11 +229,8 @@ def _check_room(
             f"{weights:.1f} GiB of weights and {reserve:g} GiB reserved"
         )
         if len(full) == len(gpus):
-            flag = "--hbm-gib" if "custom" in gpus else "--tp"
-            fail(
-                f"{flag}: {g}: {why}; raise --hbm-gib or --tp, or lower --reserve-gib",
-                EXIT_BAD_INPUT,
-            )
+            flag, advice = _blamed(gpus, utilization, reserve)
+            fail(f"{flag}: {g}: {why}; {advice}", EXIT_BAD_INPUT)
         note(f"{g}: {why}")
 
 
@@ -246,3 +250,13 @@ def _study_heads(heads: str | None) -> dict[str, int]:
         "num_kv_heads": shard.num_kv_heads,
         "head_dim": shard.head_dim,
     }
+
+
+def _blamed(gpus: dict[str, float], utilization: float, reserve: float) -> tuple[str, str]:
+    """The flag that leaves no room, and what to do: the reserve when it alone takes the
+    biggest GPU's budget, else the memory (--hbm-gib given) or the weights' share (--tp)."""
+    if reserve >= utilization * max(gpus.values()):
+        return f"--reserve-gib={reserve:g}", "lower --reserve-gib"
+    if "custom" in gpus:
+        return "--hbm-gib", "raise --hbm-gib or --tp, or lower --reserve-gib"
+    return "--tp", "raise --tp (fewer weights per GPU), or lower --reserve-gib"

@@ -242,8 +242,9 @@ def _check_numbers(**values: float | None) -> None:
             fail(f"{flag}={value:g}: must be a positive number")
 
 
-def _check_live_device(device: str) -> None:
-    """--live measures on a GPU: say so before the replay, not after it."""
+def _check_live_device(device: str, command: str = "replay") -> None:
+    """--live (replay) and replay-validate measure on a GPU: say so before the replay, not
+    after it, with what works without one."""
     from attnbench.measure.hardware import detect, resolve_device
 
     try:
@@ -251,9 +252,17 @@ def _check_live_device(device: str) -> None:
     except ValueError as exc:
         fail(f"--device: {exc}")
     if detect(dev).kind != "cuda":
+        what, instead = (
+            ("--live needs", "replay without --live")
+            if command == "replay"
+            else (
+                "replay-validate needs",
+                "--rescore FILE scores a validation measured before, without a GPU",
+            )
+        )
         fail(
-            f"--live needs a CUDA GPU (it measures the replayed steps on it); --device={device} "
-            f"is {dev} here: replay without --live",
+            f"{what} a CUDA GPU (it measures the replayed steps on it); --device={device} "
+            f"is {dev} here: {instead}",
             EXIT_NOTHING_RAN,
         )
 

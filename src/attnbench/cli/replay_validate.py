@@ -80,7 +80,7 @@ def replay_validate(
 
     backend = every_if_all(backend)
     if rescore is None and heldout_draw is None and heldout is None:
-        _check_live_device(device)
+        _check_live_device(device, "replay-validate")
     if heldout_draw is not None:
         check_output_file(heldout_draw, "--heldout-draw")
     out = out or runs_dir() / "replay" / _default_name(rescore, heldout)

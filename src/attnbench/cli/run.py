@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from attnbench.cli.app import app
 from attnbench.cli.common import EXIT_NOTHING_RAN, console, fail, note
+from attnbench.cli.outpath import OutFlags
 from attnbench.cli.run_options import FLAGS_WIN, RunOptions, with_run_options
 from attnbench.cli.run_suite import WORKLOAD_FIELDS  # re-exported: older callers import it here
 from attnbench.cli.session import (  # re-exported: older callers import them from here
@@ -35,10 +36,15 @@ def run(
         bool, typer.Option("--verbose", "-v", help="Every row before the summary (`show --all`).")
     ] = False,
 ) -> None:
-    execute(opts.overrides(), opts.config, verbose)
+    execute(opts.overrides(), opts.config, verbose, opts.out_flags())
 
 
-def execute(cli: dict[str, Any], config_file: Path | None = None, verbose: bool = False) -> Path:
+def execute(
+    cli: dict[str, Any],
+    config_file: Path | None = None,
+    verbose: bool = False,
+    out_flags: OutFlags | None = None,
+) -> Path:
     """The whole `run` pipeline; returns the results path. Exits with one line on bad input,
     with EXIT_NOTHING_RAN when no (case, variant) could be measured."""
     import time
@@ -46,7 +52,7 @@ def execute(cli: dict[str, Any], config_file: Path | None = None, verbose: bool 
     from attnbench.cli.show import print_summary
 
     t0 = time.monotonic()
-    outcome = execute_session(cli, config_file)
+    outcome = execute_session(cli, config_file, out_flags=out_flags)
     wall_s = time.monotonic() - t0
     rows = outcome.rows
     print_summary(rows, outcome.out_path, verbose=verbose)

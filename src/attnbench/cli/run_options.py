@@ -15,6 +15,8 @@ from typing import Annotated, Any, Concatenate, ParamSpec
 
 import typer
 
+from attnbench.cli.outpath import OutFlags
+
 Opt = typer.Option
 P = ParamSpec("P")
 
@@ -66,6 +68,14 @@ _OPTIONS: dict[str, Any] = {
         bool | None,
         Opt("--resume/--no-resume", help="Skip (case, variant) pairs finished in --out."),
     ],
+    "append": Annotated[
+        bool | None,
+        Opt("--append", help="Add a new run to an existing --out (refused without it)."),
+    ],
+    "into_results": Annotated[
+        bool | None,
+        Opt("--into-results", help="Allow an --out inside the committed results/ folder."),
+    ],
     "timer": Annotated[str | None, Opt(help="auto, cpu, cuda-event, cuda-graph.")],
     "cold_l2": Annotated[
         bool | None, Opt("--cold-l2/--warm-l2", help="Flush L2 before each timed call.")
@@ -91,6 +101,8 @@ _OPTIONS: dict[str, Any] = {
 
 _SETTING = {"backend": "backends", "kind": "kinds"}
 """Flags whose setting has another name."""
+_NOT_SETTINGS = ("config", "append", "into_results")
+"""Flags that are no setting: only an explicit flag may allow them (no environment variable)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,8 @@ class RunOptions:
     seed: int | None = None
     out: Path | None = None
     resume: bool | None = None
+    append: bool | None = None
+    into_results: bool | None = None
     timer: str | None = None
     cold_l2: bool | None = None
     max_time_ms: float | None = None
@@ -131,8 +145,12 @@ class RunOptions:
         return {
             _SETTING.get(f.name, f.name): getattr(self, f.name)
             for f in fields(self)
-            if f.name != "config"
+            if f.name not in _NOT_SETTINGS
         }
+
+    def out_flags(self) -> OutFlags:
+        """What `--out` may be: an existing file (--append), a committed one (--into-results)."""
+        return OutFlags(append=bool(self.append), into_results=bool(self.into_results))
 
 
 def with_run_options(

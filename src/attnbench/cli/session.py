@@ -24,6 +24,7 @@ from attnbench.cli.common import (
     flag_for,
     note,
 )
+from attnbench.cli.outpath import OutFlags, guard_out
 from attnbench.cli.paths import runs_dir
 from attnbench.cli.run_options import check_resume_shape
 from attnbench.cli.run_suite import cases, suite_measurement
@@ -60,7 +61,10 @@ def trials_path_for(out: Path) -> Path:
 
 
 def execute_session(
-    cli: dict[str, Any], config_file: Path | None = None, tune: TunePlan | None = None
+    cli: dict[str, Any],
+    config_file: Path | None = None,
+    tune: TunePlan | None = None,
+    out_flags: OutFlags | None = None,
 ) -> Outcome:
     """Everything up to the last row: settings -> a `RunPlan` -> `run.session.run_session`.
     Exits with one line on bad input."""
@@ -70,7 +74,7 @@ def execute_session(
         settings, sources = load_settings(cli, config_file=config_file)
     except ConfigError as exc:
         fail(str(exc))
-    plan, suite, files = _plan(settings, sources, tune)
+    plan, suite, files = _plan(settings, sources, tune, out_flags or OutFlags())
     _announce(plan, suite, files)
     outcome = Outcome([], files.out, suite, plan.device.name, plan.todo, settings.resume)
     outcome.trials_path = files.trials
@@ -90,7 +94,7 @@ class _Files:
 
 
 def _plan(
-    settings: Settings, sources: dict[str, str], tune: TunePlan | None
+    settings: Settings, sources: dict[str, str], tune: TunePlan | None, out_flags: OutFlags
 ) -> tuple[RunPlan, str, _Files]:
     """The plan of this run (and its suite's name and output files); exits on bad input."""
     from attnbench.measure.hardware import detect, resolve_device
@@ -107,9 +111,11 @@ def _plan(
     if device_note and tune is None and settings.suite is None and suite_name == "cpu":
         note(device_note)  # "...on a small suite": only when that suite was chosen for the user
     backends, where = _where(settings, info, tune)
+    _note_inline_timeouts(sources, where.mode)
     header = settings.model_dump(mode="json") | {"suite": suite_name}
     check_resume_shape(settings.out if settings.resume else None, header)  # before _skip trusts it
-    files = _files(settings, sources, info.name, suite_name + ("-tune" if tune else ""), tune)
+    name = suite_name + ("-tune" if tune else "")
+    files = _files(settings, sources, info.name, name, tune, out_flags)
     if tune is not None:
         header["tune"] = tune.header()
     plan = RunPlan(
@@ -152,19 +158,41 @@ def _where(
     return backends, where
 
 
+def _note_inline_timeouts(sources: dict[str, str], mode: str) -> None:
+    """A timeout the user set is only enforced on a worker process: say so when cases run in
+    this process (a hung case there cannot be killed)."""
+    if mode != "inline":
+        return
+    for name, flag in (("case_timeout_s", "case-timeout"), ("plan_timeout_s", "plan-timeout")):
+        source = sources.get(name, "default")
+        if source != "default":
+            given = f"--{flag}" if source == "cli" else flag_for(name, source)
+            note(
+                f"{given} is not enforced: cases run in this process (--workers 0), where a "
+                "hung case cannot be killed; pass --workers 1 to run them in a worker that can"
+            )
+
+
 def _files(
-    settings: Settings, sources: dict[str, str], device: str, name: str, tune: TunePlan | None
+    settings: Settings,
+    sources: dict[str, str],
+    device: str,
+    name: str,
+    tune: TunePlan | None,
+    out_flags: OutFlags,
 ) -> _Files:
     """The results file (and tune's trials file), checked before any work."""
     if settings.resume and settings.out is None:
         fail("--resume needs --out naming the results file to finish (the default is a new file)")
     out_path = settings.out or default_out(device, name)
     out_flag = flag_for("out", sources["out"])
+    guard_out(out_path, out_flag, resume=settings.resume, **out_flags.as_kwargs())
     check_output_file(out_path, out_flag)  # before its trials file's name is derived
     paths = [(out_path, out_flag)]
     trials = trials_path_for(out_path) if tune is not None else None
     if trials is not None:
         paths.append((trials, f"{out_flag} (its trials file)"))
+        guard_out(trials, paths[1][1], resume=settings.resume, **out_flags.as_kwargs())
     return _Files(paths, _skip(paths, settings.resume), out_path, trials)
 
 
@@ -185,6 +213,7 @@ def _announce(plan: RunPlan, suite_name: str, files: _Files) -> None:
 
 def _execute(plan: RunPlan, files: _Files, outcome: Outcome) -> None:
     """Run the plan, every row to the files as it comes; one line for each way it can stop."""
+    from attnbench.run.raycluster import ClusterError
     from attnbench.run.session import run_session
     from attnbench.run.sweep import DeviceLost
 
@@ -204,6 +233,9 @@ def _execute(plan: RunPlan, files: _Files, outcome: Outcome) -> None:
                 f"{len(kept)} rows written before are kept; free space or choose "
                 "another --out, then --resume"
             )
+        except ClusterError as exc:
+            live.stop()
+            fail(str(exc))
         except DeviceLost as exc:  # in-process tune on a GPU only (workers are replaced)
             live.stop()
             fail(

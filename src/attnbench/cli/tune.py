@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from attnbench.cli.app import app
-from attnbench.cli.common import EXIT_NOTHING_RAN, console, fail, note
+from attnbench.cli.common import EXIT_NOTHING_RAN, console, fail, note, print_fitted
 from attnbench.cli.run_options import FLAGS_WIN, RunOptions, with_run_options
 from attnbench.cli.session import execute_session, trials_path_for
 
@@ -56,10 +56,11 @@ def tune(
     from attnbench.run.plan import TunePlan
 
     plan = TunePlan(grid_limit=grid_limit, stage0_ms=stage_ms, budget_s=budget_s)
-    outcome = execute_session(opts.overrides(), opts.config, tune=plan)
+    outcome = execute_session(opts.overrides(), opts.config, tune=plan, out_flags=opts.out_flags())
     tuned = outcome.rows
     shown = [r for r in tuned if r.status != "unsupported"] or tuned
-    console.print(tune_table(shown, title=f"tuned: {outcome.suite_name} on {outcome.device_name}"))
+    title = f"tuned: {outcome.suite_name} on {outcome.device_name}"
+    print_fitted(tune_table(shown, title=title))
     if outcome.skipped:
         note(
             f"budget of {budget_s:g} s ended: {len(outcome.skipped)} (case, variant) pairs "
@@ -85,20 +86,26 @@ def tune(
         )
 
 
+KNOBS_WIDTH = 24
+"""The knobs (or a failure's reason) wrap between words at this width."""
+CASE_WIDTH = 26
+"""The case wraps between words at this width, above its variant (one column that names the
+row, repeated in each part of a table split to fit the terminal)."""
+
+
 def tune_table(rows: list[ResultRow], title: str = "") -> Table:
     """Per (case, variant): default and tuned latency, speedup, fraction of the binding
     measured ceiling before and after, the winning knobs, and the search's counts."""
     from rich.table import Table
 
-    from attnbench.report.table import fmt, pct, short_case
+    from attnbench.report.table import cut_text, fmt, pct, short_case, wrap_words
     from attnbench.run.tune_search import ceiling_fraction, row_kind
 
     table = Table(title=title, header_style="bold")
     for name, justify in (
-        ("case", "left"),
-        ("variant", "left"),
-        ("default µs", "right"),
-        ("tuned µs", "right"),
+        ("case\nvariant", "left"),
+        ("default\nµs", "right"),
+        ("tuned\nµs", "right"),
         ("speedup", "right"),
         ("ceiling", "left"),
         ("before", "right"),
@@ -106,7 +113,7 @@ def tune_table(rows: list[ResultRow], title: str = "") -> Table:
         ("knobs", "left"),
         ("search", "left"),
     ):
-        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in rows:
         d = r.details
         t = d.get("tune", {})
@@ -117,12 +124,13 @@ def tune_table(rows: list[ResultRow], title: str = "") -> Table:
             + (" [yellow]budget[/]" if t.get("stopped_by_budget") else "")
         )
         if r.status != "ok":
-            knobs = f"[red]{r.status}[/] [dim]{escape(r.reason[:60])}[/]"
+            reason = wrap_words(cut_text(r.reason, 60), KNOBS_WIDTH)
+            knobs = f"[red]{r.status}[/] [dim]{escape(reason)}[/]"
         else:
-            knobs = escape(str(d.get("knobs_label", "")))
+            label = str(d.get("knobs_label", "")).replace(",", ", ")
+            knobs = escape(wrap_words(label, KNOBS_WIDTH))
         table.add_row(
-            escape(short_case(r.spec)),
-            escape(r.backend),
+            f"{escape(wrap_words(short_case(r.spec), CASE_WIDTH))}\n[bold]{escape(r.backend)}[/]",
             fmt(d.get("default_latency_us"), ".1f"),
             fmt(r.latency_us, ".1f"),
             fmt(d.get("speedup_vs_default"), ".2f", "x"),
@@ -130,6 +138,6 @@ def tune_table(rows: list[ResultRow], title: str = "") -> Table:
             pct(d.get("default_frac_measured")),
             pct(ceiling_fraction(r)),
             knobs,
-            search,
+            wrap_words(search, 12),
         )
     return table

@@ -207,11 +207,11 @@ def _kernel_cell(row: dict[str, Any]) -> str:
 def capacity_rich_table(rows: list[CapacityRow], title: str) -> Table:
     labels = list(rows[0].max_batch) if rows else []
     t = Table(title=title)
-    for col in ("GPU", "kv dtype", "scales", "KiB/token", "KV budget", "max tokens"):
+    for col in ("GPU", "kv dtype", "scales", "KiB per\ntoken", "KV\nbudget", "max\ntokens"):
         t.add_column(col, justify="left" if col in ("GPU", "kv dtype", "scales") else "right")
     for label in labels:
-        t.add_column(f"batch @{label}", justify="right")
-    t.add_column("saved vs 16-bit", justify="right")
+        t.add_column(f"batch\n@{label}", justify="right")
+    t.add_column("saved vs\n16-bit", justify="right")
     for r in rows:
         t.add_row(
             r.gpu,

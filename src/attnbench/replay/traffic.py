@@ -89,7 +89,20 @@ def load_requests(name: str, *, limit: int | None = None, seed: int = 0) -> list
         return from_trace(generated[:limit] if limit else generated)
 
     loaded = load_trace(text)
-    return from_trace(loaded[:limit] if limit else loaded)
+    return _with_outputs(from_trace(loaded[:limit] if limit else loaded), text)
+
+
+def _with_outputs(requests: list[ReplayRequest], trace: str) -> list[ReplayRequest]:
+    """The requests, each needing an output token to replay (a decode step); ValueError naming
+    the trace and the first request without one."""
+    for i, r in enumerate(requests, 1):
+        if r.output_len <= 0:
+            raise ValueError(
+                f"trace {trace}: request {i} (arriving at {r.arrival_s:g} s) has output "
+                f"length {r.output_len}: a replay needs every request to decode at least one "
+                "token; drop such requests from the trace"
+            )
+    return requests
 
 
 def agents_trace(text: str, *, seed: int = 0) -> list[ReplayRequest]:

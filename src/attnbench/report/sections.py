@@ -299,6 +299,8 @@ def figure_section(
 
 @register_section("Decode latency", order=30)
 def decode_latency(data: ReportData) -> Section | None:
+    if data.ok.empty:  # a report of documents alone (an fp8 study): no latency rows
+        return None
     drawing = plots.latency_vs_context(data.ok, data.label)
     rel = plots.latency_vs_context(data.ok, data.label, relative=True)
     dec = data.ok[data.ok["kind"] == "decode"] if not data.ok.empty else data.ok

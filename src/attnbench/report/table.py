@@ -196,3 +196,16 @@ def _part(table: Table, columns: list[int], title: bool) -> Table:
     for row in zip(*cells, strict=True):
         part.add_row(*row)
     return part
+
+
+def wrap_words(text: str, width: int) -> str:
+    """`text` on lines of at most `width` characters, broken only between words (a longer
+    word keeps a line of its own, whole), so a table cell's natural width is at most
+    max(`width`, its longest word) and no word or number is split."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)

@@ -38,18 +38,49 @@ def gunzip(data: bytes, path: Path | str) -> tuple[bytes, bool]:
     """Every gzip member of `data` (a file `gzip` wrote, or appended to) decompressed, and
     whether the last member is complete (False: a write was cut short).
 
-    Raises CompressedFileError when `data` is not gzip."""
+    Raises CompressedFileError when `data` is not gzip, or when a member after the first is
+    damaged (the message gives the byte where the damage starts)."""
     chunks: list[bytes] = []
-    try:
-        while data:
-            d = zlib.decompressobj(zlib.MAX_WBITS | 16)  # one gzip member
-            chunks.append(d.decompress(data))
-            if not d.eof:
-                return b"".join(chunks), False
-            data = d.unused_data
-    except zlib.error:
-        raise CompressedFileError(f"{path}: not a gzip file (the name ends in .gz)") from None
+    offset = 0
+    while offset < len(data):
+        d = zlib.decompressobj(zlib.MAX_WBITS | 16)  # one gzip member
+        try:
+            chunks.append(d.decompress(data[offset:]))
+        except zlib.error:
+            raise CompressedFileError(_damage(path, data, offset)) from None
+        if not d.eof:
+            return b"".join(chunks), False
+        offset = len(data) - len(d.unused_data)
     return b"".join(chunks), True
+
+
+def _damage(path: Path | str, data: bytes, offset: int) -> str:
+    if offset == 0 and not data.startswith(GZIP_MAGIC):
+        return f"{path}: not a gzip file (the name ends in .gz)"
+    return (
+        f"{path}: damaged gzip stream: the member at byte {offset} of {len(data)} does not "
+        "decompress (was something written to it uncompressed?); restore the file, e.g. with "
+        "`git checkout` for a committed one"
+    )
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def complete_gzip_prefix(data: bytes) -> int | None:
+    """How many leading bytes of `data` are complete gzip members (what appending keeps);
+    None when `data` is not gzip or is damaged before its last member."""
+    offset = 0
+    while offset < len(data):
+        d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        try:
+            d.decompress(data[offset:])
+        except zlib.error:
+            return None
+        if not d.eof:
+            return offset
+        offset = len(data) - len(d.unused_data)
+    return offset
 
 
 def read_bytes(path: Path | str) -> bytes:

@@ -41,6 +41,29 @@ def check_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         raise ValueError(f"ray={address!r}: cannot reach {host}:{port} ({exc})") from None
 
 
+class ClusterError(RuntimeError):
+    """Ray could not start here or reach the cluster: one line naming the address."""
+
+
+def connect(address: str) -> None:
+    """Join (or, for `local`, start) the Ray cluster; ClusterError when that fails (Ray's
+    own retries take about 30 s for an address where nothing answers as Ray)."""
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError("ray: not installed; pip install 'attnbench[ray]'") from None
+    if ray.is_initialized():
+        return
+    try:
+        if address == "local":
+            ray.init(include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, TimeoutError...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ClusterError(f"--ray={address}: cannot connect: {first}") from None
+
+
 def _run_job(
     spec_json: dict[str, Any],
     backend_names: tuple[str, ...],
@@ -91,11 +114,7 @@ def run_on_ray(
     from attnbench.run.sweep import failure_row
     from attnbench.workload.spec import WorkloadSpec
 
-    if not ray.is_initialized():
-        if address == "local":
-            ray.init(include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+    connect(address)
     gpus = 1 if device_kind == "cuda" else 0
     task = ray.remote(num_gpus=gpus, num_cpus=1, max_retries=1)(_run_job)
     pending = {task.remote(j.spec, j.backends, run_id, measure_cfg, device_kind): j for j in jobs}

@@ -290,7 +290,12 @@ class _Ray(_Runner):
     """The jobs as Ray tasks (`run.raycluster`): plain measurement jobs only."""
 
     def __init__(self, plan: RunPlan, sink: RunSink) -> None:
+        from attnbench.run.raycluster import connect
+
         self.plan, self.sink = plan, sink
+        address = plan.where.ray_address or "local"
+        sink.on_status(f"connecting to Ray at {address}")
+        connect(address)  # before the header: a cluster that cannot be reached writes nothing
         sink.on_header(make_header(plan.run_id, plan.settings, plan.device, None))
 
     def run(self, jobs: list[Job], prepare: Prepare) -> None:

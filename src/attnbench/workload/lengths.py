@@ -115,6 +115,11 @@ def _composite(kind: str, arg: str, text: str, batch_size: int, seed: int) -> li
         return [ragged.padded(c) for c in parse_lengths(arg, batch_size, seed)]
     if kind == "prefix":
         p_text, sep, rest = arg.partition("+")
+        if p_text.strip().isdigit() and int(p_text) == 0:
+            raise ValueError(
+                f"lengths={text!r}: prefix P=0 shares no tokens: P must be at least 1 (without "
+                f"a shared prefix, give the suffix alone: {rest.strip() or 'uniform:1-256'})"
+            )
         if not sep or not p_text.strip().isdigit() or int(p_text) <= 0 or not rest.strip():
             raise ValueError(
                 f"lengths={text!r}: prefix needs P+DIST (P shared tokens, then a suffix "

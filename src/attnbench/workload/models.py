@@ -29,7 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnbench.workload.shapes import LayerType, MLAShape, ModelShape, divisors, layer_cycle
+from attnbench.workload.shapes import (
+    TP_CANDIDATES,
+    LayerType,
+    MLAShape,
+    ModelShape,
+    layer_cycle,
+)
 from attnbench.workload.spec import MlaSpec
 
 _LLAMA = (
@@ -362,7 +368,7 @@ def _every_layer_fields(model: ModelShape) -> dict[str, Any]:
 def mla_heads(model: ModelShape, tp: int) -> int:
     """Query heads per GPU of an MLA model: tp splits the heads, every GPU keeps the latent."""
     if tp <= 0 or model.num_qo_heads % tp:
-        allowed = ", ".join(str(d) for d in divisors(model.num_qo_heads))
+        allowed = ", ".join(str(t) for t in model.sharding_tps())
         raise ValueError(
             f"tp={tp} must divide {model.name}'s {model.num_qo_heads} query heads "
             f"(the latent is replicated); allowed: {allowed}"
@@ -370,7 +376,7 @@ def mla_heads(model: ModelShape, tp: int) -> int:
     return model.num_qo_heads // tp
 
 
-def valid_tps(model: ModelShape, candidates: tuple[int, ...] = (1, 2, 4, 8, 16)) -> list[int]:
+def valid_tps(model: ModelShape, candidates: tuple[int, ...] = TP_CANDIDATES) -> list[int]:
     """The tensor-parallel degrees among `candidates` that shard the model's heads."""
     ok = []
     for tp in candidates:

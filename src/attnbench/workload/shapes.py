@@ -8,6 +8,9 @@ import math
 from dataclasses import KW_ONLY, dataclass
 from typing import Literal
 
+TP_CANDIDATES = (1, 2, 4, 8, 16)
+"""The tensor-parallel degrees attnbench offers (one node of 8 GPUs, or two)."""
+
 LayerType = Literal["full_attention", "sliding_attention"]
 """One layer's attention, as HF `layer_types` names it."""
 
@@ -166,28 +169,37 @@ class ModelShape:
         """
         if self.mla is not None:
             raise ValueError(self.mla_reason())
-        if tp <= 0:
-            raise ValueError(f"tp={tp} must be positive")
-        if self.num_qo_heads % tp:
-            raise ValueError(
-                f"tp={tp} must divide {self.name}'s {self.num_qo_heads} query heads; "
-                f"allowed: {', '.join(str(d) for d in divisors(self.num_qo_heads))}"
-            )
-        if self.num_kv_heads >= tp and self.num_kv_heads % tp:
-            raise ValueError(
-                f"tp={tp} must divide {self.name}'s {self.num_kv_heads} KV heads "
-                "(or be a multiple of it)"
-            )
-        if self.num_kv_heads < tp and tp % self.num_kv_heads:
-            raise ValueError(
-                f"tp={tp} must be a multiple of {self.name}'s {self.num_kv_heads} KV heads"
-            )
+        why = self._shard_error(tp)
+        if why:
+            allowed = ", ".join(str(t) for t in self.sharding_tps())
+            raise ValueError(f"{why}; allowed: {allowed} (as `attnbench models` lists)")
         return ShardedShape(
             model=self,
             tp=tp,
             num_qo_heads=self.num_qo_heads // tp,
             num_kv_heads=max(1, self.num_kv_heads // tp),
         )
+
+    def _shard_error(self, tp: int) -> str | None:
+        """Why `tp` does not shard this (GQA) model's heads, or None."""
+        if tp <= 0:
+            return f"tp={tp} must be positive"
+        if self.num_qo_heads % tp:
+            return f"tp={tp} must divide {self.name}'s {self.num_qo_heads} query heads"
+        if self.num_kv_heads >= tp and self.num_kv_heads % tp:
+            return (
+                f"tp={tp} must divide {self.name}'s {self.num_kv_heads} KV heads "
+                "(or be a multiple of it)"
+            )
+        if self.num_kv_heads < tp and tp % self.num_kv_heads:
+            return f"tp={tp} must be a multiple of {self.name}'s {self.num_kv_heads} KV heads"
+        return None
+
+    def sharding_tps(self, candidates: tuple[int, ...] = TP_CANDIDATES) -> list[int]:
+        """The degrees among `candidates` that shard the heads (MLA: divide the query heads)."""
+        if self.mla is not None:
+            return [t for t in candidates if self.num_qo_heads % t == 0]
+        return [t for t in candidates if self._shard_error(t) is None]
 
 
 @dataclass(frozen=True)
@@ -204,10 +216,6 @@ class ShardedShape:
     @property
     def num_layers(self) -> int:
         return self.model.num_layers
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def layer_cycle(num_layers: int, sliding: int, full: int) -> tuple[LayerType, ...]:
