@@ -89,9 +89,6 @@ def test_no_command_changes_a_committed_file(copy: Path, tmp_path: Path) -> None
     assert len(read_results(out / "mine.jsonl.gz").rows) == 1
 
 
-@pytest.mark.xfail(
-    strict=True, reason="recommend --measure needs guard_out (the lead's diff to deploy_measure)"
-)
 def test_recommend_measure_refuses_the_committed_folder(copy: Path) -> None:
     args = ["recommend", "--model", "llama-3.1-8b", "--trace", "azure-conv", "--measure"]
     before = _hashes(copy)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnbench.cli.common import console, fail, note
+from attnbench.cli.common import EXIT_NOTHING_RAN, console, fail, note
 
 if TYPE_CHECKING:
     from attnbench.deploy.decide import ModelShape
@@ -100,6 +100,8 @@ class MeasureRequest:
     gpu: str | None = None
     """The GPU whose step costs replay the traffic: the measuring GPU (None: the dry run's
     GPU with the most rows)."""
+    into_results: bool = False
+    """--into-results: --out may lie in the committed results/ (`cli.outpath.guard_out`)."""
 
 
 Replayed = tuple[str, "Traffic"]
@@ -131,6 +133,9 @@ def run_measure(
         fail("--measure draws its batches from a trace's replay: give --trace")
     if out is None:
         fail("--measure appends its rows to --out FILE.jsonl: give one")
+    from attnbench.cli.outpath import guard_out
+
+    guard_out(out, "--out", resume=resume, into_results=req.into_results)
     if per_bucket < 1:
         fail(f"--per-bucket={per_bucket}: must be at least 1")
     plan: list[PlannedCase] = []
@@ -159,8 +164,6 @@ def run_measure(
         console.print("plan written to:", markup=False, highlight=False)
         console.print(str(target), markup=False, highlight=False, soft_wrap=True)
         return None
-    if out.exists() and not resume:
-        fail(f"--out={out} exists: pass --resume to continue it, or another file")
     skip = finished(out) if resume else set()
     keep_traffic(out, [t for _, t in replayed])
     measured = _time_plan(plan, out, skip, budget_s)
@@ -190,12 +193,14 @@ def _time_plan(
 
     try:
         timer, close, gpu = gpu_timer("cuda", str(out), max_time_ms=100.0)
+    except OSError as exc:  # OutputBusy: another process writes --out
+        fail(f"--out={out} cannot be written: {exc.strerror or exc}")
     except (RuntimeError, ValueError) as exc:
-        note(
-            f"--measure: no CUDA GPU here ({exc}): the answer below is from the given rows, "
-            "every bucket priced at another batch size marked EXTRAPOLATED"
+        fail(
+            f"--measure: no CUDA GPU here ({exc}): nothing measured; --dry-run prints the "
+            "plan without one, and `recommend` without --measure answers from the rows",
+            EXIT_NOTHING_RAN,
         )
-        return False
     start, done = time.monotonic(), 0
     try:
         for c in plan:

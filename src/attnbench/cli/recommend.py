@@ -96,7 +96,9 @@ def recommend(
     tp: Annotated[
         int | None, typer.Option(help="Tensor-parallel degree (default: the tp with rows).")
     ] = None,
-    engine: Annotated[str, typer.Option(help="vllm, sglang or none (library calls).")] = "vllm",
+    engine: Annotated[
+        str | None, typer.Option(help="vllm (default), sglang or none (library calls).")
+    ] = None,
     trace: Annotated[
         list[str] | None,
         typer.Option(
@@ -121,6 +123,10 @@ def recommend(
     resume: Annotated[
         bool, typer.Option("--resume", help="--measure: skip pairs already in --out.")
     ] = False,
+    into_results: Annotated[
+        bool,
+        typer.Option("--into-results", help="--measure: allow an --out in the committed results/."),
+    ] = False,
     budget_s: Annotated[
         float, typer.Option(help="--measure: stop starting cases after this many seconds.")
     ] = 0.0,
@@ -129,12 +135,13 @@ def recommend(
         typer.Option(help="--measure: replayed steps drawn at random per bucket of >= 5% weight."),
     ] = 5,
     cover: Annotated[
-        float,
+        float | None,
         typer.Option(
             help="--measure: also the heaviest buckets under 5% (2 steps each) until this share "
-            "of the decode steps is measured on its own batches (0: buckets of >= 5% only)."
+            "of the decode steps is measured on its own batches (0: buckets of >= 5% only; "
+            "default 0.9)."
         ),
-    ] = 0.9,
+    ] = None,
     gpu: Annotated[
         str | None,
         typer.Option(
@@ -148,7 +155,7 @@ def recommend(
     model shapes the results hold, one line each."""
     from attnbench.deploy.decide import TARGETS
 
-    name = engine.strip().lower()
+    name = (engine or "vllm").strip().lower()
     if name not in TARGETS:
         fail(f"--engine={engine!r} is not known; allowed: {', '.join(TARGETS)}")
     kv = _check_kv(kv_dtype)
@@ -162,8 +169,23 @@ def recommend(
         )
     if json_out is not None:
         check_output_file(json_out, "--json")
-    if (measure or dry_run) and model is None:
+    if dry_run and not measure:
+        fail("--dry-run prints the plan of a --measure run: add --measure (and --out FILE.jsonl)")
+    if not measure:
+        _refuse_measure_only(out, resume, budget_s, per_bucket, cover, into_results)
+    if budget_s < 0 or budget_s != budget_s:
+        fail(f"--budget-s={budget_s:g}: must be 0 (no limit) or a positive number of seconds")
+    if measure and model is None:
         fail("--measure plans the batches of one deployment: give --model (and --trace)")
+    if model is None and (engine is not None or verbose or traces or lengths is not None):
+        given = (
+            "--engine"
+            if engine is not None
+            else "--verbose"
+            if verbose
+            else ("--trace" if traces else "--lengths")
+        )
+        fail(f"{given} shapes the answer for one deployment: give --model (without it: the index)")
     paths = _row_paths(results)
     if not paths:
         fail("no results files (.jsonl or .jsonl.gz) among the given paths: nothing to answer")
@@ -176,10 +198,20 @@ def recommend(
     if measure or dry_run:
         from attnbench.cli.deploy_measure import MeasureRequest
 
+        cover = 0.9 if cover is None else cover
         if not 0.0 <= cover <= 1.0:
             fail(f"--cover={cover:g}: must be a share of the decode steps in [0, 1], e.g. 0.9")
         req = MeasureRequest(
-            tuple(traces), kv, out, resume, budget_s, dry_run, per_bucket, cover, gpu_name
+            tuple(traces),
+            kv,
+            out,
+            resume,
+            budget_s,
+            dry_run,
+            per_bucket,
+            cover,
+            gpu_name,
+            into_results,
         )
         ask = Ask(shape, name, None, lengths, kv, gpu_name)
         _measured(paths, frame, ask, req, verbose, json_out)
@@ -188,6 +220,31 @@ def recommend(
     why = _answer(paths, frame, Ask(shape, name, one, lengths, kv, gpu_name), verbose, json_out)
     if why is not None:
         fail(why)
+
+
+def _refuse_measure_only(
+    out: Path | None,
+    resume: bool,
+    budget_s: float,
+    per_bucket: int,
+    cover: float | None,
+    into: bool,
+) -> None:
+    """Flags that only --measure reads: refused without it, not silently ignored."""
+    given = [
+        flag
+        for flag, set_ in (
+            ("--out", out is not None),
+            ("--resume", resume),
+            ("--budget-s", budget_s != 0.0),
+            ("--per-bucket", per_bucket != 5),
+            ("--cover", cover is not None),
+            ("--into-results", into),
+        )
+        if set_
+    ]
+    if given:
+        fail(f"{', '.join(given)}: only --measure reads this: add --measure, or leave it out")
 
 
 def _measured(
