@@ -445,7 +445,7 @@ def test_measure_cut_short_resumes_and_answers(
     assert f"; {said.group(1)}% extrapolated (buckets under 5%, left out here)" in mine[8]
 
 
-def test_measure_without_a_gpu_answers_from_committed_rows(tmp_path: Path) -> None:
+def test_measure_without_a_gpu_is_an_error_that_measures_nothing(tmp_path: Path) -> None:
     import torch
 
     if not H200 or torch.cuda.is_available():
@@ -454,10 +454,10 @@ def test_measure_without_a_gpu_answers_from_committed_rows(tmp_path: Path) -> No
     args = ["recommend", *map(str, H200), "--model", "llama-3.1-8b", "--engine", "sglang"]
     args += ["--trace", "azure-conv", "--measure", "--out", str(out)]
     res = runner.invoke(app, args, env={"COLUMNS": "80"})
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output
     assert "no CUDA GPU here" in res.output
-    assert "EXTRAPOLATED" in res.output
-    assert "decision:" in res.output
+    assert "nothing measured" in res.output
+    assert "Traceback" not in res.output
     assert not out.exists()
 
 
