@@ -427,13 +427,14 @@ def test_measure_cut_short_resumes_and_answers(
     rerun = runner.invoke(app, [*args, "--resume"], env={"COLUMNS": "80"})
     assert rerun.exit_code == 0, rerun.output
     assert len(calls) == n  # nothing measured twice
-    # the findings' answer table re-weights the measured rows by their labels alone
+    # the findings' answer table reads the traffic kept beside the rows, as `recommend` does
     from attnbench.analysis.frame import ok_rows
     from attnbench.deploy.table import answer_table
+    from attnbench.deploy.traffic import committed_traffic
 
     measured = ok_rows(load([out]).frame)
     ok = ok_rows(load([*H200, out]).frame)
-    table = answer_table(ok, measured, [("llama-3.1-70b", 8)])
+    table = answer_table(ok, measured, [("llama-3.1-70b", 8)], committed_traffic([out]))
     (mine,) = [r for r in table if r[1] == "vllm" and r[2] == "azure-conv" and r[3] == "bf16"]
     assert mine[4] == "H200"
     assert mine[5].startswith("`--attention-backend")
@@ -442,7 +443,7 @@ def test_measure_cut_short_resumes_and_answers(
 
     said = re.search(r"(\d+)% of the\s+traffic's\s+decode", done.output)
     assert said is not None, done.output
-    assert f"; {said.group(1)}% extrapolated (buckets under 5%, left out here)" in mine[8]
+    assert f"; {said.group(1)}% extrapolated" in mine[8]
 
 
 def test_measure_without_a_gpu_is_an_error_that_measures_nothing(tmp_path: Path) -> None:

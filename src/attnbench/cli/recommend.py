@@ -361,22 +361,20 @@ def _answer(
 ) -> str | None:
     """Print the answer; None, or the error line of an answer the rows cannot give."""
     from attnbench.cli.deploy_view import answer_json, answer_lines
-    from attnbench.deploy.decide import answer, answer_gpu, label_weights
+    from attnbench.deploy.ask import DeployAsk, answer_for
+    from attnbench.deploy.traffic import check_trace
+    from attnbench.replay.pipeline import ReplayError
 
     if ask.lengths is not None:
         frame = _only_lengths(frame, ask.lengths)
-    running: dict[int, int] | None = None
-    source = ""
-    reps: tuple[tuple[dict[int, int], ...], tuple[dict[int, int], ...]] = ((), ())
-    gpu = ask.gpu
-    if replayed is not None:
-        running, source, reps = replayed.histogram, replayed.source, (replayed.boot, replayed.band)
-    elif ask.trace is not None:
-        gpu = answer_gpu(frame, ask.shape, ask.engine, ask.trace, ask.gpu)
-        t = _traffic(paths, ask, gpu, label_weights(frame, ask.shape, ask.engine, ask.trace, gpu))
-        running, source, reps = t.histogram, t.source, (t.boot, t.band)
-    engine = ask.engine
-    ans = answer(frame, ask.shape, engine, ask.kv, running, source, ask.trace, gpu, reps)  # type: ignore[arg-type]
+    if ask.trace is not None and (why := check_trace(ask.trace)) is not None:
+        fail(why)
+    one = DeployAsk(ask.shape, ask.engine, ask.kv, ask.trace, ask.gpu)  # type: ignore[arg-type]
+    try:
+        with console.status(f"the traffic of {ask.trace}"):
+            ans = answer_for(paths, frame, one, replayed)
+    except ReplayError as exc:
+        fail(str(exc))
     if ask.lengths is not None:
         ans.weighting = f"cases of lengths {ask.lengths}, weighted equally per batch size"
     _echo(answer_lines(ans, verbose))
@@ -404,20 +402,3 @@ def _only_lengths(frame: pd.DataFrame, lengths: str) -> pd.DataFrame:
         labels = sorted(set(frame["lengths"]) - {""})[:8]
         fail(f"--lengths={lengths!r}: no rows; labels present include {', '.join(labels)}")
     return sub
-
-
-def _traffic(paths: list[Path], ask: Ask, gpu: str, labelled: dict[int, float]) -> Traffic:
-    """The traffic of `ask.trace` on the answer's GPU (`deploy.traffic.traffic_for`)."""
-    from attnbench.deploy.traffic import check_trace, traffic_for
-    from attnbench.replay.pipeline import ReplayError
-
-    assert ask.trace is not None
-    if (why := check_trace(ask.trace)) is not None:
-        fail(why)
-    eng = "vllm" if ask.engine == "none" else ask.engine
-    try:
-        with console.status(f"replaying {ask.trace} for the running batch on {gpu}"):
-            model = (ask.shape.model, ask.shape.tp)
-            return traffic_for(paths, gpu, eng, ask.trace, model, labelled)  # type: ignore[arg-type]
-    except ReplayError as exc:
-        fail(str(exc))

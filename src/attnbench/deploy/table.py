@@ -7,15 +7,17 @@ weighted alike). Pure: frames in, table cells out."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from attnbench.deploy.ask import DeployAsk, answer_for
 from attnbench.deploy.decide import (
     Answer,
     ModelShape,
     Target,
     answer,
+    label_weights,
     model_shape,
     own_batches,
     parse_label,
@@ -23,6 +25,7 @@ from attnbench.deploy.decide import (
 )
 from attnbench.deploy.options import Option
 from attnbench.deploy.stats import PairedEstimate
+from attnbench.deploy.traffic import Traffic, TrafficKey, labelled_traffic
 
 KV_NAMES = {"auto": "bf16", "fp8_e4m3": "fp8_e4m3"}
 
@@ -80,10 +83,18 @@ def _ci(e: PairedEstimate) -> str:
 
 
 def answer_table(
-    ok: pd.DataFrame, measured: pd.DataFrame, models: Sequence[tuple[str, int]]
+    ok: pd.DataFrame,
+    measured: pd.DataFrame,
+    models: Sequence[tuple[str, int]],
+    kept: Mapping[TrafficKey, Traffic] | None = None,
 ) -> list[list[str]]:
+    """Per GPU that measured traffic, model, engine, trace and KV dtype, the answer
+    `recommend --gpu G --model M --engine E --trace T` gives (`ask.answer_for`, with the
+    traffic kept beside the rows, else their labels' weights); without `--measure` rows, the
+    answer from the committed rows."""
     rows: list[list[str]] = []
     traces = _traces(measured)
+    gpus = sorted(set(measured["gpu"].astype(str))) if not measured.empty else []
     for model, tp in models:
         shape = model_shape(model, tp)
         mine = shape_rows(ok, shape)
@@ -94,25 +105,33 @@ def answer_table(
                     [model, engine, "committed rows", "bf16", *_cells(ans), *_sources(mine)]
                 )
                 continue
-            for trace in traces:
-                rows += _trace_rows(mine, shape, (model, engine, trace))
+            for gpu in gpus:
+                for trace in traces:
+                    rows += _trace_rows(mine, shape, (model, engine, trace, gpu), kept or {})
     return rows
 
 
 def _trace_rows(
-    mine: pd.DataFrame, shape: ModelShape, where: tuple[str, Target, str]
+    mine: pd.DataFrame,
+    shape: ModelShape,
+    where: tuple[str, Target, str, str],
+    kept: Mapping[TrafficKey, Traffic],
 ) -> list[list[str]]:
-    """The answer's rows for (model, engine, trace), one per KV dtype measured there."""
-    model, engine, trace = where
-    frame, weights = _on_trace(mine, trace, engine)
-    if not weights:
+    """The answer's rows for (model, engine, trace, GPU), one per KV dtype measured there."""
+    model, engine, trace, gpu = where
+    labelled = label_weights(mine, shape, engine, trace, gpu)
+    if not labelled:
         return []
-    rest = max(0.0, 1.0 - sum(weights.values()))
+    key = (gpu, shape.model, shape.tp, engine, trace)
+    traffic = kept.get(key) or labelled_traffic(key, labelled)
     rows = []
     for kv in ("auto", "fp8_e4m3"):
-        ans = answer(frame, shape, engine, kv, weights, trace, trace)
-        cells = [model, engine, trace, KV_NAMES[kv], *_cells(ans, rest)]
-        rows.append(cells + _sources(frame[frame["kind"] == "decode"]))
+        ans = answer_for([], mine, DeployAsk(shape, engine, kv, trace, gpu), traffic)
+        if ans.choice is None:
+            continue
+        cells = [model, engine, trace, KV_NAMES[kv], *_cells(ans)]
+        decode = mine[(mine["kind"] == "decode").to_numpy() & own_batches(mine, trace, engine)]
+        rows.append(cells + _sources(decode[decode["gpu"].astype(str) == gpu]))
     return rows
 
 
@@ -121,12 +140,3 @@ def _traces(measured: pd.DataFrame) -> list[str]:
         return []
     found = {p[0] for p in map(parse_label, measured["label"].astype(str)) if p}
     return sorted(found)
-
-
-def _on_trace(rows: pd.DataFrame, trace: str, engine: str) -> tuple[pd.DataFrame, dict[int, float]]:
-    """The rows with decode limited to `trace`'s measured batches of `engine`
-    (`deploy.own_batches`), and the bucket weights their labels carry."""
-    own = own_batches(rows, trace, engine)
-    labels = rows.loc[own, "label"].astype(str).map(parse_label)
-    weights = {int(p[1]): float(p[2]) for p in labels if p}
-    return rows[(rows["kind"] != "decode").to_numpy() | own], weights

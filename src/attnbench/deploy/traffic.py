@@ -442,6 +442,15 @@ def fit_paths(paths: Sequence[Path]) -> list[Path]:
     return rest or list(paths)
 
 
+def labelled_traffic(key: TrafficKey, labelled: Mapping[int, float]) -> Traffic:
+    """A traffic from the bucket weights `--measure` rows carry in their labels (no
+    replicates: the histogram's uncertainty is unknown)."""
+    gpu, model, tp, engine, trace = key
+    hist = {b: max(1, round(w * 1e6)) for b, w in labelled.items()}
+    why = f"bucket weights from the labels of the rows {trace}'s replay drew on {gpu}"
+    return Traffic(gpu, model, tp, engine, trace, hist, (), (), 0.0, why)
+
+
 def traffic_for(
     paths: Sequence[Path],
     gpu: str,
@@ -459,9 +468,7 @@ def traffic_for(
     if kept is not None:
         return kept
     if labelled:
-        hist = {b: max(1, round(w * 1e6)) for b, w in labelled.items()}
-        why = f"bucket weights from the labels of the rows {trace}'s replay drew on {gpu}"
-        return Traffic(gpu, *model, engine, trace, hist, (), (), 0.0, why)
+        return labelled_traffic((gpu, *model, engine, trace), labelled)
     cache = _cache_file(paths, gpu, engine, trace, model)
     if cache is not None and cache.is_file():
         import json

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -25,6 +25,9 @@ from attnbench.report.findings.core import (
     sources,
 )
 from attnbench.results import FP8_STUDY_TYPE
+
+if TYPE_CHECKING:
+    from attnbench.deploy.traffic import Traffic, TrafficKey
 
 FA3_VARIANT = "flash-attn:fa3"
 
@@ -191,6 +194,19 @@ ANSWER_COMMAND = (
 )
 
 
+def _kept_traffic(inputs: Inputs) -> dict[TrafficKey, Traffic]:
+    """The replays kept beside the `--measure` rows (`deploy.traffic.traffic_path`)."""
+    from attnbench.deploy.traffic import TRAFFIC_SUFFIX, Traffic
+
+    out: dict[TrafficKey, Traffic] = {}
+    for name, doc in inputs.docs.items():
+        if name.endswith(TRAFFIC_SUFFIX) and isinstance(doc, dict):
+            for d in doc.get("traffic", []):
+                t = Traffic.from_dict(d)
+                out[t.key] = t
+    return out
+
+
 @section("answer")
 def answer(inputs: Inputs) -> Section | None:
     """`recommend --model M --engine E --trace T` per Llama model, engine and trace, from the
@@ -202,7 +218,7 @@ def answer(inputs: Inputs) -> Section | None:
         return None
     ok = rows[(rows["status"] == "ok") & rows["latency_us"].notna()]
     measured = inputs.ok(*DEPLOY_FILES)
-    table = answer_table(ok, measured, ANSWER_MODELS)
+    table = answer_table(ok, measured, ANSWER_MODELS, _kept_traffic(inputs))
     cols = ["model", "engine", "traffic", "KV", "GPU", "deploy", "decode vs default"]
     cols += ["prefill vs default", "basis"]
     cols += ["file", "commit"]
