@@ -96,3 +96,22 @@ def test_the_same_pairs_give_the_same_digits() -> None:
     xs, ys, _ = _population(rng)
     pairs = _draw(rng, xs, ys, 0.02)
     assert paired_ratio(pairs) == paired_ratio(list(pairs))
+
+
+def test_half_split_coverage_of_a_calibrated_interval_is_about_83_percent() -> None:
+    """The GPU check's yardstick (`deploy.coverage`): one half's interval covers the other
+    half's estimate about 83% of the time for large halves; with 3 steps per bucket and half,
+    the t quantile of few degrees of freedom widens the interval (89% here)."""
+    from attnbench.deploy.coverage import EXPECTED, HalfSplit, split_check
+
+    rng = np.random.default_rng(83)
+    total = HalfSplit(0, 0, 0)
+    for _ in range(800):
+        xs, ys, _ = _population(rng)
+        pairs = []
+        for h, (w, x, y) in enumerate(zip(SHARES, xs, ys, strict=True)):
+            for i in rng.choice(STEPS, size=6 if w >= 0.05 else 4, replace=False):
+                pairs.append(Pair(Timing(float(y[i])), Timing(float(x[i])), w, h + 1))
+        total = total + split_check(pairs)
+    assert total.skipped == 0
+    assert EXPECTED - 0.03 <= total.rate <= 0.93, f"{total.rate:.3f} vs {EXPECTED:.3f}"

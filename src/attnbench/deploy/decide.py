@@ -19,6 +19,7 @@ point of the report's first screen.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -127,6 +128,8 @@ class Bucket:
     """The measured batch size that prices it (None: nothing measured)."""
     own: bool = False
     """Priced by a batch that runs in this bucket's graph (a running batch that pads to it)."""
+    cases: int = 0
+    """The default's decode cases drawn in this bucket (its own stratum)."""
 
     @property
     def extrapolated(self) -> bool:
@@ -172,6 +175,8 @@ class Answer:
     """What the rows do not cover, each with the command that would measure it."""
     other_gpus: list[tuple[str, int]] = field(default_factory=list)
     """Other GPUs with rows of this shape (name, rows passed): `--gpu` answers for one."""
+    strata: Strata | None = None
+    """The decode strata and weights the estimates used."""
     prefill_on_trace: bool = False
     """Prefill is priced on the traffic's own prompt lengths only (`prefill_on_traffic`)."""
 
@@ -199,6 +204,13 @@ class Strata:
     """Measured batch size -> stratum."""
     weights: Mapping[int, float]
     replicates: WeightReplicates | None = None
+
+
+def decode_pairs(ans: Answer, option: Option) -> list[Pair]:
+    """The paired decode cases of `option` against the answer's default, with their strata."""
+    if ans.default is None or ans.strata is None:
+        return []
+    return _pairs(option, ans.default, "decode", ans.strata)
 
 
 def _pairs(option: Option, base: Option, kind: str, strata: Strata | None) -> list[Pair]:
@@ -330,6 +342,10 @@ def answer(
     ans.measured_batches = sorted({c.batch for c in default.cases("decode").values()})
     sizes = capture_sizes("vllm" if engine == "none" else engine)
     strata, ans.buckets = decode_strata(ans.measured_batches, sizes, running, replicates)
+    ans.strata = strata
+    drawn = Counter(strata.of.get(c.batch) for c in default.cases("decode").values())
+    for b in ans.buckets:
+        b.cases = drawn[b.size] if b.own else 0
     ans.default_decode_us = expected_us(default, strata)
     for opt in options:
         opt.decode = paired_ratio(_pairs(opt, default, "decode", strata), strata.replicates)

@@ -33,6 +33,15 @@ import numpy as np
 
 from attnbench.analysis.compare import Timing
 
+ESTIMAND = (
+    "the traffic-weighted mean attention time per decode step of the option over the "
+    "default's, over this trace's decode steps on this GPU (strata: the CUDA-graph buckets, "
+    "weighted by their shares of the steps): the ratio of total decode attention time"
+)
+METHOD = (
+    "stratified ratio estimator on paired steps drawn at random per bucket; 95% CI from the "
+    "within-bucket spread of the paired residuals (timing noise included), Satterthwaite t"
+)
 MIN_CASES = 3
 """Fewer cases than this print no interval."""
 Z975 = 1.959963984540054
@@ -107,7 +116,9 @@ class PairedEstimate:
         return f"{self.ratio:.2f}x (95% CI {self.interval()}, {self.cases} cases)"
 
     def short(self) -> str:
-        """`0.87x [0.84-0.90]`, or `0.87x [2 cases: no interval]`."""
+        """`0.87x [0.84-0.90]`, or `0.87x (2 cases)`: no interval."""
+        if not self.has_interval:
+            return f"{self.ratio:.2f}x ({self.cases} case{'s' * (self.cases != 1)})"
         return f"{self.ratio:.2f}x [{self.interval()}]"
 
 

@@ -111,6 +111,28 @@ def answer_table(
     return rows
 
 
+def trace_answers(
+    mine: pd.DataFrame,
+    shape: ModelShape,
+    where: tuple[Target, str, str],
+    kept: Mapping[TrafficKey, Traffic],
+) -> list[tuple[str, Answer]]:
+    """(KV dtype, answer) for (engine, trace, GPU) where `--measure` rows exist, each KV dtype
+    with an answer."""
+    engine, trace, gpu = where
+    labelled = label_weights(mine, shape, engine, trace, gpu)
+    if not labelled:
+        return []
+    key = (gpu, shape.model, shape.tp, engine, trace)
+    traffic = kept.get(key) or labelled_traffic(key, labelled)
+    out = []
+    for kv in ("auto", "fp8_e4m3"):
+        ans = answer_for([], mine, DeployAsk(shape, engine, kv, trace, gpu), traffic)
+        if ans.choice is not None:
+            out.append((kv, ans))
+    return out
+
+
 def _trace_rows(
     mine: pd.DataFrame,
     shape: ModelShape,
@@ -119,20 +141,32 @@ def _trace_rows(
 ) -> list[list[str]]:
     """The answer's rows for (model, engine, trace, GPU), one per KV dtype measured there."""
     model, engine, trace, gpu = where
-    labelled = label_weights(mine, shape, engine, trace, gpu)
-    if not labelled:
-        return []
-    key = (gpu, shape.model, shape.tp, engine, trace)
-    traffic = kept.get(key) or labelled_traffic(key, labelled)
-    rows = []
-    for kv in ("auto", "fp8_e4m3"):
-        ans = answer_for([], mine, DeployAsk(shape, engine, kv, trace, gpu), traffic)
-        if ans.choice is None:
-            continue
-        cells = [model, engine, trace, KV_NAMES[kv], *_cells(ans)]
-        decode = mine[(mine["kind"] == "decode").to_numpy() & own_batches(mine, trace, engine)]
-        rows.append(cells + _sources(decode[decode["gpu"].astype(str) == gpu]))
-    return rows
+    decode = mine[(mine["kind"] == "decode").to_numpy() & own_batches(mine, trace, engine)]
+    files = _sources(decode[decode["gpu"].astype(str) == gpu])
+    return [
+        [model, engine, trace, KV_NAMES[kv], *_cells(ans), *files]
+        for kv, ans in trace_answers(mine, shape, (engine, trace, gpu), kept)
+    ]
+
+
+def measured_answers(
+    ok: pd.DataFrame,
+    measured: pd.DataFrame,
+    models: Sequence[tuple[str, int]],
+    kept: Mapping[TrafficKey, Traffic],
+) -> list[Answer]:
+    """Every answer of the table that rests on `--measure` rows (the half-split coverage)."""
+    out = []
+    gpus = sorted(set(measured["gpu"].astype(str))) if not measured.empty else []
+    for model, tp in models:
+        shape = model_shape(model, tp)
+        mine = shape_rows(ok, shape)
+        for engine in ("vllm", "sglang"):
+            for gpu in gpus:
+                for trace in _traces(measured):
+                    got = trace_answers(mine, shape, (engine, trace, gpu), kept)
+                    out += [a for _, a in got]
+    return out
 
 
 def _traces(measured: pd.DataFrame) -> list[str]:

@@ -398,7 +398,14 @@ class Traffic:
             run.boot,
             run.band,
             run.cost_p90,
-            run.source(),
+            run.source()
+            + (
+                f"; histogram uncertainty: {len(run.boot)} block-bootstrap replicates of the "
+                f"steps and replays at step costs x (1 -+ {100 * run.cost_p90:.0f}%, the cost "
+                "model's held-out p90 error)"
+                if run.boot or run.band
+                else ""
+            ),
         )
 
 

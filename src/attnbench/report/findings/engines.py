@@ -244,3 +244,40 @@ def answer(inputs: Inputs) -> Section | None:
         if r[2] in ("azure-conv", "committed rows") and r[3] == "bf16"
     ][:4]
     return Section("The answer per deployment", text, [Table(cols, table)], heads)
+
+
+@section("interval-coverage")
+def interval_coverage(inputs: Inputs) -> Section | None:
+    """How often one half's 95% interval covers the other half's estimate, per GPU, over the
+    committed `--measure` answers (`deploy.coverage`)."""
+    from attnbench.deploy.coverage import EXPECTED, half_split
+    from attnbench.deploy.table import measured_answers
+
+    rows = inputs.rows
+    measured = inputs.ok(*DEPLOY_FILES)
+    if rows.empty or measured.empty:
+        return None
+    ok = rows[(rows["status"] == "ok") & rows["latency_us"].notna()]
+    kept = _kept_traffic(inputs)
+    table, heads = [], []
+    for gpu in sorted(set(measured["gpu"].astype(str))):
+        mine = measured[measured["gpu"].astype(str) == gpu]
+        got = half_split(measured_answers(ok, mine, ANSWER_MODELS, kept))
+        if not got.trials:
+            table.append([gpu, "0", "-", f"{100 * EXPECTED:.0f}%", str(got.skipped)])
+            continue
+        rate = f"{100 * got.rate:.0f}% ({got.covered} of {got.trials})"
+        table.append([gpu, str(got.trials), rate, f"{100 * EXPECTED:.0f}%", str(got.skipped)])
+        figure = f"{rate} on {gpu.removeprefix('NVIDIA ')}; about {100 * EXPECTED:.0f}% expected"
+        heads.append(Headline.of("interval coverage, half vs half", figure, mine))
+    text = (
+        "Each committed `--measure` answer's drawn steps are split in two halves (each bucket's "
+        "steps dealt alternately); the 95% interval from one half should cover the other "
+        "half's estimate about 83% of the time when the interval is calibrated (the other "
+        "half's estimate carries noise of its own: P(|N(0, 2)| < 1.96)); with 2-3 steps per "
+        "bucket and half, the t quantile of few degrees of freedom widens it (89% in the "
+        "simulation of `tests/test_interval_coverage.py`). Both directions are counted; options "
+        "whose halves hold fewer than 3 cases are skipped."
+    )
+    cols = ["GPU", "checks", "covered", "expected", "options skipped"]
+    return Section("Interval coverage, half against half", text, [Table(cols, table)], heads)
