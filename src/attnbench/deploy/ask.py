@@ -41,17 +41,7 @@ def answer_for(
         traffic = traffic_of(paths, frame, ask, gpu)
     if traffic is None:
         return answer(frame, ask.shape, ask.engine, ask.kv, None, "", ask.trace, ask.gpu)
-    return answer(
-        frame,
-        ask.shape,
-        ask.engine,
-        ask.kv,
-        traffic.histogram,
-        traffic.source,
-        ask.trace,
-        gpu,
-        (traffic.boot, traffic.band),
-    )
+    return answer(frame, ask.shape, ask.engine, ask.kv, traffic, "", ask.trace, gpu)
 
 
 def traffic_of(paths: Sequence[Path], frame: pd.DataFrame, ask: DeployAsk, gpu: str) -> Traffic:

@@ -22,7 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
@@ -46,6 +46,9 @@ from attnbench.deploy.shapes import (
 )
 from attnbench.deploy.stats import Pair, PairedEstimate, WeightReplicates, paired_ratio
 from attnbench.engines.paths import default_setting
+
+if TYPE_CHECKING:
+    from attnbench.deploy.traffic import Traffic
 
 Target = Literal["vllm", "sglang", "none"]
 TARGETS: tuple[Target, ...] = ("vllm", "sglang", "none")
@@ -308,15 +311,19 @@ def answer(
     shape: ModelShape,
     engine: Target,
     kv_dtype: str = "auto",
-    running: Mapping[int, float] | None = None,
+    running: Mapping[int, float] | Traffic | None = None,
     weighting: str = "",
     trace: str | None = None,
     gpu: str | None = None,
-    replicates: tuple[Sequence[Mapping[int, float]], Sequence[Mapping[int, float]]] = ((), ()),
 ) -> Answer:
     """The decision for `shape` on `engine` (module docstring) from the rows of one GPU
     (`one_gpu`); `trace` names the traffic in the command that would measure what the rows
-    lack; `replicates`, the histogram's (bootstrap, cost band) replicates (`deploy.traffic`)."""
+    lack. `running`: decode steps per running batch size, or a `deploy.traffic.Traffic`
+    (its histogram, source and replicates)."""
+    replicates: tuple[Sequence[Mapping[int, float]], Sequence[Mapping[int, float]]] = ((), ())
+    if running is not None and not isinstance(running, Mapping):
+        weighting, replicates = running.source, (running.boot, running.band)
+        running = running.histogram
     ok = shape_rows(ok_rows(frame), shape)
     ok, gpu, own, others = one_gpu(ok, trace, engine, gpu)
     ok, prefill_on_trace = prefill_on_traffic(ok, trace)
