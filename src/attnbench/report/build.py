@@ -264,10 +264,12 @@ font-size:12.5px;white-space:pre-wrap}
 section{padding:4px 10px 10px}nav{padding:8px 10px}nav a{white-space:normal}
 th,td{padding:2px 5px;min-width:5.5em}
 table{font-size:11.5px}figure img{max-width:none}figure img.fit{max-width:100%}
-#decision table,#decision caption,#decision tbody,#decision tr,#decision td{display:block}
-#decision thead{display:none}#decision td{min-width:0;border-width:0 0 1px}
-#decision td::before{content:attr(data-label);display:block;font-weight:600;color:#555}}
-"""
+.dc table,.dc caption,.dc tbody,.dc tr,.dc td{display:block}
+.dc thead{display:none}.dc td{min-width:0;border-width:0 0 1px}
+.dc td::before{content:attr(data-label);display:block;font-weight:600;color:#555}}
+""".replace(".dc", 'section[id$="decision"]')
+"""The decision section's id ends in `decision` (`nvidia-h200-decision` with a GPU's rows): on
+a phone its table stacks each cell under its column's name."""
 
 
 def device_name(gpu: str) -> str:
