@@ -9,6 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
+# The CLI sizes its console once, at import (`cli.common._width`): 160 columns where the
+# output is no terminal and $COLUMNS is unset, as in a plain `pytest` run. pytest-xdist's
+# workers get COLUMNS=80 and LINES=24 from their parent: dropped, so `pytest -n 2` prints
+# (and wraps) what `pytest` does.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
