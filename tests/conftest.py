@@ -9,6 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
+# The CLI sizes its console once, at import (`cli.common._width`): 160 columns where the
+# output is no terminal and $COLUMNS is unset, as in a plain `pytest` run. pytest-xdist's
+# workers get COLUMNS=80 and LINES=24 from their parent: dropped, so `pytest -n 2` prints
+# (and wraps) what `pytest` does.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+# No test reads or writes the user's frame cache (`analysis.frame_cache`; its own test turns
+# it on in a temporary folder): a test that changes how files read must see them read.
+FRAME_CACHE = "ATTNBENCH_FRAME_CACHE"
+os.environ[FRAME_CACHE] = "0"
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
@@ -31,7 +42,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     say `pytestmark = pytest.mark.usefixtures("isolated")`."""
     monkeypatch.chdir(tmp_path)
     for key in list(os.environ):
-        if key.upper().startswith("ATTNBENCH_"):
+        if key.upper().startswith("ATTNBENCH_") and key != FRAME_CACHE:
             monkeypatch.delenv(key)
 
 

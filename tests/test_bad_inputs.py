@@ -976,7 +976,7 @@ REPLAY = [
     case([*REPLAY_ARGS, "--out", "."], 2, "--out=. is a directory", id="replay-out-dir"),
     case([*REPLAY_ARGS, "--out", "/dev/full"], 2, "not a regular file", id="replay-dev-full"),
     case([*REPLAY_ARGS, "--seed", "-1"], 2, "'--seed'", id="replay-seed"),
-    case([*REPLAY_ARGS, "--limit", "0"], 2, "'--limit'", id="replay-limit"),
+    case([*REPLAY_ARGS, "--limit", "-1"], 2, "'--limit'", id="replay-limit"),
     case([*REPLAY_ARGS, "--max-batch", "0"], 2, "'--max-batch'", id="replay-max-batch"),
     case([*REPLAY_ARGS, "--token-budget", "0"], 2, "'--token-budget'", id="replay-budget"),
     case([*REPLAY_ARGS, "--tp", "0"], 2, "'--tp'", id="replay-tp-0"),

@@ -263,9 +263,10 @@ def test_cli_states_trust_per_candidate_once(rows: Path, exact: dict, tmp_path: 
     args = ["replay", str(rows), "--trace", "azure-code", "--limit", "120"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "ranking at rate 1x" in res.output
+    assert "rank by the rows, paired" in res.output
     lines = [ln for ln in res.output.splitlines() if "not validated on live steps" in ln]
-    doc = run_replay(CFG, [rows]).document
+    # the CLI builds a hybrid only where `recommend --engine none` decides one
+    doc = run_replay(CFG.model_copy(update={"auto_hybrid": False}), [rows]).document
     assert len(lines) == len(doc.candidates)
     vpath = rv.write(tmp_path / "validation.json", exact)
     out = tmp_path / "replay.json"

@@ -49,13 +49,15 @@ OTHER_ENV_VARS = (
     "ATTNBENCH_PREBUILD",
     "ATTNBENCH_PROFILE",
     "ATTNBENCH_REPORT_WORKERS",
+    "ATTNBENCH_FRAME_CACHE",
 )
 """`ATTNBENCH_*` environment variables that are not settings: where `report`, `recommend`,
 `compare` and `replay` look for results, the commit a copy without .git names in
 provenance, the known library bugs to run anyway (`backends.known_bugs`), whether a GPU
 run prebuilds its JIT modules (`run.prebuild`, ATTNBENCH_PREBUILD=0 turns it off), the
 folder a run's processes write their profiles to (`run.profiling`), and how many processes
-build the report's sections (`report.parallel.workers`). Any other
+build the report's sections (`report.parallel.workers`), and whether the rows frame is kept
+on disk between commands (`analysis.frame_cache`, ATTNBENCH_FRAME_CACHE=0 turns it off). Any other
 `ATTNBENCH_*` name that is not a setting is an error (a typo would otherwise be ignored); names
 without the prefix are other tools' and are left alone."""
 _MEASURE = MeasureConfig()

@@ -150,11 +150,19 @@ def _committed_files() -> list[Path]:
 
 def load(paths: Iterable[Path]) -> Loaded:
     """Read results files (.jsonl, .jsonl.gz) into one frame; `.json` documents are kept as
-    extras.
+    extras. The frame of the same files (path, size, time) read by the same code comes from
+    the disk cache (`frame_cache`).
 
     Raises ResultsFileError (from `read_for_analysis`) for a file that is not a results file
     or holds rows timed by the test-only fake timer.
     """
+    from attnbench.analysis.frame_cache import cached
+
+    listed = list(paths)
+    return cached(listed, lambda: _read(listed))
+
+
+def _read(paths: list[Path]) -> Loaded:
     records: list[dict[str, Any]] = []
     loaded = Loaded(frame=pd.DataFrame())
     for path in paths:

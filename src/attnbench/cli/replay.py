@@ -14,6 +14,7 @@ from attnbench.cli.common import (
     EXIT_NOTHING_RAN,
     check_output_file,
     console,
+    err_console,
     every_if_all,
     fail,
     note,
@@ -24,12 +25,16 @@ from attnbench.cli.paths import runs_dir
 from attnbench.measure.limits import MAX_SEED
 
 if TYPE_CHECKING:
+    from attnbench.cli.replay_answer import Ask
     from attnbench.replay.deployment import Deployment
     from attnbench.replay.pipeline import ReplayOutcome
     from attnbench.replay.records import LiveValidation
 
 Opt = typer.Option
 Arg = typer.Argument
+DEFAULT_LIMIT = 2000
+"""Requests replayed by default: those `recommend --trace` replays for its running batch
+(`deploy.traffic.TRACE_LIMIT`), so both answer on the same traffic, in well under a minute."""
 
 
 def _floats(text: str, flag: str) -> tuple[float, ...]:
@@ -59,7 +64,9 @@ def replay(
     trace: Annotated[
         str, Opt(help="azure-code, azure-conv, mooncake-conv, a trace file, or agents:N[@LO-HI].")
     ] = "azure-conv",
-    limit: Annotated[int | None, Opt(min=1, help="Replay the first N requests.")] = None,
+    limit: Annotated[
+        int, Opt(min=0, help="Replay the first N requests (0: the whole trace).")
+    ] = DEFAULT_LIMIT,
     model: Annotated[str, Opt(help="Model shape.")] = "llama-3.1-70b",
     tp: Annotated[int, Opt(min=1, help="Tensor-parallel degree.")] = 8,
     dtype: Annotated[str, Opt(help="Weights/activations dtype.")] = "bfloat16",
@@ -88,10 +95,17 @@ def replay(
         bool, Opt("--spread-arrivals/--no-spread-arrivals", help="Spread tied timestamps.")
     ] = True,
     backend: Annotated[
-        list[str] | None, Opt("--backend", "-b", help="Variants to replay; repeatable.")
+        list[str] | None,
+        Opt(
+            "--backend",
+            "-b",
+            help="Variants to replay; repeatable (default: those `recommend --engine none` "
+            "may choose).",
+        ),
     ] = None,
     hybrid: Annotated[
-        str | None, Opt(help="PREFILL,DECODE variants (default: `recommend`'s, else by cost).")
+        str | None,
+        Opt(help="PREFILL,DECODE variants (default: `recommend --engine none`'s, if any)."),
     ] = None,
     padded: Annotated[
         bool | None, Opt("--padded/--no-padded", help="Add padded twins (default: agents only).")
@@ -125,7 +139,9 @@ def replay(
     device: Annotated[str, Opt(help="--live: auto, cuda, cuda:N.")] = "auto",
 ) -> None:
     """Replay a serving trace through a continuous-batching simulator whose step times come from
-    the measured attention rows: ITL, TTFT and throughput per backend variant and hybrid."""
+    the measured attention rows: ITL, TTFT and throughput per deployable variant and the hybrid
+    of `recommend --engine none`, ranked as it ranks them (paired statistics of the rows)."""
+    from attnbench.cli.replay_answer import Ask, decide
     from attnbench.cli.show_documents import print_replay_summary
     from attnbench.replay.document import ReplayConfig
     from attnbench.replay.pipeline import ReplayError, run_replay
@@ -144,9 +160,23 @@ def replay(
     _check_files(out, validation, live, live_out, device)
     paths = _results_paths(results)
     deployment = _deployment(model, tp, dtype, kv_dtype, page_size, gpu_mem_gib, mem_utilization)
+    ask = Ask(model, tp, dtype, kv_dtype, page_size, trace, limit or None, gpu)
+    _say_plan(ask)
+    got = decide(paths, ask)
+    decided = None if isinstance(got, str) else got
+    if isinstance(got, str):
+        note(got)
+    chosen = tuple(every_if_all(backend)) or (decided.variants if decided else ())
+    pair = _hybrid(hybrid)
+    source = "--hybrid"
+    if pair is None and decided is not None and decided.hybrid is not None:
+        pair, source = (
+            decided.hybrid,
+            "`recommend --engine none` (its decode choice and fastest prefill)",
+        )
     cfg = ReplayConfig(
         trace=trace,
-        limit=limit,
+        limit=limit or None,
         seed=seed,
         deployment=deployment,
         max_batch=max_batch,
@@ -154,10 +184,13 @@ def replay(
         chunked_prefill=chunked_prefill,
         prefix_cache=prefix_cache,
         spread_arrivals=spread_arrivals,
-        backends=tuple(every_if_all(backend)),
+        backends=chosen,
         rate_scales=_floats(rate_scale, "--rate-scale"),
         itl_target_ms=itl_target_ms,
-        hybrid=_hybrid(hybrid),
+        hybrid=pair,
+        hybrid_source=source,
+        auto_hybrid=False,
+        error_bands=False,
         padded=padded,
         gpu=gpu,
         copy_gbps=copy_gbps,
@@ -166,11 +199,11 @@ def replay(
         allreduce_gbps=allreduce_gbps,
     )
     try:
-        with console.status(f"replaying {trace}"):
-            outcome = run_replay(cfg, paths, validation)
+        outcome = run_replay(cfg, paths, validation, progress=_progress)
     except (ReplayError, ValueError) as exc:
         fail(str(exc))
     doc = outcome.document
+    doc.answer = decided.record if decided else None
     for n in doc.notes:
         note(n)
     print_replay_summary(doc)
@@ -179,6 +212,26 @@ def replay(
     if out is not None:
         write_output(out, doc.to_json(), "--out")
         console.print(f"replay -> {escape(str(out))}", highlight=False)
+
+
+def _say_plan(ask: Ask) -> None:
+    """What the replay is about to do, before the seconds it takes."""
+    from rich.markup import escape
+
+    part = f"the first {ask.limit:,} requests" if ask.limit else "every request"
+    more = " (--limit N: more; 0: all)" if ask.limit == DEFAULT_LIMIT else ""
+    err_console.print(
+        f"[dim]replaying {part} of {escape(ask.trace)}{more} on {escape(ask.model)} at tp "
+        f"{ask.tp}: the running batch for `recommend --engine none`'s answer, then each "
+        "deployable variant and its hybrid[/]",
+        highlight=False,
+    )
+
+
+def _progress(message: str) -> None:
+    from rich.markup import escape
+
+    err_console.print(f"[dim]{escape(message)}[/]", highlight=False)
 
 
 def _check_files(

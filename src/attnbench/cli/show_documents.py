@@ -65,6 +65,7 @@ def print_replay_summary(doc: ReplayDocument) -> None:
     """What `replay` prints: its tables (split to fit the terminal), a line per candidate on
     how far it is validated (wrapped at spaces), the notes on extrapolated steps."""
     from attnbench.report.replay_tables import (
+        answer_lines,
         escape,
         extrapolation_notes,
         printed_tables,
@@ -73,6 +74,8 @@ def print_replay_summary(doc: ReplayDocument) -> None:
 
     for table, keys in printed_tables(doc):
         print_fitted(table, keys)
+    for line in answer_lines(doc):
+        console.print(escape(line), highlight=False)
     for line in trust_lines(doc):
         console.print(escape(line), highlight=False)
     for n in extrapolation_notes(doc) + (doc.trust.notes if doc.trust else []):

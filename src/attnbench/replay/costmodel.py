@@ -63,6 +63,9 @@ _REDUCED = {
     PREFILL_FEATURES: ("const", "gflop"),
 }
 PREFILL_KINDS = ("prefill", "append")
+_X_CACHE: dict[tuple[KernelPlan, bytes, bytes, bytes], FloatArray] = {}
+_X_CACHE_MAX = 8
+"""`decode_x` results kept, oldest dropped first (a replay's step arrays, a few MB each)."""
 
 
 @dataclass(frozen=True)
@@ -103,11 +106,23 @@ class AttentionCostModel:
 
     # -- features ---------------------------------------------------------------------------
     def decode_x(self, n: IntArray, kv_total: IntArray, kv_max: IntArray) -> FloatArray:
+        """The decode features of many calls `[calls, len(DECODE_FEATURES)]`; the last few
+        results are kept (`_X_CACHE`): a replay's summary prices its steps and measures their
+        extrapolation on the same calls, and every step's plan is a Python loop."""
         n_i = np.asarray(n, dtype=np.int64).ravel()
         mx = np.asarray(kv_max, dtype=np.int64).ravel()
         total = n_i * mx if self.padded else np.asarray(kv_total, dtype=np.int64).ravel()
-        plan = self.kernel_plan.feature_matrix(n_i, total, mx)
-        return np.column_stack([np.ones(n_i.size), n_i.astype(np.float64), plan])
+        plan = self.kernel_plan
+        key = (plan, n_i.tobytes(), total.tobytes(), mx.tobytes())
+        hit = _X_CACHE.get(key)
+        if hit is None:
+            feats = plan.feature_matrix(n_i, total, mx)
+            hit = np.column_stack([np.ones(n_i.size), n_i.astype(np.float64), feats])
+            hit.flags.writeable = False
+            if len(_X_CACHE) >= _X_CACHE_MAX:
+                _X_CACHE.pop(next(iter(_X_CACHE)))
+            _X_CACHE[key] = hit
+        return hit
 
     def decode_call_us(self, n: int, kv_total: int, kv_max: int) -> float:
         """`decode_us` of one call, in plain floats (the simulator's hot path)."""

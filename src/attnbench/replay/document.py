@@ -42,6 +42,7 @@ from attnbench.replay.records import (
     LiveValidation,
     PaddedComparison,
     Real,
+    ReplayAnswer,
     ReplayTrust,
 )
 from attnbench.replay.simresult import SchedulerConfig
@@ -76,7 +77,18 @@ class ReplayConfig(BaseModel):
     itl_target_ms: float | None = None
     bisect_steps: int = 4
     hybrid: tuple[str, str] | None = None
-    """(prefill variant, decode variant); None: `hybrid.recommend` on the rows, else automatic."""
+    """(prefill variant, decode variant); None: with `auto_hybrid`, `hybrid.recommend` on the
+    rows where both parts are deployable (untuned, paged), else the least attention time."""
+    hybrid_source: str = Field("--hybrid", exclude_if=lambda v: v == "--hybrid")
+    """Who chose `hybrid` (the replay's notes say it). This and the next two are left out of
+    the document at their defaults, as documents written before them have none."""
+    auto_hybrid: bool = Field(True, exclude_if=lambda v: v)
+    """False: a hybrid only when `hybrid` names one (`attnbench replay` passes the one
+    `recommend --engine none` decides, or none)."""
+    error_bands: bool = Field(True, exclude_if=lambda v: v)
+    """Rank the candidates by their replayed metrics within their attention error (two more
+    replays per candidate, `replay.trust`); `attnbench replay` ranks by the paired statistics
+    of the rows instead (`recommend`'s) and turns this off."""
     padded: bool | None = None
     """None: on for the synthetic agents scenario."""
     gpu: str | None = None
@@ -253,6 +265,9 @@ class ReplayDocument(DocModel):
     trust: ReplayTrust | None = Field(None, exclude_if=lambda v: v is None)
     """Per candidate, how far to trust it, and rankings with ties inside the error
     (`replay.trust`); None in documents written before it was recorded."""
+    answer: ReplayAnswer | None = Field(None, exclude_if=lambda v: v is None)
+    """`recommend --engine none`'s answer on the replay's rows and traffic, with the paired
+    rank of every deployable option (`attnbench replay`); None in documents before it."""
     provenance: dict[str, Any] | None = None
     """Where the replay ran (`results.provenance`: attnbench, commit, libraries, host, GPU);
     None in documents written before it was recorded."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnbench.backends.variant import Variant
+from attnbench.analysis.candidates import BASELINE_VARIANTS
+from attnbench.backends.variant import Variant, is_tuned
 from attnbench.replay.costmodel import (
     AttentionCostModel,
     ShapeKey,
@@ -45,7 +46,13 @@ from attnbench.replay.traffic import (
     scale_rate,
     spread_ties,
 )
-from attnbench.replay.trust import ReplayAtScale, Validation, assess, choose_validation
+from attnbench.replay.trust import (
+    RANKED_METRICS,
+    ReplayAtScale,
+    Validation,
+    assess,
+    choose_validation,
+)
 from attnbench.replay.validation_doc import ValidationDocumentError, find_validation
 from attnbench.results import Header, ResultRow, is_results_path, read_for_analysis
 
@@ -198,12 +205,22 @@ class _Candidates:
     notes: list[str]
 
 
+def deployable(name: str) -> bool:
+    """A variant a server could run as it was measured: not `+tuned` (per-case knobs no engine
+    exposes) and not a baseline on a contiguous copy (`candidates.BASELINE_VARIANTS`)."""
+    return not is_tuned(name) and name not in BASELINE_VARIANTS
+
+
 def run_replay(
-    cfg: ReplayConfig, paths: Sequence[Path], validation: Path | None = None
+    cfg: ReplayConfig,
+    paths: Sequence[Path],
+    validation: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ReplayOutcome:
     """The whole replay; raises ReplayError for unusable input. `validation`: the
     `replay-validate` document stating each variant's live error (default: one found among or
-    beside `paths`, else every variant is "not validated on live steps")."""
+    beside `paths`, else every variant is "not validated on live steps"); `progress` is told
+    each candidate as its replay ends."""
     from attnbench.results import provenance
 
     loaded = load_rows(paths, cfg.gpu)
@@ -216,12 +233,12 @@ def run_replay(
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
     reqs, trace = requests_for(cfg)
-    sched, opts = _scheduler(cfg, reqs, trace, chosen)
+    sched, opts = _scheduler(cfg, reqs, trace, chosen, progress)
     try:
         study = run_study(reqs, sched, chosen.models, chosen.padded, gemm, opts)
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
-    trust = _trust(paths, validation, loaded, (reqs, sched, study), chosen)
+    trust = _trust(paths, validation, loaded, (reqs, sched, study), chosen, cfg.error_bands)
     notes = chosen.notes
     if not any(h.device.get("kind") == "cuda" for h in loaded.headers):
         notes.append("the rows and ceilings come from a non-GPU run: figures are not H200 figures")
@@ -291,16 +308,17 @@ def _candidates(
             )
     keep = _select(models, cfg.backends)
     singles = tuple(sorted(keep))
-    hybrid, hybrid_source = cfg.hybrid, "--hybrid"
+    hybrid, hybrid_source = cfg.hybrid, cfg.hybrid_source
     notes = list(loaded.notes)
-    if hybrid is None:
+    if hybrid is None and cfg.auto_hybrid:
         rec = recommended_hybrid(paths, loaded.gpu)
-        if rec is not None and all(n in models for n in rec):
+        if rec is not None and all(n in models and deployable(n) for n in rec):
             hybrid, hybrid_source = rec, "attnbench recommend"
             keep |= set(rec)
         elif rec is not None:
-            notes.append(f"recommended hybrid {rec} has no cost model at this shape; chose by cost")
-    else:
+            why = "is not deployable" if not all(map(deployable, rec)) else "has no cost model"
+            notes.append(f"recommended hybrid {rec} {why} at this shape; chose by cost")
+    elif hybrid is not None:
         keep |= set(hybrid)
     return _Candidates(
         models={n: m for n, m in models.items() if n in keep},
@@ -313,7 +331,11 @@ def _candidates(
 
 
 def _scheduler(
-    cfg: ReplayConfig, reqs: list[ReplayRequest], trace: TraceInfo, chosen: _Candidates
+    cfg: ReplayConfig,
+    reqs: list[ReplayRequest],
+    trace: TraceInfo,
+    chosen: _Candidates,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[SchedulerConfig, StudyOptions]:
     """The scheduler the replay runs (an `agents` trace batches all its agents at once) and
     the study's options."""
@@ -339,6 +361,8 @@ def _scheduler(
         hybrid_source=chosen.hybrid_source,
         padded=agents if cfg.padded is None else cfg.padded,
         singles=chosen.singles,
+        auto_hybrid=cfg.auto_hybrid,
+        progress=progress,
     )
     return sched, opts
 
@@ -349,6 +373,7 @@ def _trust(
     loaded: LoadedRows,
     replayed: tuple[list[ReplayRequest], SchedulerConfig, StudyOutcome],
     chosen: _Candidates,
+    bands: bool = True,
 ) -> ReplayTrust:
     """How far to trust each candidate at the main rate: its live-step validation (given, or
     found beside `paths`) and the rankings with their error bands."""
@@ -372,7 +397,8 @@ def _trust(
         sims=study.sims,
         main=main_runs,
     )
-    return assess(at, Validation(source, validated, vnotes))
+    metrics = RANKED_METRICS if bands else ()
+    return assess(at, Validation(source, validated, vnotes), metrics)
 
 
 CALIBRATED = Deployment()

@@ -329,3 +329,39 @@ class ReplayTrust(DocModel):
     candidates: list[CandidateTrust]
     rankings: list[Ranking]
     notes: list[str] = Field(default_factory=list)
+
+
+class PairedRank(DocModel):
+    """One deployable option of `recommend --engine none` against its default, paired on the
+    cases both ran (`deploy.stats`): latency ratios with their 95% CI (NaN: no such cases)."""
+
+    option: str
+    """`variant, 16-bit KV, page 16`."""
+    variant: str
+    rank: int | None
+    """1 = the fastest decode and every option whose CI overlaps it; None: no decode cases."""
+    decode_ratio: Real
+    decode_ci_low: Real
+    decode_ci_high: Real
+    decode_cases: int
+    prefill_ratio: Real
+    prefill_ci_low: Real
+    prefill_ci_high: Real
+    prefill_cases: int
+
+
+class ReplayAnswer(DocModel):
+    """What `recommend --model M --tp T --engine none --trace X` answers on the replay's rows:
+    the default, the choice, the options tied with it, the hybrid (prefill, decode) when the
+    fastest prefill is another variant, and every option's paired rank."""
+
+    command: str
+    weighting: str
+    default: str
+    choice: str | None
+    tied: list[str]
+    hybrid: tuple[str, str] | None
+    prefill: str | None
+    """The fastest prefill call (None: no option has prefill cases)."""
+    ranks: list[PairedRank]
+    not_deployable: list[str] = Field(default_factory=list)

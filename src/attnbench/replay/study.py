@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from attnbench.analysis.candidates import BASELINE_VARIANTS
+from attnbench.backends.variant import is_tuned
 from attnbench.replay.costmodel import AttentionCostModel, padded_from_ragged
 from attnbench.replay.document import SCHEMA
 from attnbench.replay.gemm import GemmRoofline
@@ -53,6 +54,10 @@ class StudyOptions:
     padded: bool = False
     singles: tuple[str, ...] | None = None
     """Variants replayed alone (None: all); the others serve only in the hybrid."""
+    auto_hybrid: bool = True
+    """Without `hybrid`: the least attention time per part (False: no hybrid)."""
+    progress: Callable[[str], None] | None = None
+    """Told each candidate as its replay at the main scale ends."""
 
 
 @dataclass(frozen=True)
@@ -109,11 +114,15 @@ def best_on(models: dict[str, AttentionCostModel], f: StepFeatures, part: str) -
     """The variant with the least total `part` attention time over the steps `f`, among those
     whose `part` model rests on MIN_ROWS_TO_CHOOSE rows or more (all of them when none does);
     never a baseline no engine deploys (`candidates.BASELINE_VARIANTS`: FA3 on a contiguous
-    copy), so the automatic hybrid names only what can be served."""
+    copy) nor a `+tuned` variant (per-case knobs no engine exposes), so the automatic hybrid
+    names only what can be served."""
     have = {
         name: m
         for name, m in models.items()
-        if getattr(m, part) is not None and not m.padded and name not in BASELINE_VARIANTS
+        if getattr(m, part) is not None
+        and not m.padded
+        and name not in BASELINE_VARIANTS
+        and not is_tuned(name)
     }
     supported = {n: m for n, m in have.items() if getattr(m, part).n_rows >= MIN_ROWS_TO_CHOOSE}
     pool = supported or have
@@ -168,6 +177,8 @@ def candidates(
             plabel = f"{name} [padded]"
             cost = ReplayCost(plabel, pm, models[pre_name], gemm, num_layers)
             out.append(Candidate("padded", plabel, cost))
+    if opts.hybrid is None and not opts.auto_hybrid:
+        return out, notes
     if opts.hybrid is not None:
         pre, dec = opts.hybrid
         missing = [n for n in (pre, dec) if n not in models]
@@ -249,7 +260,7 @@ def run_study(
     )
     by_kind = {k: [c.name for c in cands if c.kind == k] for k in ("hybrid", "single")}
     outcome.main = (by_kind["hybrid"] or by_kind["single"] or [c.name for c in cands] or [""])[0]
-    for cand in cands:
+    for i, cand in enumerate(cands, 1):
         p99: dict[float, float] = {}
         for scale in opts.rate_scales:
             sim = simulate(scale_rate(requests, scale), sched, cand.cost)
@@ -262,6 +273,11 @@ def run_study(
             if scale == main_scale:
                 outcome.sims[cand.name] = sim
                 outcome.costs[cand.name] = cand.cost
+                if opts.progress is not None:
+                    opts.progress(
+                        f"[{i}/{len(cands)}] {cand.name}: {sim.num_steps:,} steps, ITL p50 "
+                        f"{summ.itl_ms.p50:.2f} ms, TTFT p50 {summ.ttft_ms.p50:.1f} ms"
+                    )
         if opts.itl_target_ms is not None:
 
             def p99_at(scale: float, cost: ReplayCost = cand.cost) -> float:

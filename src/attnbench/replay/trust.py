@@ -230,7 +230,7 @@ def assess(
     trust = [
         candidate_trust(i, at.costs[i.name], at.sims[i.name], validation.errors) for i in at.infos
     ]
-    bands = _bands(at, trust)
+    bands = _bands(at, trust) if metrics else {}
     rankings = [_ranking(metric, bands, at) for metric in metrics]
     return ReplayTrust(
         validation=validation.source,
@@ -372,5 +372,5 @@ def heldout_text(v: ValidatedError) -> str:
         f"held out on {len(v.per_trace)} traces (each judged by models fitted without it, "
         f"{v.steps} steps): median |err| {v.median_abs_err:.1%}, p90 {v.p90_abs_err:.1%}{tail}; "
         f"meets the target of {TARGET_MEDIAN:.0%}/{TARGET_P90:.0%} over >= {MIN_STEPS} steps on "
-        f"{meeting} of {len(v.per_trace)}; ranked within +-{v.bound:.1%}"
+        f"{meeting} of {len(v.per_trace)}; error bound +-{v.bound:.1%}"
     )

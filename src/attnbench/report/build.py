@@ -253,19 +253,23 @@ th{background:#eef1f6;position:sticky;top:0}tr:nth-child(even) td{background:#fa
 caption{caption-side:top;text-align:left;font-style:italic;color:#555;padding:4px 0}
 figure{margin:12px 0;overflow-x:auto}
 figure img{max-width:100%;height:auto;border:1px solid #e4e8ef}
-span.fl{white-space:nowrap}p,li{overflow-wrap:break-word}
+span.fl{white-space:nowrap}p,li{overflow-wrap:break-word}img{max-width:100%}
+h1,h2,h3,summary,figcaption,caption{overflow-wrap:anywhere}
 details{margin:8px 0}summary{cursor:pointer;color:#2454a6;font-size:13.5px;padding:3px 0}
 figcaption{font-size:13px;color:#555}
 code{background:#eef1f6;padding:0 3px;border-radius:3px;font-size:12px}
 pre{background:#1d2430;color:#e8edf3;padding:10px 14px;border-radius:6px;overflow-x:auto;
 font-size:12.5px;white-space:pre-wrap}
 @media (max-width:640px){header{padding:12px 14px}main{padding:4px 6px 24px}
-section{padding:4px 10px 10px}nav{padding:8px 10px}th,td{padding:2px 5px;min-width:5.5em}
+section{padding:4px 10px 10px}nav{padding:8px 10px}nav a{white-space:normal}
+th,td{padding:2px 5px;min-width:5.5em}
 table{font-size:11.5px}figure img{max-width:none}figure img.fit{max-width:100%}
-#decision table,#decision caption,#decision tbody,#decision tr,#decision td{display:block}
-#decision thead{display:none}#decision td{min-width:0;border-width:0 0 1px}
-#decision td::before{content:attr(data-label);display:block;font-weight:600;color:#555}}
-"""
+.dc table,.dc caption,.dc tbody,.dc tr,.dc td{display:block}
+.dc thead{display:none}.dc td{min-width:0;border-width:0 0 1px}
+.dc td::before{content:attr(data-label);display:block;font-weight:600;color:#555}}
+""".replace(".dc", 'section[id$="decision"]')
+"""The decision section's id ends in `decision` (`nvidia-h200-decision` with a GPU's rows): on
+a phone its table stacks each cell under its column's name."""
 
 
 def device_name(gpu: str) -> str:

@@ -122,6 +122,20 @@ def prepare_axes(fig: Any) -> None:
         legend = ax.get_legend()
         for text in legend.get_texts() if legend else []:
             text.set_fontsize(max(text.get_fontsize(), MIN_LEGEND_PT))
+        _upright_categories(ax)
+
+
+def _upright_categories(ax: Any) -> None:
+    """Slanted category labels (the raggedness chart's batches, at 30 degrees on the page)
+    stand upright on a phone: slanted, a long label runs under its neighbours once the panel
+    is `NARROW_WIDTH_IN` wide; upright, each takes one line's width."""
+    labels = [t for t in ax.get_xticklabels() if t.get_text()]
+    if not labels or not any(t.get_rotation() not in (0.0, 90.0) for t in labels):
+        return
+    for t in labels:
+        t.set_rotation(90)
+        t.set_horizontalalignment("center")
+        t.set_rotation_mode("default")
 
 
 def _panel_height(ax: Any) -> float:

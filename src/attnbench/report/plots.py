@@ -58,12 +58,39 @@ def preload() -> None:
     _plt()
 
 
-def colors(backends: Sequence[str]) -> dict[str, Any]:
-    """One stable color per backend (sorted names over tab10, then tab20)."""
+SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+SERIES_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def series_styles(names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """One stable style per name (sorted): a color of tab10 (tab20 beyond 10 names) and, for
+    each further round of the palette, another marker and line style, so no two series of a
+    legend share color, marker and line style (the roofline's 33 variants: two rounds of
+    tab20). Keys `color`, `marker`, `ls`, to splat into `plot` (`scatter` takes the first
+    two)."""
     plt = _plt()
-    names = sorted(set(backends))
-    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-    return {b: cmap(i % cmap.N) for i, b in enumerate(names)}
+    ordered = sorted(set(names))
+    cmap = plt.get_cmap("tab10" if len(ordered) <= 10 else "tab20")
+    out = {}
+    for i, name in enumerate(ordered):
+        turn = i // cmap.N
+        out[name] = {
+            "color": cmap(i % cmap.N),
+            "marker": SERIES_MARKERS[turn % len(SERIES_MARKERS)],
+            "ls": SERIES_LINESTYLES[turn % len(SERIES_LINESTYLES)],
+        }
+    return out
+
+
+def colors(backends: Sequence[str]) -> dict[str, Any]:
+    """One stable color per backend (`series_styles`' color)."""
+    return {b: st["color"] for b, st in series_styles(backends).items()}
+
+
+def markers(backends: Sequence[str]) -> dict[str, str]:
+    """One marker per backend (`series_styles`): the color repeats beyond the palette, the
+    marker then differs."""
+    return {b: st["marker"] for b, st in series_styles(backends).items()}
 
 
 def _figure(ncols: int, nrows: int = 1, width: float = 6.0, height: float = 4.2) -> Any:
@@ -278,6 +305,7 @@ def _group_title(r: pd.Series) -> str:
 
 
 def _lines(ax: Any, rows: pd.DataFrame, x: str, cmap: dict[str, Any], dashed: bool = False) -> None:
+    mk = markers(list(cmap))  # the same sorted names as `cmap`'s: its markers
     for backend, g in rows.groupby("backend"):
         g = g.sort_values(x)
         name = str(backend) + (" (padded)" if dashed else "")
@@ -287,7 +315,7 @@ def _lines(ax: Any, rows: pd.DataFrame, x: str, cmap: dict[str, Any], dashed: bo
             yerr=_err(g),
             label=name,
             color=cmap[str(backend)],
-            marker="o",
+            marker=mk.get(str(backend), "o"),
             ms=4,
             lw=1.5,
             capsize=2,
@@ -317,6 +345,7 @@ def latency_vs_context(ok: pd.DataFrame, label: str, relative: bool = False) -> 
     if not groups:
         return None
     cmap = colors(pd.concat(groups)["backend"])
+    style = series_styles(pd.concat(groups)["backend"])
     ncols = min(2, len(groups))
     fig, axes = _figure(ncols, math.ceil(len(groups) / ncols))
     for ax, g in zip(axes, groups, strict=False):
@@ -324,9 +353,7 @@ def latency_vs_context(ok: pd.DataFrame, label: str, relative: bool = False) -> 
             best = g.groupby("kv_max")["latency_us"].transform("min")
             for backend, b in g.assign(rel=g["latency_us"] / best).groupby("backend"):
                 b = b.sort_values("kv_max")
-                ax.plot(
-                    b["kv_max"], b["rel"], "o-", ms=4, color=cmap[str(backend)], label=str(backend)
-                )
+                ax.plot(b["kv_max"], b["rel"], ms=4, label=str(backend), **style[str(backend)])
             ax.axhline(1, color="k", lw=0.8)
             ax.set_yscale("log")  # slow fallbacks (math, flex) must not flatten the leaders
             ax.set_ylabel("latency / fastest at that context (log)")
@@ -442,9 +469,12 @@ def _fraction_panel(
         ax.set_axis_off()
         return
     xcol = g["bytes_total"] / 1e6 if kind == "decode" else g["flops"] / 1e9
+    mk = markers(list(cmap))
     for backend in sorted(set(g["backend"])):
         m = g["backend"] == backend
-        ax.scatter(xcol[m], 100 * g[m][col], s=14, color=cmap[backend], label=backend)
+        ax.scatter(
+            xcol[m], 100 * g[m][col], s=14, color=cmap[backend], marker=mk[backend], label=backend
+        )
     ax.set_xscale("log")
     ax.set_ylim(0, max(105, 100 * float(g[col].max()) * 1.1))
     ax.axhline(100, color="k", lw=0.8)

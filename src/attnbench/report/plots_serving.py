@@ -24,6 +24,8 @@ from attnbench.report.plots import (
     _plt,
     _tokens_axis,
     colors,
+    markers,
+    series_styles,
 )
 
 
@@ -136,22 +138,25 @@ def raggedness(ok: pd.DataFrame, label: str) -> Drawing | None:
 FP8_FIELDS = (
     *("pair", "backend", "kv_dtype", "kind", "uniform", "kv_max", "latency_us"),
     *("ci_low_us", "ci_high_us", "min_us", "max_us", "samples_us"),
+    *("num_qo_heads", "num_kv_heads", "head_dim", "batch_size", "page_size"),
 )
 """What the fp8 figure reads of a row (its timing, `compare.Timing.of`)."""
 FIGURE_BOOT = 200
 """Bootstrap replicates for a figure's error bars (the decisions use `compare.N_BOOT`)."""
 
 
-def _fp8_pairs(
-    ok: pd.DataFrame,
-) -> tuple[list[tuple[str, str, Any, int]], dict[str, list[tuple[float, float]]]]:
+Curve = list[tuple[str, float, float]]
+"""(case without its context, context, 16-bit latency / fp8 latency) of one backend format."""
+
+
+def _fp8_pairs(ok: pd.DataFrame) -> tuple[list[tuple[str, str, Any, int]], dict[str, Curve]]:
     """Per (backend, fp8 format) with timed 16-bit twins: (backend, format, geomean ratio
     estimate, cases), and the uniform-decode speed-up along context per (backend format)."""
     drop = ("kv_dtype",)
     a, b = add_key(ok[~ok["fp8"]], "pair", drop), add_key(ok[ok["fp8"]], "pair", drop)
     a, b = a[list(FP8_FIELDS)], b[list(FP8_FIELDS)]  # records of 70 columns are slow to build
     bars: list[tuple[str, str, Any, int]] = []
-    curves: dict[str, list[tuple[float, float]]] = {}
+    curves: dict[str, Curve] = {}
     base_by = {be: dict(zip(g["pair"], records(g), strict=True)) for be, g in a.groupby("backend")}
     for (backend, kv), g in b.groupby(["backend", "kv_dtype"]):
         base = base_by.get(backend, {})
@@ -170,9 +175,42 @@ def _fp8_pairs(
         for s, r in recs:
             if r["kind"] == "decode" and r["uniform"]:
                 curves.setdefault(f"{backend} {kv}", []).append(
-                    (r["kv_max"], s["latency_us"] / r["latency_us"])
+                    (_case(r), float(r["kv_max"]), s["latency_us"] / r["latency_us"])
                 )
     return bars, curves
+
+
+def _case(r: Any) -> str:
+    return (
+        f"h{r['num_qo_heads']}/{r['num_kv_heads']} d{r['head_dim']} bs{r['batch_size']} "
+        f"p{r['page_size']}"
+    )
+
+
+def along_context(
+    curves: dict[str, Curve],
+) -> tuple[str, dict[str, tuple[list[float], list[float]]]]:
+    """One case for every line: the case (heads, batch size, page size) timed at the most
+    (backend format, context) points, and per backend format its speed-up at each context
+    of that case (a repeated row: the geometric mean), so no line jumps between cases that
+    share a context."""
+    counts: dict[str, int] = {}
+    for pts in curves.values():
+        for case, _, _ in pts:
+            counts[case] = counts.get(case, 0) + 1
+    if not counts:
+        return "", {}
+    case = max(sorted(counts), key=lambda c: counts[c])
+    out = {}
+    for name, pts in sorted(curves.items()):
+        by: dict[float, list[float]] = {}
+        for c, x, y in pts:
+            if c == case and y > 0 and math.isfinite(y):
+                by.setdefault(x, []).append(math.log(y))
+        if by:
+            xs = sorted(by)
+            out[name] = (xs, [math.exp(sum(by[x]) / len(by[x])) for x in xs])
+    return case, out
 
 
 def _fp8_bars(ax: Any, bars: list[tuple[str, str, Any, int]], cmap: dict[str, Any]) -> None:
@@ -203,16 +241,18 @@ def fp8_vs_16bit(ok: pd.DataFrame, everything: pd.DataFrame, label: str) -> Draw
     fig, axes = _figure(2, width=6.5, height=max(4.2, 0.9 + 0.2 * len(bars)))
     _fp8_bars(axes[0], bars, cmap)
     ax = axes[1]
-    for name, pts in sorted(curves.items()):
-        pts.sort()
-        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-        ax.plot(xs, ys, "o-", ms=4, label=name, color=cmap[name.split(" ")[0]])
-    if curves:
+    case, lines = along_context(curves)
+    style = series_styles(everything["backend"])
+    for name, (xs, ys) in lines.items():
+        backend, fmt = name.split(" ")
+        st = style[backend] | {"ls": "--" if fmt == "fp8_e5m2" else "-"}
+        ax.plot(xs, ys, ms=4, label=name, mfc="none" if fmt == "fp8_e5m2" else None, **st)
+    if lines:
         _tokens_axis(ax)
         ax.axhline(1, color="k", lw=0.8)
         ax.set_xlabel("context length per request (uniform decode)")
         ax.set_ylabel("16-bit latency / fp8 latency")
-        ax.set_title("fp8 speed-up along context", fontsize=10)
+        ax.set_title(f"fp8 speed-up along context, decode {case}", fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     else:
@@ -282,14 +322,14 @@ def predicted_vs_measured(
     pts = {n: v for n, v in pts.items() if v}
     if not pts:
         return None
-    cmap = colors(list(pts))
+    cmap, mk = colors(list(pts)), markers(list(pts))
     every = np.array([xy for v in pts.values() for xy in v])
     lo, hi = float(every.min()), float(every.max())
     log = hi / lo > WIDE_RANGE
     fig, (ax, ax_err) = _figure(2, width=6.4, height=5.0)
     for name, v in pts.items():
         m, p = np.array(v).T
-        style = dict(s=14, alpha=0.7, color=cmap[name], edgecolors="none")
+        style = dict(s=14, alpha=0.7, color=cmap[name], marker=mk[name], edgecolors="none")
         ax.scatter(m, p, label=f"{name} ({len(v)})", **style)
         ax_err.scatter(m, 100 * (p / m - 1), **style)
     line = np.geomspace(lo * 0.9, hi * 1.1, 50) if log else np.linspace(lo * 0.9, hi * 1.1, 50)

@@ -269,10 +269,10 @@ def figure(doc: ReplayDocument, label: str) -> Figure | None:
     runs = doc.runs
     if not runs:
         return None
-    from attnbench.report.plots import _figure, _finish, colors
+    from attnbench.report.plots import _figure, _finish, colors, markers
 
     names = list(dict.fromkeys(r.candidate for r in runs))
-    cmap = colors(names)
+    cmap, mk = colors(names), markers(names)
     fig, (ax_itl, ax_ttft) = _figure(2)
     for name in names:
         pts = sorted((r for r in runs if r.candidate == name), key=lambda r: r.rate_req_s)
@@ -282,7 +282,7 @@ def figure(doc: ReplayDocument, label: str) -> Figure | None:
             (ax_itl, [r.itl_ms.p99 for r in pts]),
             (ax_ttft, [r.ttft_ms.p99 for r in pts]),
         ):
-            ax.plot(xs, ys, style, marker="o", color=cmap[name], label=name)
+            ax.plot(xs, ys, style, marker=mk[name], color=cmap[name], label=name)
     target = doc.itl_target_ms
     if target:
         ax_itl.axhline(target, color="#aa0000", linewidth=1, linestyle=":", label="target")

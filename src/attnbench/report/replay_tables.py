@@ -44,7 +44,7 @@ def _pct(v: float) -> str:
 NAME_WIDTH = 26
 """The candidate or variant column wraps at spaces past this width (a hybrid's name is 50
 characters), so the other columns fit beside it at 80 columns (`cli.common.print_fitted`)."""
-NAME_COLUMNS = ("candidate", "variant", "backend", "variant / part")
+NAME_COLUMNS = ("candidate", "variant", "backend", "variant / part", "option")
 
 
 def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ()) -> Table:
@@ -217,6 +217,69 @@ def tables(doc: ReplayDocument) -> list[Table]:
     return [t for t, _ in printed_tables(doc)]
 
 
+def _ratio(v: float, lo: float, hi: float) -> str:
+    return f"{v:.2f}x [{lo:.2f}-{hi:.2f}]" if math.isfinite(v) else "-"
+
+
+def _replayed(doc: ReplayDocument, variant: str) -> tuple[float, float]:
+    """ITL p50 and TTFT p50 (ms) of the single candidate that replays `variant` at the main
+    scale (NaN: not replayed)."""
+    for r in doc.runs_at():
+        if r.candidate == variant or r.candidate.startswith(variant + " ("):
+            return r.itl_ms.p50, r.ttft_ms.p50
+    return math.nan, math.nan
+
+
+def paired_table(doc: ReplayDocument) -> Table | None:
+    """`recommend --engine none`'s options ranked by the paired statistics of the rows
+    (`doc.answer`), beside what the replay measured for each."""
+    a = doc.answer
+    if a is None or not a.ranks:
+        return None
+    t = _table(
+        escape(f"rank by the rows, paired against the default {a.default} (95% CI)"),
+        ("rank", "option", "decode", "prefill", "ITL p50", "TTFT p50"),
+        left=("option",),
+    )
+    for r in a.ranks:
+        itl, ttft = _replayed(doc, r.variant)
+        t.add_row(
+            str(r.rank) if r.rank is not None else "-",
+            escape(r.option),
+            _ratio(r.decode_ratio, r.decode_ci_low, r.decode_ci_high),
+            _ratio(r.prefill_ratio, r.prefill_ci_low, r.prefill_ci_high),
+            _f(itl, 2),
+            _f(ttft),
+        )
+    return t
+
+
+def answer_lines(doc: ReplayDocument) -> list[str]:
+    """The decision, as `recommend --engine none` states it on the same rows and traffic: the
+    choice, the options tied with it (once), the hybrid, what is never chosen."""
+    a = doc.answer
+    if a is None:
+        return []
+    if a.choice is None:
+        return [f"no answer from the rows (`{a.command}` says why)"]
+    head = (
+        f"keep the default, {a.choice}"
+        if a.choice == a.default
+        else f"{a.choice} instead of the default {a.default}"
+    )
+    out = [f"decision (as `{a.command}`): {head}", f"traffic: {a.weighting}"]
+    if a.tied:
+        out.append(f"tied with it (95% CIs overlap): {', '.join(a.tied)}")
+    if a.hybrid is not None:
+        out.append(f"hybrid: prefill {a.hybrid[0]}, decode {a.hybrid[1]} (a call of its own each)")
+    elif a.prefill is None:
+        out.append("hybrid: none (no option has prefill cases to choose a prefill call by)")
+    else:
+        out.append(f"hybrid: none ({a.prefill} is also the fastest prefill call)")
+    out += [f"never chosen: {line}" for line in a.not_deployable]
+    return out
+
+
 RANKING_KEYS = 3
 """A ranking split to fit the terminal repeats its metric, rank and candidate in each part."""
 
@@ -225,6 +288,9 @@ def printed_tables(doc: ReplayDocument) -> list[tuple[Table, int]]:
     """Every table of the document with the number of its leading columns that name a row
     (repeated in each part where `cli.common.print_fitted` splits it to fit the terminal)."""
     out = [(runs_table(doc), 1)]
+    paired = paired_table(doc)
+    if paired is not None:
+        out.append((paired, 2))
     ranking = ranking_table(doc)
     if ranking is not None:
         out.append((ranking, RANKING_KEYS))
