@@ -35,7 +35,7 @@ from attnbench.workload.spec import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-DOC = ROOT / "docs" / "h200.md"
+DOC = ROOT / "docs" / "findings.md"
 runner = CliRunner()
 
 
@@ -320,15 +320,15 @@ def test_readme_block_links_each_headline_to_its_section(
     committed: tuple[Inputs, list[Section]],
 ) -> None:
     _, sections = committed
-    block = readme_block(sections, "docs/h200.md")
+    block = readme_block(sections, "docs/findings.md")
     assert block.startswith(BEGIN)
     assert block.endswith(END)
     rows = [ln for ln in block.splitlines() if ln.startswith("| [")]
     assert 5 <= len(rows) <= 25
-    assert all("(docs/h200.md#" in r for r in rows)
+    assert all("(docs/findings.md#" in r for r in rows)
     text = DOC.read_text()
     for r in rows:
-        anchor = r.split("(docs/h200.md#", 1)[1].split(")", 1)[0]
+        anchor = r.split("(docs/findings.md#", 1)[1].split(")", 1)[0]
         assert any(
             ln.startswith("## ") and anchor == _anchor(ln[3:]) for ln in text.splitlines()
         ), anchor

@@ -101,6 +101,6 @@ def test_the_rule_sees_hand_typed_figures_and_skips_generated_and_code() -> None
 
 def test_the_readme_links_the_generated_document() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert "[docs/h200.md](docs/h200.md)" in readme
+    assert "[docs/findings.md](docs/findings.md)" in readme
     block = readme[readme.index(BEGIN) : readme.index(END)]
-    assert "(docs/h200.md#" in block
+    assert "(docs/findings.md#" in block

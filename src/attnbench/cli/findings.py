@@ -25,7 +25,7 @@ from attnbench.cli.common import (
 if TYPE_CHECKING:
     from attnbench.report.findings import Difference
 
-DEFAULT_OUT = Path("docs/h200.md")
+DEFAULT_OUT = Path("docs/findings.md")
 DEFAULT_README = Path("README.md")
 DEFAULT_RESULTS = Path("results")
 
