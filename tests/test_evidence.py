@@ -17,8 +17,10 @@ from attnbench.analysis.evidence import (
     evidence_of_commits,
     is_dirty,
 )
-from attnbench.report.findings import Headline, Section, build, load_inputs, readme_block
+from attnbench.report.findings import Headline, Section, build, load_inputs
 from attnbench.report.findings.gate import annotate
+from attnbench.report.findings.gpus import Part
+from attnbench.report.findings.render import headline_table, table_markdown
 from attnbench.results import Header, ResultRow, ResultWriter
 from attnbench.workload.spec import WorkloadSpec
 
@@ -82,7 +84,8 @@ def test_documents_give_their_tree_only() -> None:
 def test_a_headline_from_rows_not_at_todays_gate_says_so_in_its_text() -> None:
     head = Headline.of("topic", "1.2x", _frame(("ok", DIRTY, None)))
     assert head.caveat
-    block = readme_block([Section("S", headlines=[head])], "doc.md")
+    parts = [Part("", [Section("S", headlines=[head])])]
+    block = table_markdown(headline_table(parts, {}, "doc.md"))
     assert f"1.2x — *not at today's gate*: 1 of 1 rows from an uncommitted tree ({DIRTY})" in (
         block
     )

@@ -30,12 +30,13 @@ from attnbench.report.findings import (
     sources,
     splice,
 )
+from attnbench.report.findings.render import answer_rows
 from attnbench.results import Footer, Header, ResultRow, ResultWriter
 from attnbench.workload.spec import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-DOC = ROOT / "docs" / "h200.md"
+DOC = ROOT / "docs" / "findings.md"
 runner = CliRunner()
 
 
@@ -316,22 +317,34 @@ def test_a_later_default_run_stands_beside_the_first(tmp_path: Path) -> None:
     assert head.commit == "aaa1111, bbb2222"
 
 
-def test_readme_block_links_each_headline_to_its_section(
+def test_readme_block_is_the_answer_table_and_links_to_its_section(
     committed: tuple[Inputs, list[Section]],
 ) -> None:
-    _, sections = committed
-    block = readme_block(sections, "docs/h200.md")
+    inputs, sections = committed
+    block = readme_block(sections, "docs/findings.md", inputs)
     assert block.startswith(BEGIN)
     assert block.endswith(END)
-    rows = [ln for ln in block.splitlines() if ln.startswith("| [")]
-    assert 5 <= len(rows) <= 25
-    assert all("(docs/h200.md#" in r for r in rows)
+    lines = block.splitlines()
+    assert lines[1].startswith("| GPU | model | engine | traffic | deploy | decode vs default |")
+    answer = next(s for s in sections if s.key == "answer")
+    assert len([ln for ln in lines if ln.startswith("| ")]) - 1 == len(answer_rows(answer))
+    anchor = block.split("(docs/findings.md#", 1)[1].split(")", 1)[0]
     text = DOC.read_text()
+    assert any(ln.startswith("### ") and anchor == _anchor(ln[4:]) for ln in text.splitlines()), (
+        anchor
+    )
+
+
+def test_the_headlines_link_to_sections_of_the_page(
+    committed: tuple[Inputs, list[Section]],
+) -> None:
+    text = DOC.read_text()
+    heads = text.split("## Headlines", 1)[1].split("## Contents", 1)[0]
+    rows = [ln for ln in heads.splitlines() if ln.startswith("| [")]
+    assert 5 <= len(rows) <= 40
+    titles = {_anchor(ln[4:]) for ln in text.splitlines() if ln.startswith("### ")}
     for r in rows:
-        anchor = r.split("(docs/h200.md#", 1)[1].split(")", 1)[0]
-        assert any(
-            ln.startswith("## ") and anchor == _anchor(ln[3:]) for ln in text.splitlines()
-        ), anchor
+        assert r.split("](#", 1)[1].split(")", 1)[0] in titles, r
 
 
 def _anchor(title: str) -> str:

@@ -35,6 +35,7 @@ NOT_MEASURED = {
     "within 3% for kernels over 50 us": "fidelity's tolerance and bound (`analysis.fidelity`)",
     "each bucket of >= 5% of the": "`--measure`'s bucket share (`deploy.decide.MEASURE_SHARE`)",
     "until 90% of the steps": "the example value of `--cover 0.9`",
+    "95% CI": "the confidence level of the paired bootstrap (`deploy.stats`)",
 }
 """Design constants that look like measurements, each with what it is."""
 
@@ -99,8 +100,96 @@ def test_the_rule_sees_hand_typed_figures_and_skips_generated_and_code() -> None
     assert hand_typed("The error budget is 4x and 5x.") == ["The error budget is 4x and 5x."]
 
 
-def test_the_readme_links_the_generated_document() -> None:
+def test_the_readme_links_the_findings_page_and_its_answer_table() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert "[docs/h200.md](docs/h200.md)" in readme
+    assert "[docs/findings.md](docs/findings.md)" in readme
+    assert "[DESIGN.md](DESIGN.md)" in readme
+    assert "--help" in readme
     block = readme[readme.index(BEGIN) : readme.index(END)]
-    assert "(docs/h200.md#" in block
+    assert "(docs/findings.md#" in block
+
+
+README_MAX_BYTES = 12 * 1024
+DESIGN_MAX_BYTES = 25 * 1024
+ANSWER_WITHIN_LINES = 60
+PARAGRAPH_MAX_WORDS = 80
+HOW_IT_MEASURES_MAX_BULLETS = 8
+
+
+def test_the_readme_and_design_stay_short() -> None:
+    assert len((ROOT / "README.md").read_bytes()) <= README_MAX_BYTES
+    assert len((ROOT / "DESIGN.md").read_bytes()) <= DESIGN_MAX_BYTES
+
+
+def test_the_answer_table_starts_within_the_first_lines() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index(BEGIN)
+    assert start < ANSWER_WITHIN_LINES
+    assert lines[start + 1].startswith("| GPU | model | engine | traffic |")
+
+
+def paragraphs(text: str) -> list[str]:
+    """The prose paragraphs of `text`: no generated block, code, table, heading or list."""
+    out = []
+    for para in re.split(r"\n\s*\n", _prose(text)):
+        lines = [ln for ln in para.splitlines() if ln.strip()]
+        if lines and not lines[0].lstrip().startswith(("#", "|", "-", "*", "<!--")):
+            out.append(" ".join(lines))
+    return out
+
+
+def test_no_readme_paragraph_is_long() -> None:
+    long = [p for p in paragraphs((ROOT / "README.md").read_text())
+            if len(p.split()) > PARAGRAPH_MAX_WORDS]  # fmt: skip
+    assert not long, long
+
+
+def test_how_it_measures_has_few_bullets() -> None:
+    readme = (ROOT / "README.md").read_text()
+    part = readme.split("## How it measures", 1)[1].split("\n## ", 1)[0]
+    bullets = [ln for ln in part.splitlines() if ln.startswith("- ")]
+    assert 0 < len(bullets) <= HOW_IT_MEASURES_MAX_BULLETS
+
+
+PATH = re.compile(r"(?<![\w./:-])(\.?[\w-]+(?:\.[\w]+)?(?:/[\w.-]+)+/?)(?::\d+(?:-\d+)?)?")
+"""`src/attnbench/deploy/ask.py`, `docs/findings.md`, `report/findings/`, `.ci/run`: a repository
+path (relative to the root or to `src/attnbench/`), with an optional `:line`."""
+NOT_PATHS = ("runs/", "http", "sm90", "GB/s", "TFLOP/s", "tok/s", "req/s", "B/A")
+"""Path-looking words that name no repository file: git-ignored output, units, URLs."""
+
+
+def named_paths(text: str) -> list[str]:
+    """Each repository path that a code span or link of `text` names (globs and placeholders
+    left out)."""
+    spans = re.findall(r"`([^`\n]+)`", text) + re.findall(r"\]\(([^)#\s]+)", text)
+    found = []
+    for span in spans:
+        for m in PATH.finditer(span):
+            path = m.group(1)
+            if any(c in span[m.start() : m.end() + 1] for c in "*<>{}") or path.startswith(
+                NOT_PATHS
+            ):
+                continue
+            if "/" in path and not path.startswith(("/", "~")):
+                found.append(path)
+    return found
+
+
+def _exists(base: Path, path: str) -> bool:
+    """`path` under `base`, also as a module (`cli/__init__`) or a module's name
+    (`analysis/fidelity.disagreement_cause`)."""
+    module = path.rsplit(".", 1)[0]
+    return any((base / p).exists() for p in (path, f"{path}.py", f"{module}.py"))
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_every_path_the_doc_names_exists(name: str) -> None:
+    text = (ROOT / name).read_text(encoding="utf-8")
+    bases = (ROOT, ROOT / "src" / "attnbench", ROOT / "src")
+    missing = [p for p in named_paths(text) if not any(_exists(b, p) for b in bases)]
+    assert not missing, f"{name} names paths that do not exist: {missing}"
+
+
+def test_the_path_rule_sees_paths() -> None:
+    text = "see `src/attnbench/deploy/ask.py:34`, [x](docs/findings.md) and `runs/<time>.jsonl`"
+    assert named_paths(text) == ["src/attnbench/deploy/ask.py", "docs/findings.md"]

@@ -25,7 +25,7 @@ from attnbench.cli.common import (
 if TYPE_CHECKING:
     from attnbench.report.findings import Difference
 
-DEFAULT_OUT = Path("docs/h200.md")
+DEFAULT_OUT = Path("docs/findings.md")
 DEFAULT_README = Path("README.md")
 DEFAULT_RESULTS = Path("results")
 
@@ -56,15 +56,14 @@ def _generate(
         if s.text.startswith(FAILED):
             note(f"section {s.title}: {s.text}")
     label = ", ".join(f"`{p}`" for p in results) if results else "`results/`"
-    want = {out: document(sections, label)}
+    want = {out: document(sections, label, inputs)}
     if readme is not None:
         if not readme.is_file():
             fail(f"--readme={readme}: no such file")
         link = Path(os.path.relpath(out, readme.parent)).as_posix()
         try:
-            want[readme] = splice(
-                readme.read_text(encoding="utf-8"), readme_block(sections, link), str(readme)
-            )
+            block = readme_block(sections, link, inputs)
+            want[readme] = splice(readme.read_text(encoding="utf-8"), block, str(readme))
         except BlockMarkersError as exc:
             fail(str(exc))
     return want, inputs.texts

@@ -3,7 +3,7 @@
 A torch fp32 sum is not the fastest reader on an H200: decode kernels stream faster than it
 reads. A Triton kernel with one program per 4-16k-element block, loading with `.cg` (bypass
 L1), reads faster than any decode row; the read probe (`scripts/h200/read_probe.py`,
-`results/h200-read-probe.json`) has the figures per reader and block size, and `docs/h200.md`
+`results/h200-read-probe.json`) has the figures per reader and block size, and `docs/findings.md`
 quotes them. The ceiling is the fastest of the readers here, each checked to have read every
 element.
 """

@@ -16,7 +16,7 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnbench.analysis.candidates import NON_SERVING
 from attnbench.analysis.frame import (
@@ -39,6 +39,9 @@ from attnbench.report.blocks import (
 )
 from attnbench.report.parallel import Task, run_tasks, tasks_for
 from attnbench.results import is_trials_name
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _load_sections() -> None:
@@ -64,15 +67,25 @@ def registered() -> list[str]:
     return [r.name for r in registered_sections()]
 
 
+def _lead_first(gpus: list[str], ok: pd.DataFrame) -> list[str]:
+    """`gpus` with the GPU that measured traffic first (`first_screen.lead_gpu`), so the page
+    leads with the answers measured on traffic, whichever GPU measured them."""
+    from attnbench.report.first_screen import lead_gpu
+
+    lead = lead_gpu(ok)
+    return [lead, *(g for g in gpus if g != lead)] if lead in gpus else gpus
+
+
 def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
-    """(GPU, sections) for every GPU in the rows; global (per_gpu=False) sections go with the
-    first GPU. Sections are built in parallel (`run_tasks`), and kept in report order."""
+    """(GPU, sections) for every GPU in the rows, the GPU that measured traffic first; global
+    (per_gpu=False) sections go in a last group, `ACROSS_GPUS` (with one GPU, in its group).
+    Sections are built in parallel (`run_tasks`), and kept in report order."""
     _load_sections()
     if not loaded.frame.empty:  # a tune run's every trial is the tuning section's evidence only
         kept = ~loaded.frame["source"].map(is_trials_name)
         loaded = replace(loaded, frame=loaded.frame[kept])
     frame = latest(loaded.frame)
-    gpus = gpu_order(frame) if not frame.empty else [""]
+    gpus = _lead_first(gpu_order(frame), ok_rows(loaded.frame)) if not frame.empty else [""]
     ok = ok_rows(loaded.frame)
     if not ok.empty:  # performance sections show serving kernels, not the oracle or faults
         ok = ok[~ok["library"].isin(NON_SERVING | {"faulty"})]
@@ -93,12 +106,20 @@ def build_sections(loaded: Loaded) -> list[tuple[str, list[Section]]]:
     for task, sections in zip(tasks, run_tasks(tasks), strict=True):
         for (reg, data), sec in zip(task, sections, strict=True):
             built[(data.gpu, reg.name)] = sec
+    if len(gpus) == 1:  # one GPU: its page holds every section, in registration order
+        secs = [s for r in regs if (s := built[(gpus[0], r.name)]) is not None]
+        return [(gpus[0], [scrub(sec) for sec in secs])]
     out = []
-    for i, gpu in enumerate(gpus):
-        names = [r.name for r in regs if r.per_gpu or i == 0]
-        secs = [s for n in names if (s := built[(gpu, n)]) is not None]
+    for gpu in gpus:
+        secs = [s for r in regs if r.per_gpu and (s := built[(gpu, r.name)]) is not None]
         out.append((gpu, [scrub(sec) for sec in secs]))
-    return out
+    shared = [s for r in regs if not r.per_gpu and (s := built[(gpus[0], r.name)]) is not None]
+    return [*out, (ACROSS_GPUS, [scrub(sec) for sec in shared])] if shared else out
+
+
+ACROSS_GPUS = "Across GPUs"
+"""The group of the sections that are not one GPU's (`per_gpu=False`: the serving replay's
+documents, the fp8 study, which may have run on a CPU): never headed by a GPU's name."""
 
 
 _MACHINE_PATH = re.compile(r"(?<![\w.~/:)\]-])~?(?:/[\w.+@-]+)+/([\w.+@-]+)")
@@ -177,7 +198,7 @@ def render_markdown(
         if len(groups) > 1:
             lines += [f"# {gpu}", ""]
         for sec in sections:
-            where = f" ({device_name(gpu)})" if len(groups) > 1 and gpu else ""
+            where = f" ({device_name(gpu)})" if len(groups) > 1 and gpu != ACROSS_GPUS else ""
             lines += [f"## {sec.title}{where}", ""]
             for block in sec.blocks:
                 block_lines, count = _md_block(block, fig_dir, count)
@@ -377,13 +398,19 @@ def render_html(
     several = len(groups) > 1
     for gpu, sections in groups:
         prefix = _slug(gpu) + "-" if several else ""
-        where = f' <span class="gpu">{html.escape(device_name(gpu))}</span>' if several else ""
+        where = (
+            f' <span class="gpu">{html.escape(device_name(gpu))}</span>'
+            if several and gpu != ACROSS_GPUS
+            else ""
+        )
         links = []
         if several:
             body.append(f'<h1 class="gpu" id="{_slug(gpu)}">{html.escape(gpu)}</h1>')
         for sec in sections:
             anchor = prefix + _slug(sec.title)
-            name = f"{sec.title} · {device_name(gpu)}" if several else sec.title
+            name = (
+                f"{sec.title} · {device_name(gpu)}" if several and gpu != ACROSS_GPUS else sec.title
+            )
             links.append(f'<a href="#{anchor}">{html.escape(name)}</a>')
             lead = sec.title == FIRST_SCREEN_TITLE and not first and not nav
             (first if lead else body).append(section_html(sec, anchor, where, open_all=lead))
@@ -411,7 +438,7 @@ def write_report(
     """Build every section and write out_dir/report.md (+ figures/) and out_dir/report.html."""
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = build_sections(loaded)
-    gpus = ", ".join(g for g, _ in groups if g) or "no GPU rows"
+    gpus = ", ".join(g for g, _ in groups if g and g != ACROSS_GPUS) or "no GPU rows"
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     files = f"Results: {', '.join(p.name for p in loaded.paths)}."
     intro = [f"GPU: {gpus}. Generated {when} by `attnbench report`."]

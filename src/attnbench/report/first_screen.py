@@ -1,14 +1,18 @@
-"""The report's first screen: the per-model deploy decision and one figure, the decode time
-per batch-size bucket of every deployable configuration, before anything else on the page.
+"""The report's first screen: the answers measured on traffic, then one figure, the decode
+time per batch-size bucket of every deployable configuration, before anything else on the page.
 
-The decisions are `recommend --model`'s (`deploy.decide.answers_by_model`, per model shape
-of the rows, without a trace): the same deployable options (an engine's settings, never a
-contiguous-cache or knob-less tuned variant), the same pairing on shared cases and 95% CIs.
+The answers are the findings' answer table (`deploy.table.answer_table`, through `deploy.ask`:
+the decider `recommend --model M --engine E --trace T` calls), per GPU that measured traffic
+(`recommend --measure` rows), model, engine, traffic and KV dtype, whichever GPU measured them;
+the report puts that GPU's sections first (`lead_gpu`). Rows without traffic measured on them
+fall back to `recommend --model`'s answer without a trace (`deploy.decide.answers_by_model`):
+the same deployable options, pairing on shared cases and 95% CIs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -125,6 +129,43 @@ def decisions_from_answers(frame: pd.DataFrame) -> list[ModelDecision]:
     return [_decision(shape, a) for shape, answers in answers_by_model(frame) for a in answers]
 
 
+ANSWER_COLUMNS = ["GPU", "model", "engine", "traffic", "KV", "deploy", "decode vs default"]
+ANSWER_COLUMNS += ["prefill vs default", "basis"]
+
+
+def traffic_rows(ok: pd.DataFrame) -> pd.DataFrame:
+    """The passed rows `recommend --measure` timed on a trace's own batches (decode labels)."""
+    from attnbench.deploy.decide import parse_label
+
+    if ok.empty or "label" not in ok:
+        return ok.iloc[0:0]
+    return ok[ok["label"].astype(str).map(lambda s: parse_label(s) is not None).astype(bool)]
+
+
+def traffic_answers(ok: pd.DataFrame, paths: list[Path]) -> list[list[str]]:
+    """The answers measured on traffic, per GPU, model, engine, traffic and KV dtype: the
+    findings' answer table (`deploy.table.answer_table`) with the traffic kept beside the rows
+    (`deploy.traffic.committed_traffic`), in `ANSWER_COLUMNS`' order; [] without such rows."""
+    from attnbench.deploy.table import answer_table
+    from attnbench.deploy.traffic import committed_traffic
+
+    measured = traffic_rows(ok)
+    if measured.empty:
+        return []
+    models = sorted({(str(m), int(t)) for m, t in measured[["model", "tp"]].itertuples(False)})
+    table = answer_table(ok, measured, models, committed_traffic(paths))
+    return [[r[4], *r[:4], *r[5:9]] for r in table]
+
+
+def lead_gpu(ok: pd.DataFrame) -> str | None:
+    """The GPU whose sections lead the report: the one with the most rows measured on
+    traffic, None when no GPU has any."""
+    measured = traffic_rows(ok)
+    if measured.empty:
+        return None
+    return str(measured["gpu"].astype(str).value_counts().index[0])
+
+
 def _engine_cell(d: ModelDecision | None) -> str:
     if d is None:
         return "-"
@@ -199,17 +240,30 @@ def _missing_text(missing: list[str], others: dict[str, list[str]]) -> str:
 
 
 def first_screen_blocks(
-    frame: pd.DataFrame, label: str = "", others: dict[str, list[str]] | None = None
+    frame: pd.DataFrame,
+    label: str = "",
+    others: dict[str, list[str]] | None = None,
+    answers: list[list[str]] | None = None,
 ) -> list[Block]:
-    """The decision table (one line per model and engine), then the per-bucket decode figure
-    of the lead model's deployable configurations ([]: no row ranks for any engine);
-    `others`: the model shapes other GPUs' rows answer for (`elsewhere`)."""
-    from attnbench.report.plots_deploy import BucketPanel, bucket_decode
-
+    """The answers measured on traffic (`traffic_answers`) where there are any, else the
+    decision table (one line per model and engine, without a trace); then the per-bucket
+    decode figure of the lead model's deployable configurations ([]: no answer and no row
+    ranks for any engine); `others`: the model shapes other GPUs' rows answer for."""
     decisions = decisions_from_answers(frame)
+    if answers:
+        blocks: list[Block] = [
+            Table(
+                ANSWER_COLUMNS,
+                answers,
+                "the answer per GPU, model, engine and traffic, measured on the traffic's own "
+                "batches (`recommend --model M --engine E --trace T`; decode against the "
+                "engine default, paired bootstrap 95% CI; `=`: a tie keeps the default)",
+            )
+        ]
+        return blocks + _bucket_figure(decisions, label)
     if not decisions:
         return []
-    blocks: list[Block] = [
+    blocks = [
         Table(
             ["model", *(_NAMES[e] for e in _NAMES), "basis"],
             decision_rows(decisions),
@@ -220,6 +274,14 @@ def first_screen_blocks(
     missing = unanswered(decisions)
     if missing:
         blocks.append(Text(_missing_text(missing, others or {})))
+    return blocks + _bucket_figure(decisions, label)
+
+
+def _bucket_figure(decisions: list[ModelDecision], label: str) -> list[Block]:
+    """The per-bucket decode figure of the lead model's deployable configurations."""
+    from attnbench.report.plots_deploy import BucketPanel, bucket_decode
+
+    blocks: list[Block] = []
     lead = lead_decisions(decisions)
     panels = [
         BucketPanel(f"{_NAMES[d.engine]} · {d.model}", d.choice, d.per_batch_us) for d in lead
@@ -243,5 +305,8 @@ def first_screen_section(data: ReportData) -> Section | None:
     """The page's first screen (`report.build` shows it before the navigation)."""
     everything = ok_rows(data.loaded.frame)
     others = everything[everything["gpu"] != data.gpu] if data.gpu else everything.iloc[0:0]
-    blocks = first_screen_blocks(data.ok, data.label, elsewhere(others))
+    answers = traffic_answers(everything, data.loaded.paths)
+    if data.gpu and data.gpu != lead_gpu(everything):
+        answers = [r for r in answers if f"NVIDIA {r[0]}" == data.gpu or r[0] == data.gpu]
+    blocks = first_screen_blocks(data.ok, data.label, elsewhere(others), answers)
     return Section(FIRST_SCREEN_TITLE, blocks) if blocks else None

@@ -1,5 +1,5 @@
 """Every measured figure the README and docs quote, generated from the committed files
-(`attnbench findings`): the document `docs/h200.md` and the README's short table between its
+(`attnbench findings`): the document `docs/findings.md` and the README's short table between its
 `findings:begin` / `findings:end` markers. `attnbench findings --check` fails when either
 differs from what the files give, so no figure can drift from its rows.
 

@@ -229,6 +229,8 @@ class Section:
     """What the rows are, in a sentence or two (the method, no figures)."""
     tables: list[Table] = field(default_factory=list)
     headlines: list[Headline] = field(default_factory=list)
+    key: str = ""
+    """The key the section function is registered under (`build` sets it)."""
 
 
 SectionFn = Callable[[Inputs], Section | None]

@@ -33,14 +33,18 @@ FA3_VARIANT = "flash-attn:fa3"
 
 
 def _engine_rows(frame: pd.DataFrame, label: str) -> list[list[str]]:
+    """Per engine and GPU (`rank_engine` ranks each GPU's rows apart), the ranked choice; the
+    row's files are that GPU's."""
     out = []
     for engine in ENGINES:
         for rec in rank_engine(frame, engine):
             c = rec.choice
             if c is None:
                 continue
+            mine = frame[frame["gpu"] == rec.gpu]
             out.append(
                 [
+                    rec.gpu.removeprefix("NVIDIA "),
                     label,
                     engine,
                     f"`{c.config.command}`",
@@ -48,7 +52,7 @@ def _engine_rows(frame: pd.DataFrame, label: str) -> list[list[str]]:
                     fx(c.prefill_vs_default),
                     rec.default.label if rec.default else "-",
                     fpct(rec.regret, 1) if rec.regret is not None else "-",
-                    *sources(frame),
+                    *sources(mine),
                 ]
             )
     return out
@@ -63,18 +67,20 @@ def engines(inputs: Inputs) -> Section | None:
     files = list(dict.fromkeys(rows.loc[has_engine, "file"]))
     if not files:
         return None
-    table = _engine_rows(rows[rows["file"].isin(files)], "every engine file")
+    table = _engine_rows(rows[rows["file"].isin(files)], "every engine file of the GPU")
     for f in files:
         table += _engine_rows(rows[rows["file"] == f], f"`{f}` alone")
     text = (
         "The engine-variant rows ranked with every capture bucket weighted alike and every "
-        "KV dtype in one ranking, over every file that has them, then per file: evidence, "
+        "KV dtype in one ranking, per GPU: over every file of the GPU that has them, then "
+        "per file: evidence, "
         "not the deployment answer (that is the next section, `recommend --model`, which "
         "keeps fp8 KV a decision of its own). The engine command, its expected decode and "
         "prefill attention time as multiples of the engine default's on the same cases, and "
         "the regret of one server-wide choice against choosing per capture bucket."
     )
     cols = [
+        "GPU",
         "rows",
         "engine",
         "deploy",

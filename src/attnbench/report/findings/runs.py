@@ -276,7 +276,11 @@ def _libraries(headers: list[Any]) -> str:
 
 @section("files")
 def files(inputs: Inputs) -> Section | None:
-    """Every file read: its rows or records, GPU, libraries and commits."""
+    """Every file read: its rows or records, GPU (`gpus.file_gpus`: a document's own, else
+    its name's tag's, else `CPU` where it ran without CUDA), libraries and commits."""
+    from attnbench.report.findings.gpus import file_gpus
+
+    known = file_gpus(inputs)
     rows = []
     for name, headers in inputs.headers.items():
         n = int((inputs.rows["file"] == name).sum()) if not inputs.rows.empty else 0
@@ -285,8 +289,7 @@ def files(inputs: Inputs) -> Section | None:
         ev = file_evidence(inputs, name)
         rows.append([f"`{name}`", str(n), gpus, _libraries(headers), ev.gate, ev.tree, commits])
     for name, doc in inputs.docs.items():
-        prov = doc.get("provenance", {}) if isinstance(doc, dict) else {}
-        gpu = prov.get("gpu") or (doc.get("gpu") if isinstance(doc, dict) else None) or "-"
+        gpu = known.get(name) or "-"
         tree = evidence_of_commits([doc_commit(doc)]).tree
         rows.append([f"`{name}`", "document", str(gpu), "-", "-", tree, doc_commit(doc)])
     for name, text in inputs.texts.items():
@@ -294,7 +297,7 @@ def files(inputs: Inputs) -> Section | None:
         kind = "GPU test report" if GPU_TESTS.match(name) else "log"
         shown = commit if commit != UNKNOWN else "no commit line (gives no figure)"
         tree = evidence_of_commits([commit]).tree if commit != UNKNOWN else "-"
-        rows.append([f"`{name}`", kind, "-", "-", "-", tree, shown])
+        rows.append([f"`{name}`", kind, known.get(name) or "-", "-", "-", tree, shown])
     if not rows:
         return None
     text = (
