@@ -165,10 +165,12 @@ def pooled_answer(
     engine: Target,
     kv: str = "auto",
     gpu: str | None = None,
+    pool: Answer | None = None,
 ) -> Pooled | None:
     """The verdict over the traffics measured on one GPU (`gpu`, else the one that measured
     the most traffics, then rows), or None where no traffic was measured there for
-    `engine`: then the pool's answer stands as it is."""
+    `engine`: then the pool's answer stands as it is. `pool`: the answer without a trace on
+    that GPU, where the caller has it."""
     if engine == "none":
         return None
     by_gpu = measured_traffics(frame, shape, engine)
@@ -177,7 +179,8 @@ def pooled_answer(
     traces = by_gpu.get(gpu or "", ())
     if not traces:
         return None
-    pool = answer_for(paths, frame, DeployAsk(shape, engine, kv, None, gpu))
+    if pool is None or pool.gpu != gpu:
+        pool = answer_for(paths, frame, DeployAsk(shape, engine, kv, None, gpu))
     per = [
         TrafficAnswer(t, answer_for(paths, frame, DeployAsk(shape, engine, kv, t, gpu)))
         for t in traces
