@@ -152,9 +152,13 @@ def test_fp8_replay_without_fp8_prefill_rows_names_the_fp8_suite(files: tuple[Pa
 def test_replay_validate_at_fp8_fails_at_once_naming_the_fp8_suite(
     files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attnbench.cli.replay_validate as cli_replay
+    from types import SimpleNamespace
 
-    monkeypatch.setattr(cli_replay, "_check_live_device", lambda device: None)
+    import attnbench.cli.replay_validate as cli_replay
+    import attnbench.replay.live as live
+
+    monkeypatch.setattr(cli_replay, "_check_live_device", lambda device, command="": None)
+    monkeypatch.setattr(live, "cuda_device", lambda device, why: SimpleNamespace(name=rr.GPU))
     calibration, _ = files
     res = CliRunner().invoke(
         app,

@@ -125,12 +125,16 @@ def test_an_interrupted_validation_writes_the_steps_timed_so_far(
             timed.append(spec.batch_size)
             return {n: rr.decode_us(n, list(spec.kv_lens)) for n in names}
 
-        return timer, lambda: None, "fake GPU"
+        return timer, lambda: None, rr.GPU
+
+    from types import SimpleNamespace
 
     import attnbench.cli.replay_validate as cli_replay
+    import attnbench.replay.live as live
 
     monkeypatch.setattr(validate, "gpu_timer", fake_gpu_timer)
-    monkeypatch.setattr(cli_replay, "_check_live_device", lambda device: None)
+    monkeypatch.setattr(cli_replay, "_check_live_device", lambda device, command="": None)
+    monkeypatch.setattr(live, "cuda_device", lambda device, why: SimpleNamespace(name=rr.GPU))
     out = tmp_path / "v.json"
     res = CliRunner().invoke(
         app,
@@ -163,7 +167,7 @@ def test_rescore_re_predicts_the_measured_steps_without_a_gpu(
         return {n: 1.25 * rr.decode_us(n, list(spec.kv_lens)) for n in names}
 
     errs = measure(drawn, models, slow_timer)
-    doc = validation_document(errs, list(TRACES), models, {"gpu": "fake"}, ["rows"])
+    doc = validation_document(errs, list(TRACES), models, {"gpu": rr.GPU}, ["rows"])
     src = tmp_path / "old.json"
     src.write_text(json.dumps(doc))
     out = tmp_path / "new.json"
@@ -177,10 +181,10 @@ def test_rescore_re_predicts_the_measured_steps_without_a_gpu(
     from attnbench.report.replay_validation import validation_blocks
 
     vdoc = parse_validation(new, str(out))
-    assert vdoc.gpu == "fake"  # the GPU that measured the steps, not the machine that rescored
+    assert vdoc.gpu == rr.GPU  # the GPU that measured the steps, not the machine that rescored
     text = validation_blocks(out, vdoc, "rescored")[0]
     assert isinstance(text, Text)
-    assert "on fake" in text.markdown
+    assert f"on {rr.GPU}" in text.markdown
     assert "Re-predicted" in text.markdown
     assert "the steps measured in `old.json`" in text.markdown
     assert [s["measured_us"] for s in new["steps"]] == [s["measured_us"] for s in doc["steps"]]  # type: ignore[union-attr]

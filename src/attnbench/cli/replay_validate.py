@@ -113,8 +113,10 @@ def _replays(
     limit: int | None,
     backends: list[str] | None,
     whole_synthetic: bool = False,
+    gpu: str | None = None,
 ) -> tuple[dict[str, SimResult], dict[str, AttentionCostModel]]:
-    """Each trace's replay (the main candidate's, at rate scale 1) and the fitted models."""
+    """Each trace's replay (the main candidate's, at rate scale 1) and the models fitted on
+    `gpu`'s rows (default: the GPU with the most rows)."""
     from attnbench.replay.document import ReplayConfig
     from attnbench.replay.pipeline import ReplayError, run_replay
 
@@ -123,7 +125,11 @@ def _replays(
     for t in traces:
         whole = whole_synthetic and t.lower().startswith("synthetic:")
         cfg = ReplayConfig(
-            trace=t, limit=None if whole else limit, deployment=dep, backends=tuple(backends or ())
+            trace=t,
+            limit=None if whole else limit,
+            deployment=dep,
+            backends=tuple(backends or ()),
+            gpu=gpu,
         )
         try:
             with console.status(f"replaying {t}"):
@@ -152,12 +158,16 @@ def _measure(
     from attnbench.results import provenance
 
     traces = list(trace or TRACES)
-    sims, models = _replays(paths, dep, traces, limit, backend)
+    gpu = _timing_gpu(timing[0])
+    sims, models = _replays(paths, dep, traces, limit, backend, gpu=_fitting(paths, gpu, dep))
     drawn = draw_steps(sims, dep, -(-steps // len(traces)))
     try:
-        timer, close, _ = gpu_timer(timing[0], str(out.with_suffix(".jsonl")), timing[1])
+        timer, close, timed_on = gpu_timer(timing[0], str(out.with_suffix(".jsonl")), timing[1])
     except (RuntimeError, ValueError) as exc:
         fail(str(exc))
+    if timed_on != gpu:
+        close()
+        fail(f"--device={timing[0]}: the session runs on {timed_on}, the models fit {gpu}")
     errs: list[StepError] = []
     interrupted = False
     try:
@@ -173,6 +183,34 @@ def _measure(
         done = len({(e.trace, e.step) for e in errs})
         console.print(f"note: interrupted after {done} of {len(drawn)} steps", highlight=False)
         raise typer.Exit(130)
+
+
+def _timing_gpu(device: str) -> str:
+    """The name of the GPU `device` is (the one that times the steps)."""
+    from attnbench.replay.live import cuda_device
+
+    try:
+        return cuda_device(device, "replay-validate needs a CUDA GPU").name
+    except (RuntimeError, ValueError) as exc:
+        fail(f"--device={device}: {exc}")
+
+
+def _fitting(
+    paths: list[Path], timed_gpu: str | None, dep: Deployment, what: str = "the steps"
+) -> str:
+    """The GPU whose rows fit the models judging steps timed on `timed_gpu`
+    (`replay.fitgpu`): that GPU, else one line naming both and the command that fits it."""
+    from attnbench.replay.fitgpu import fitting_gpu
+    from attnbench.replay.pipeline import ReplayError
+    from attnbench.report.replay_tables import escape
+
+    try:
+        gpu, notes = fitting_gpu(paths, timed_gpu, dep, what)
+    except ReplayError as exc:
+        fail(str(exc))
+    for n in notes:
+        console.print(f"note: {escape(n)}", highlight=False)
+    return gpu
 
 
 def _write_validation(out: Path, doc: dict[str, object]) -> None:
@@ -230,8 +268,9 @@ def _rescore(
     if not is_validation_document(old):
         fail(f"--rescore {source}: not a replay-validate document")
     steps = [s for s in old.get("steps", []) if not backends or s.get("backend") in backends]
+    gpu = _fitting(paths, _steps_gpu(old), dep, f"the steps of {source.name}")
     try:
-        models, _ = fit_for(load_rows(paths), shape_key(dep))
+        models, _ = fit_for(load_rows(paths, gpu), shape_key(dep))
         errs = rescore(steps, models)
     except ValueError as exc:
         fail(f"--rescore {source}: {exc}")
@@ -242,6 +281,16 @@ def _rescore(
     )  # fmt: skip
     doc["rescored_from"] = {"path": str(source), "provenance": old.get("provenance")}
     _write_validation(out, doc)
+
+
+def _steps_gpu(doc: dict[str, object]) -> str | None:
+    """The GPU a validation document's steps were timed on (a rescored one: its source's)."""
+    rescored = doc.get("rescored_from")
+    source = (rescored.get("provenance") if isinstance(rescored, dict) else None) or doc.get(
+        "provenance"
+    )
+    gpu = source.get("gpu") if isinstance(source, dict) else None
+    return str(gpu) if gpu else None
 
 
 def _heldout_draw(
@@ -299,11 +348,22 @@ def _heldout_score(live: list[Path], paths: list[Path], dep: Deployment, out: Pa
     """`--heldout`: leave one trace out over the timed steps, the document to `out`."""
     from attnbench.replay import loto
     from attnbench.replay.pipeline import LoadedRows, ReplayError, load_rows, shape_key
+    from attnbench.report.replay_tables import escape
     from attnbench.results import provenance
 
     try:
-        calib = load_rows(paths)
-        timed = load_rows(live, calib.gpu)
+        timed = load_rows(live)
+    except (ReplayError, OSError, ValueError) as exc:
+        fail(f"--heldout: {exc}")
+    if timed.notes:  # steps of several GPUs: one GPU's are judged
+        console.print(
+            f"note: held-out steps of several GPUs; judging {escape(timed.gpu)}'s only "
+            "(pass one GPU's files)",
+            highlight=False,
+        )
+    gpu = _fitting(paths, timed.gpu, dep, "the held-out steps")
+    try:
+        calib = load_rows(paths, gpu)
     except (ReplayError, OSError, ValueError) as exc:
         fail(f"--heldout: {exc}")
     key = shape_key(dep)

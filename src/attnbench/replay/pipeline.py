@@ -84,6 +84,22 @@ class LoadedRows:
 def load_rows(paths: Sequence[Path], gpu: str | None = None) -> LoadedRows:
     """Rows of one GPU (the named one, else the one with the most `ok` rows), the last row per
     (case, backend) kept (a resumed or repeated run supersedes)."""
+    by_gpu = rows_by_gpu(paths)
+    if not by_gpu:
+        raise ReplayError("no result rows in the given files")
+    notes = []
+    if gpu is None:
+        counts = {g: sum(r.status == "ok" for r in x.rows) for g, x in by_gpu.items()}
+        gpu = max(sorted(counts), key=lambda g: counts[g])
+        if len(by_gpu) > 1:
+            notes.append(f"rows from {len(by_gpu)} devices; replaying {gpu} (choose with --gpu)")
+    if gpu not in by_gpu:
+        raise ReplayError(f"gpu={gpu!r} has no rows; have: {', '.join(sorted(by_gpu))}")
+    return LoadedRows(by_gpu[gpu].rows, by_gpu[gpu].headers, gpu, notes)
+
+
+def rows_by_gpu(paths: Sequence[Path]) -> dict[str, LoadedRows]:
+    """Each GPU's rows and headers in `paths`, the last row per (case, backend) kept."""
     by_gpu: dict[str, dict[tuple[str, str], ResultRow]] = {}
     headers: dict[str, list[Header]] = {}
     for p in paths:
@@ -93,19 +109,10 @@ def load_rows(paths: Sequence[Path], gpu: str | None = None) -> LoadedRows:
         for h in rf.headers:
             headers.setdefault(h.gpu, []).append(h)
         for r in rf.rows:
-            g = rf.gpu_of(r)
-            by_gpu.setdefault(g, {})[r.key] = r
-    if not by_gpu:
-        raise ReplayError("no result rows in the given files")
-    notes = []
-    if gpu is None:
-        counts = {g: sum(r.status == "ok" for r in rows.values()) for g, rows in by_gpu.items()}
-        gpu = max(sorted(counts), key=lambda g: counts[g])
-        if len(by_gpu) > 1:
-            notes.append(f"rows from {len(by_gpu)} devices; replaying {gpu} (choose with --gpu)")
-    if gpu not in by_gpu:
-        raise ReplayError(f"gpu={gpu!r} has no rows; have: {', '.join(sorted(by_gpu))}")
-    return LoadedRows(list(by_gpu[gpu].values()), headers.get(gpu, []), gpu, notes)
+            by_gpu.setdefault(rf.gpu_of(r), {})[r.key] = r
+    return {
+        g: LoadedRows(list(rows.values()), headers.get(g, []), g, []) for g, rows in by_gpu.items()
+    }
 
 
 def ceilings(headers: Sequence[Header], dtype: str, cfg: ReplayConfig) -> tuple[float, float, str]:
