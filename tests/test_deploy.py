@@ -272,6 +272,26 @@ def test_fp8_line_has_time_memory_and_study_error() -> None:
     assert "max+0.1" in fp8
 
 
+def test_an_h100_70b_fp8_line_names_the_study_it_quotes() -> None:
+    """The H100's 70B tp8 answer (8/1 heads) quoting the H200 8B study says so, with FA3's
+    query quantisation and the study's verdict on its bounds (issue 44)."""
+    h100 = sorted(RESULTS.glob("h100-deploy*.jsonl.gz"))
+    if not h100 or not (RESULTS / "h200-fp8-study.json.gz").exists():
+        pytest.skip("no committed H100 deploy rows or fp8 study")
+    args = ["recommend", *map(str, h100), "--model", "llama-3.1-70b", "--tp", "8"]
+    args += ["--engine", "vllm", "--trace", "azure-conv"]
+    res = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    _fits(res.output)
+    text = " ".join(res.output.split())
+    fp8 = text[text.index("fp8 KV") : text.index("basis")]
+    assert "flash-attn:fa3 with q and KV in e4m3" in fp8
+    assert "KV quantisation only" in fp8
+    assert "outside its bounds" in fp8
+    assert "fp8 study on NVIDIA H200, heads 32/8 d128 (not this answer's" in fp8
+    assert "8/1 d128)" in fp8
+
+
 def test_an_fp8_decision_names_the_kv_cache_of_both_sides() -> None:
     """Asked with `--kv-dtype fp8_e4m3`, a decision that keeps the default backend but moves
     its KV cache to fp8 says so (it read "fa3 (page 1) instead of the default fa3 (page 1)")."""
@@ -616,3 +636,22 @@ def test_missing_prefill_rows_name_a_prefill_run(tmp_path: Path) -> None:
     assert parse_lengths(argv[argv.index("--lengths") + 1], 4, 0)
     chosen = {b.name for b in select_backends([argv[argv.index("--backend") + 1]])}
     assert chosen == {"vllm:flash-attn", "vllm:flashinfer"}
+
+
+def test_without_a_trace_the_h100s_traffics_are_pooled() -> None:
+    """Issue 44: without --trace the answer pools the traffics `--measure` timed on the H100;
+    the decision is the pooled verdict with each traffic's own answer beside it."""
+    h100 = sorted(RESULTS.glob("h100-deploy*.jsonl.gz"))
+    if not h100:
+        pytest.skip("no committed H100 deploy rows")
+    args = ["recommend", *map(str, h100), "--model", "llama-3.1-70b", "--tp", "8"]
+    res = runner.invoke(app, [*args, "--engine", "sglang"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    _fits(res.output)
+    text = " ".join(res.output.split())
+    assert "decision: pooled over 4 traffics:" in text
+    for trace in ("agents:450", "azure-code", "azure-conv", "mooncake-conv"):
+        assert f"{trace}: " in text
+    assert "--engine sglang \\ --trace agents:450" in text
+    decision = text[text.index("decision:") : text.index("python -m sglang")]
+    assert "instead of the default" not in decision or "every traffic calls it" in decision

@@ -11,7 +11,9 @@ from typing import Any
 
 from attnbench.analysis.frame import fmt_us
 from attnbench.deploy.decide import Answer, IndexLine
+from attnbench.deploy.fp8 import fp8_evidence
 from attnbench.deploy.options import Option
+from attnbench.deploy.pooled import Pooled
 from attnbench.deploy.stats import ESTIMAND, METHOD, PairedEstimate
 
 WIDTH = 80
@@ -83,12 +85,14 @@ def _est(e: PairedEstimate | None, what: str = "the default") -> str:
     return f"{e.ratio:.2f}x {what} (95% CI {e.interval()}, {e.cases} cases){verdict}"
 
 
-def answer_lines(ans: Answer, verbose: bool = False) -> list[str]:
+def answer_lines(ans: Answer, verbose: bool = False, pooled: Pooled | None = None) -> list[str]:
+    """The answer; `pooled` (no --trace, traffics measured on this GPU): the verdict over
+    the traffics, each traffic's own answer beside it, in place of the pool's decision."""
     out = _head(ans)
     if ans.choice is None or ans.default is None:
         out += ["", "No answer from these rows."]
         return out + gap_lines(ans)
-    out += _decision(ans)
+    out += _decision(ans) if pooled is None else pooled_lines(pooled)
     out += _fp8_lines(ans)
     out += _basis(ans)
     out += gap_lines(ans)
@@ -101,6 +105,46 @@ def answer_lines(ans: Answer, verbose: bool = False) -> list[str]:
     else:
         out.append("(--verbose: every option and bucket)")
     return out
+
+
+def pooled_lines(p: Pooled) -> list[str]:
+    """`decision: pooled over N traffics: ...`, its command, then one line per traffic and
+    the command that asks about one."""
+    out = ["", *wrap(p.verdict_text(), "decision: ", " " * len("decision: "))]
+    out += command_lines(p.choice.command) if p.choice is not None else []
+    for text in p.traffic_texts():
+        out += wrap(text, "  ", "    ")
+    s, first = p.pool.shape, p.traffics[0].trace
+    ask = f"attnbench recommend --model {s.model} --tp {s.tp} --engine {p.pool.engine}"
+    return [
+        *out,
+        "  one traffic's answer:",
+        *command_lines(split_flags(f"{ask} --trace {first}"), "    "),
+    ]
+
+
+def pooled_json(p: Pooled) -> dict[str, Any]:
+    def key(o: Option | None) -> str | None:
+        return None if o is None else o.key.text
+
+    return {
+        "verdict": p.verdict_text(),
+        "choice": key(p.choice),
+        "keeps_default": p.keeps_default,
+        "overruled": key(p.overruled),
+        "traffics": [
+            {
+                "trace": t.trace,
+                "choice": key(t.answer.choice),
+                "keeps_default": t.answer.keeps_default,
+                "decode_vs_default": None
+                if t.answer.choice is None or t.answer.choice.decode is None
+                else t.answer.choice.decode.__dict__,
+                "weighting": t.answer.weighting,
+            }
+            for t in p.traffics
+        ],
+    }
 
 
 def gap_lines(ans: Answer) -> list[str]:
@@ -188,23 +232,11 @@ def _fp8_lines(ans: Answer) -> list[str]:
     f = ans.fp8
     if f is None:
         return wrap("no fp8 KV rows at this shape for this engine", "fp8 KV   ")
-    e = f.error
     head = (
         f"{f.option.key.kv} ({f.option.name}) vs {f.versus.key.text}: decode "
         f"{_est(f.decode, 'the 16-bit KV')}; KV memory {f.kv_bytes_ratio:.2f}x"
     )
-    if e.get("total_rel_l2_max") is not None:
-        head += (
-            f"; error ({e['kernel']} + {e['format']} quantisation, per-tensor scale, fp8 "
-            f"study): rel. L2 <= {100 * e['total_rel_l2_max']:.1f}% over {e['shapes']} shapes"
-        )
-    if e.get("needle_recall_min") is not None:
-        head += (
-            f"; needle recall >= {100 * e['needle_recall_min']:.1f}% (mean "
-            f"{100 * e['needle_recall']:.1f}%) at the tightest margin {e['needle_target']}"
-        )
-    elif not e:
-        head += "; no fp8 study figures for this kernel and format"
+    head += fp8_evidence(f.error)
     return wrap(head, "fp8 KV   ")
 
 

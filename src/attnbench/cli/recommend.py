@@ -360,8 +360,9 @@ def _answer(
     replayed: Traffic | None = None,
 ) -> str | None:
     """Print the answer; None, or the error line of an answer the rows cannot give."""
-    from attnbench.cli.deploy_view import answer_json, answer_lines
+    from attnbench.cli.deploy_view import answer_json, answer_lines, pooled_json
     from attnbench.deploy.ask import DeployAsk, answer_for
+    from attnbench.deploy.pooled import pooled_answer
     from attnbench.deploy.traffic import check_trace
     from attnbench.replay.pipeline import ReplayError
 
@@ -370,18 +371,22 @@ def _answer(
     if ask.trace is not None and (why := check_trace(ask.trace)) is not None:
         fail(why)
     one = DeployAsk(ask.shape, ask.engine, ask.kv, ask.trace, ask.gpu)  # type: ignore[arg-type]
+    pooled = None
     try:
         with console.status(f"the traffic of {ask.trace}"):
             ans = answer_for(paths, frame, one, replayed)
+            if ask.trace is None and ask.lengths is None:  # never a winner no traffic calls
+                pooled = pooled_answer(paths, frame, ask.shape, one.engine, ask.kv, ans.gpu, ans)
     except ReplayError as exc:
         fail(str(exc))
     if ask.lengths is not None:
         ans.weighting = f"cases of lengths {ask.lengths}, weighted equally per batch size"
-    _echo(answer_lines(ans, verbose))
+    _echo(answer_lines(ans, verbose, pooled))
     if json_out is not None:
         from attnbench.results import dumps
 
-        write_output(json_out, dumps(answer_json(ans), indent=2) + "\n", "--json")
+        doc = answer_json(ans) | ({"pooled": pooled_json(pooled)} if pooled else {})
+        write_output(json_out, dumps(doc, indent=2) + "\n", "--json")
     return None if ans.choice is not None else _no_answer(ans)
 
 

@@ -146,7 +146,9 @@ class Fp8Decision:
     decode: PairedEstimate | None
     kv_bytes_ratio: float
     error: Mapping[str, Any] = field(default_factory=dict)
-    """From the fp8 study: `kernel`, `format`, `total_rel_l2_max`, `needle_recall_min`..."""
+    """From the fp8 study nearest the answer's GPU and heads (`deploy.fp8.study_error`):
+    `kernel`, `format`, `total_rel_l2_max`, `query_quantised`, `needle_recall_min`,
+    `within_bounds`, `scope` (the GPU and heads it comes from)..."""
 
 
 @dataclass(frozen=True)
@@ -499,9 +501,9 @@ def fp8_decision(ans: Answer, options: list[Option], strata: Strata) -> Fp8Decis
             return None
         other, base = c, sixteen[0]
     est = paired_ratio(_pairs(other, base, "decode", strata), strata.replicates)
-    return Fp8Decision(
-        other, base, est, kv_bytes_ratio(other.key.kv), study_error(other, ans.engine)
-    )
+    heads = (ans.shape.num_qo_heads, ans.shape.num_kv_heads, ans.shape.head_dim)
+    error = study_error(other, ans.engine, gpu=ans.gpu, heads=heads)
+    return Fp8Decision(other, base, est, kv_bytes_ratio(other.key.kv), error)
 
 
 def _best(cands: list[Option], base: Option, strata: Strata) -> Option:
