@@ -195,16 +195,25 @@ def _decision(ans: Answer) -> list[str]:
     out += command_lines(c.command)
     us = ans.default_decode_us
     t = f"; {fmt_us(us * c.decode.ratio)} per layer and step" if us and c.decode else ""
-    out += wrap(_est(c.decode) + t, "decode   ")
+    same = c.key == d.key
+    out += wrap((_itself(c.decode) if same else _est(c.decode)) + t, "decode   ")
     if ans.prefill_choice is not None and ans.prefill_choice is not c:
         p = ans.prefill_choice
         out += wrap(f"{p.name}: {_est(p.prefill)}{_pre_us(p, d)} (a call of its own)", "prefill  ")
     else:
-        out += wrap(_est(c.prefill) + _pre_us(c, d), "prefill  ")
+        pre = _itself(c.prefill) if same else _est(c.prefill)
+        out += wrap(pre + _pre_us(c, d), "prefill  ")
     if ans.tied:
         names = "; ".join(f"{o.key.text} {_short(o.decode)}" for o in ans.tied[:3])
         out += wrap(f"{names} (CIs overlap)", "tied     ")
     return out
+
+
+def _itself(e: PairedEstimate | None) -> str:
+    """The default against itself: its cases, no ratio."""
+    if e is None:
+        return "no case of the default"
+    return f"the default, {e.cases} case{'s' * (e.cases != 1)}"
 
 
 def _at(o: Option, kv: bool = False) -> str:

@@ -394,16 +394,25 @@ def prefill_on_traffic(rows: pd.DataFrame, trace: str | None) -> tuple[pd.DataFr
     """The rows with prefill limited to the cases at `trace`'s prompt lengths (the
     `run --lengths` that `run_lengths` names: `trace(NAME)`, or `mixed(...)` for agents and
     synthetic traffic), where there are any; else the rows as they are (prefill on every
-    measured length). Whether prefill was limited."""
+    measured length). Prompts `recommend --measure` drew from the trace itself (labelled
+    `deploy-prefill TRACE draw=I`) come first: where there are any, prefill is those only.
+    Whether prefill was limited."""
     if trace is None or rows.empty or "lengths" not in rows:
         return rows, False
+    from attnbench.deploy.labels import parse_prefill
+
+    prefill = (rows["kind"] == "prefill").to_numpy()
+    if "label" in rows:
+        drawn = rows["label"].astype(str).map(parse_prefill)
+        own = drawn.map(lambda p: p is not None and p[0] == trace).to_numpy(dtype=bool)
+        if (prefill & own).any():
+            return rows[~prefill | own], True
     form = run_lengths(trace)
     lengths = rows["lengths"].astype(str)
     if form.startswith("trace:"):
         match = (lengths == f"trace({form.removeprefix('trace:')})").to_numpy()
     else:
         match = lengths.str.startswith("mixed(").to_numpy()
-    prefill = (rows["kind"] == "prefill").to_numpy()
     if not (prefill & match).any():
         return rows, False
     return rows[~prefill | match], True
