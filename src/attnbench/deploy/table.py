@@ -57,15 +57,15 @@ def _decision_cells(ans: Answer, rest: float | None) -> list[str]:
     deploy = f"`{' '.join(flags)}`" if flags else f"`{c.key.variant}` calls"
     e = c.decode
     dec = "-" if e is None else _ci(e)
-    if ans.tied and ans.keeps_default:
-        dec += " (=)"
+    if ans.keeps_default:
+        dec = "the default" + (" (ties kept)" if ans.tied else "")
     share = ans.extrapolated_share
     basis = f"{e.cases if e else 0} cases at batch {', '.join(map(str, ans.measured_batches))}"
     if rest is not None:
         basis += f"; {100 * rest:.0f}% extrapolated (buckets under 5%, left out here)"
     elif share is not None:
         basis += f"; {100 * share:.0f}% extrapolated"
-    return [deploy, dec, _prefill_cell(c), basis]
+    return [deploy, dec, "the default" if ans.keeps_default else _prefill_cell(c), basis]
 
 
 def _prefill_cell(c: Option) -> str:
@@ -78,8 +78,9 @@ def _prefill_cell(c: Option) -> str:
 
 
 def _ci(e: PairedEstimate) -> str:
-    """`0.84x [0.83-0.88]`: the paired ratio and its 95% CI."""
-    return f"{e.ratio:.2f}x [{e.ci_low:.2f}-{e.ci_high:.2f}]"
+    """`0.84x [0.83-0.88]`: the ratio and its 95% CI (`0.84x (2 cases)` without one), and
+    `SLOWER` where the interval lies above 1."""
+    return e.short() + (" SLOWER" if e.verdict == "slower" else "")
 
 
 def answer_table(

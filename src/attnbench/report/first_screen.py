@@ -47,7 +47,7 @@ class ModelDecision:
     """Expected decode attention time per step and layer, over the capture buckets."""
     decode_vs_default: float | None = None
     decode_ci: tuple[float, float] | None = None
-    """The paired bootstrap's 95% CI of `decode_vs_default`."""
+    """The 95% CI of `decode_vs_default` (`deploy.stats`)."""
     tied: bool = False
     """Other options tie the choice (CIs overlap)."""
     keeps_default: bool = False
@@ -257,7 +257,8 @@ def first_screen_blocks(
                 answers,
                 "the answer per GPU, model, engine and traffic, measured on the traffic's own "
                 "batches (`recommend --model M --engine E --trace T`; decode against the "
-                "engine default, paired bootstrap 95% CI; `=`: a tie keeps the default)",
+                "engine default: ratio of traffic-weighted mean step times, 95% CI; `the "
+                "default` where no option beats it beyond its interval)",
             )
         ]
         return blocks + _bucket_figure(decisions, label)

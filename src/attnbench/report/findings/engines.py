@@ -231,11 +231,11 @@ def answer(inputs: Inputs) -> Section | None:
     text = (
         "The answer `attnbench recommend --model M --tp N --engine E --trace T` gives: the "
         "GPU whose rows answer (the one that measured the trace's own batches), the deploy "
-        "flags, decode attention time against the engine default on the same cases (paired "
-        "bootstrap, 95% CI; `=` marks a tie, which keeps the default), prefill attention "
-        "time against the default on the prefill cases both ran at the traffic's own prompt "
-        "lengths (`attnbench run --kind prefill --lengths trace:T`, at the engine's page "
-        "size; `no shared case` where the default has none there), and its basis "
+        "flags, decode attention time against the engine default on the same replayed steps "
+        "(the ratio of the traffic-weighted mean step times over the trace's decode steps on "
+        "this GPU, with its 95% CI: buckets as strata; `the default` where no option beats "
+        "it beyond its interval; `SLOWER` where the interval lies above 1), prefill attention "
+        "time against the default on the prompts drawn from the trace, and its basis "
         "(decode cases, the share of the trace's decode steps priced at another batch size)."
     )
     if measured.empty:

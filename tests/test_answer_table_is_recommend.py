@@ -1,0 +1,50 @@
+"""One source of truth (issues 44 and 45): every row of the findings' answer table is what
+`attnbench recommend` prints for that GPU, model, engine, traffic and KV dtype."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+from attnbench.report.findings import load_inputs
+from attnbench.report.findings.core import REGISTRY
+
+runner = CliRunner()
+TP = {"llama-3.1-8b": 1, "llama-3.1-70b": 8}
+KV = {"bf16": "auto", "fp8_e4m3": "fp8_e4m3"}
+
+
+def _table_rows() -> list[list[str]]:
+    section = REGISTRY["answer"](load_inputs())
+    if section is None:
+        return []
+    return [r for r in section.tables[0].rows if r[2] != "committed rows"]
+
+
+ROWS = _table_rows()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS, ids=[" ".join(r[:5]) for r in ROWS])
+def test_every_answer_row_is_what_recommend_prints(row: list[str], tmp_path: Path) -> None:
+    model, engine, trace, kv, gpu = row[:5]
+    out = tmp_path / "answer.json"
+    args = ["recommend", "--model", model, "--tp", str(TP[model]), "--engine", engine]
+    args += ["--trace", trace, "--kv-dtype", KV[kv], "--gpu", gpu, "--json", str(out)]
+    res = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    ans = json.loads(out.read_text())
+    choice = ans["choice"]
+    assert ans["gpu"].removeprefix("NVIDIA ") == gpu
+    command = " ".join(choice["command"])
+    assert all(flag.strip("- ") in command for flag in row[5].strip("`").split(" --"))
+    if ans["keeps_default"]:
+        assert row[6].startswith("the default")
+        return
+    d = choice["decode_vs_default"]
+    want = f"{d['ratio']:.2f}x [{d['ci_low']:.2f}-{d['ci_high']:.2f}]"
+    assert row[6].startswith(want), (row[6], want)
