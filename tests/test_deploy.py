@@ -273,11 +273,11 @@ def test_fp8_line_has_time_memory_and_study_error() -> None:
 
 
 def test_an_h100_70b_fp8_line_names_the_study_it_quotes() -> None:
-    """The H100's 70B tp8 answer (8/1 heads) quoting the H200 8B study says so, with FA3's
-    query quantisation and the study's verdict on its bounds (issue 44)."""
+    """The H100's 70B tp8 answer (8/1 heads) quotes the H100's own study at its heads, and
+    says so, with FA3's query quantisation and the study's verdict on its bounds (issue 44)."""
     h100 = sorted(RESULTS.glob("h100-deploy*.jsonl.gz"))
-    if not h100 or not (RESULTS / "h200-fp8-study.json.gz").exists():
-        pytest.skip("no committed H100 deploy rows or fp8 study")
+    if not h100 or not (RESULTS / "h100-fp8-study-llama-3.1-70b.json.gz").exists():
+        pytest.skip("no committed H100 deploy rows or fp8 study at 8/1 heads")
     args = ["recommend", *map(str, h100), "--model", "llama-3.1-70b", "--tp", "8"]
     args += ["--engine", "vllm", "--trace", "azure-conv"]
     res = runner.invoke(app, args, env={"COLUMNS": "80"})
@@ -288,8 +288,7 @@ def test_an_h100_70b_fp8_line_names_the_study_it_quotes() -> None:
     assert "flash-attn:fa3 with q and KV in e4m3" in fp8
     assert "KV quantisation only" in fp8
     assert "outside its bounds" in fp8
-    assert "fp8 study on NVIDIA H200, heads 32/8 d128 (not this answer's" in fp8
-    assert "8/1 d128)" in fp8
+    assert "fp8 study on NVIDIA H100 80GB HBM3, heads 8/1 d128 (this answer's GPU and heads)" in fp8
 
 
 def test_an_fp8_decision_names_the_kv_cache_of_both_sides() -> None:

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from attnbench.replay.validation_doc import ValidationDocument
 
 KINDS = (
-    "results rows, an fp8 study, a replay, replay-validation, fidelity, read-probe or device "
-    "document"
+    "results rows, an fp8 study, a replay, replay-validation, fidelity, read-probe, device "
+    "or traffic document"
 )
 
 
@@ -41,6 +41,8 @@ def print_other_document(path: Path, data: Any) -> None:
         print_read_probe(path, data)
     elif _is_device_record(data):
         print_device_record(path, data)
+    elif isinstance(data, dict) and isinstance(data.get("traffic"), list):
+        print_traffic(path, data)
     else:
         fail(f"{path}: not a document `attnbench show` reads ({KINDS})")
 
@@ -189,3 +191,24 @@ def print_device_record(path: Path, data: dict[str, Any]) -> None:
         lines.append(f"{what} measured by: {how}")
     for line in lines:
         console.print(escape(line), highlight=False)
+
+
+def print_traffic(path: Path, data: Any) -> None:
+    """A traffic document (`recommend --measure`'s replays, `deploy.traffic`): per GPU, model,
+    engine and trace, the decode steps and the heaviest capture buckets."""
+    from rich.table import Table
+
+    from attnbench.analysis.engine_buckets import capture_sizes
+    from attnbench.deploy.traffic import Traffic, per_bucket
+
+    _heading(f"{path}: {len(data['traffic'])} replayed traffics (commit {data.get('commit', '?')})")
+    table = Table("GPU", "model", "engine", "trace", "steps", "heaviest buckets")
+    for d in data["traffic"]:
+        t = Traffic.from_dict(d)
+        share = per_bucket(t.histogram, capture_sizes("sglang" if t.engine == "sglang" else "vllm"))
+        total = sum(share.values()) or 1
+        top = sorted(share.items(), key=lambda kv: -kv[1])[:3]
+        buckets = ", ".join(f"{b}: {100 * n / total:.0f}%" for b, n in top)
+        gpu = t.gpu.removeprefix("NVIDIA ")
+        table.add_row(gpu, f"{t.model} tp{t.tp}", t.engine, t.trace, f"{total:,}", buckets)
+    print_fitted(table)

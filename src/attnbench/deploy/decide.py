@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
@@ -209,6 +209,22 @@ class Strata:
     """Measured batch size -> stratum."""
     weights: Mapping[int, float]
     replicates: WeightReplicates | None = None
+    drawn: bool = False
+    """The decode cases were drawn at random per bucket (`--measure` rows on this traffic)."""
+
+
+def _estimate(pairs: list[Pair], strata: Strata) -> PairedEstimate | None:
+    return paired_ratio(pairs, strata.replicates, strata.drawn)
+
+
+def _drawn_prefill(rows: pd.DataFrame, trace: str | None) -> bool:
+    """The prefill rows are prompts `--measure` drew from `trace` (a random sample)."""
+    from attnbench.deploy.labels import parse_prefill
+
+    if trace is None or rows.empty or "label" not in rows:
+        return False
+    pre = rows[rows["kind"] == "prefill"]["label"].astype(str).map(parse_prefill)
+    return bool(pre.map(lambda p: p is not None and p[0] == trace).any())
 
 
 def decode_pairs(ans: Answer, option: Option) -> list[Pair]:
@@ -351,14 +367,16 @@ def answer(
     ans.measured_batches = sorted({c.batch for c in default.cases("decode").values()})
     sizes = capture_sizes("vllm" if engine == "none" else engine)
     strata, ans.buckets = decode_strata(ans.measured_batches, sizes, running, replicates)
+    strata = replace(strata, drawn=own)
     ans.strata = strata
+    drawn_prefill = _drawn_prefill(ok, trace)
     drawn = Counter(strata.of.get(c.batch) for c in default.cases("decode").values())
     for b in ans.buckets:
         b.cases = drawn[b.size] if b.own else 0
     ans.default_decode_us = expected_us(default, strata)
     for opt in options:
-        opt.decode = paired_ratio(_pairs(opt, default, "decode", strata), strata.replicates)
-        opt.prefill = paired_ratio(_pairs(opt, default, "prefill", None))
+        opt.decode = _estimate(_pairs(opt, default, "decode", strata), strata)
+        opt.prefill = paired_ratio(_pairs(opt, default, "prefill", None), drawn=drawn_prefill)
     ans.options = sorted(
         (o for o in options if o.key.kv == kv_dtype), key=lambda o: _order(o, default)
     )
@@ -517,7 +535,7 @@ def fp8_decision(ans: Answer, options: list[Option], strata: Strata) -> Fp8Decis
 
 def _best(cands: list[Option], base: Option, strata: Strata) -> Option:
     def score(o: Option) -> float:
-        est = paired_ratio(_pairs(o, base, "decode", strata))
+        est = _estimate(_pairs(o, base, "decode", strata), strata)
         return est.ratio if est else math.inf
 
     return min(cands, key=lambda o: (score(o), o.key.text))

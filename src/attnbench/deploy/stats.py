@@ -19,8 +19,10 @@ A stratum of one case is pooled with its neighbour for its variance (collapsed s
 histogram's own uncertainty enters as a further variance: the spread of R under the replicate
 weights of `Traffic` (a block bootstrap of the replay's steps, and replays at the step-cost
 model's held-out p90 error either way, taken as a 90% range). The interval is
-exp(log R +- t_df * sqrt(V) / R). Fewer than `MIN_CASES` cases: no interval. Deterministic:
-the same rows and weights give the same digits. Pure: no I/O.
+exp(log R +- t_df * sqrt(V) / R). Fewer than `MIN_CASES` cases: no interval. Cases that were
+not drawn at random (a committed suite's fixed grid) are each their own stratum, and only
+their timing noise enters. Deterministic: the same rows and weights give the same digits.
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -123,13 +125,17 @@ class PairedEstimate:
 
 
 def paired_ratio(
-    pairs: Sequence[Pair], replicates: WeightReplicates | None = None
+    pairs: Sequence[Pair], replicates: WeightReplicates | None = None, drawn: bool = True
 ) -> PairedEstimate | None:
     """The stratified paired estimate over `pairs` (module docstring); None without a pair of
-    positive weight."""
+    positive weight. `drawn`: the cases were drawn at random within their strata (`--measure`
+    rows); otherwise they are a fixed grid (committed suites), each case is its own stratum
+    and only each row's timing noise (its median's CI) enters the interval."""
     used = [p for p in pairs if p.weight > 0 and p.baseline.median_us > 0]
     if not used:
         return None
+    if not drawn:
+        return _fixed_design(used)
     strata = _strata(used)
     r = _ratio(strata, {h: s.weight for h, s in strata.items()})
     v_s, df = _sampling_variance(strata, r)
@@ -144,6 +150,28 @@ def paired_ratio(
     return PairedEstimate(
         r, r * math.exp(-half), r * math.exp(half), n, len(strata), round(df_all, 1)
     )
+
+
+def _fixed_design(pairs: Sequence[Pair]) -> PairedEstimate:
+    """A fixed grid of cases: the ratio of the weighted sums (each pair weighted by its
+    stratum's weight shared among the stratum's cases) and an interval from the rows' timing
+    noise alone (each median's 95% CI as +-1.96 standard errors), normal quantile."""
+    per: dict[int, int] = {}
+    for p in pairs:
+        per[p.stratum] = per.get(p.stratum, 0) + 1
+    w = np.array([p.weight / per[p.stratum] for p in pairs])
+    y = np.array([p.option.median_us for p in pairs])
+    x = np.array([p.baseline.median_us for p in pairs])
+    sy = np.array([p.option.rel_ci for p in pairs]) * y / Z975
+    sx = np.array([p.baseline.rel_ci for p in pairs]) * x / Z975
+    den = float(np.dot(w, x))
+    r = float(np.dot(w, y)) / den
+    v = float(np.sum(w**2 * (sy**2 + r**2 * sx**2))) / den**2
+    n = len(pairs)
+    if n < MIN_CASES or not v > 0:
+        return PairedEstimate(r, r, r, n, n)
+    half = Z975 * math.sqrt(v) / r
+    return PairedEstimate(r, r * math.exp(-half), r * math.exp(half), n, n)
 
 
 def t975(df: float) -> float:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
 from attnbench.engines.paths import Engine, default_setting, kernel_path
 from attnbench.replay.costmodel import (
     AttentionCostModel,
@@ -388,6 +389,9 @@ class Traffic:
 
     @classmethod
     def of(cls, run: RunningBatches, model: tuple[str, int], engine: str) -> Traffic:
+        """The replay's traffic; its replicates kept per capture bucket (all an answer reads
+        of them, `decide.decode_strata`), a tenth of the size per batch size."""
+        sizes = capture_sizes("sglang" if engine == "sglang" else "vllm")
         return cls(
             run.costs_gpu,
             model[0],
@@ -395,8 +399,8 @@ class Traffic:
             engine,
             run.trace,
             run.histogram,
-            run.boot,
-            run.band,
+            tuple(per_bucket(h, sizes) for h in run.boot),
+            tuple(per_bucket(h, sizes) for h in run.band),
             run.cost_p90,
             run.source()
             + (
@@ -407,6 +411,15 @@ class Traffic:
                 else ""
             ),
         )
+
+
+def per_bucket(histogram: Mapping[int, int], sizes: Sequence[int]) -> dict[int, int]:
+    """Decode steps per CUDA-graph capture size (each running batch at the size it pads to)."""
+    out: dict[int, int] = {}
+    for b, n in histogram.items():
+        if b >= 1 and n > 0:
+            out[bucket_of(b, sizes)] = out.get(bucket_of(b, sizes), 0) + n
+    return dict(sorted(out.items()))
 
 
 def traffic_path(rows: Path) -> Path:
@@ -437,7 +450,12 @@ def write_traffic(path: Path, traffic: Sequence[Traffic], commit: str) -> None:
     import gzip
     import json
 
-    doc = {"commit": commit, "traffic": [t.as_dict() for t in traffic]}
+    gpus = sorted({t.gpu for t in traffic})
+    doc = {
+        "commit": commit,
+        "provenance": {"git_sha": commit, "gpu": ", ".join(gpus)},
+        "traffic": [t.as_dict() for t in traffic],
+    }
     path.write_bytes(gzip.compress(json.dumps(doc, sort_keys=True).encode(), mtime=0))
 
 

@@ -269,11 +269,13 @@ def interval_coverage(inputs: Inputs) -> Section | None:
     for gpu in sorted(set(measured["gpu"].astype(str))):
         mine = measured[measured["gpu"].astype(str) == gpu]
         got = half_split(measured_answers(ok, mine, ANSWER_MODELS, kept))
+        src = sources(mine)
         if not got.trials:
-            table.append([gpu, "0", "-", f"{100 * EXPECTED:.0f}%", str(got.skipped)])
+            table.append([gpu, "0", "-", f"{100 * EXPECTED:.0f}%", str(got.skipped), *src])
             continue
         rate = f"{100 * got.rate:.0f}% ({got.covered} of {got.trials})"
-        table.append([gpu, str(got.trials), rate, f"{100 * EXPECTED:.0f}%", str(got.skipped)])
+        exp = f"{100 * EXPECTED:.0f}%"
+        table.append([gpu, str(got.trials), rate, exp, str(got.skipped), *src])
         figure = f"{rate} on {gpu.removeprefix('NVIDIA ')}; about {100 * EXPECTED:.0f}% expected"
         heads.append(Headline.of("interval coverage, half vs half", figure, mine))
     text = (
@@ -285,5 +287,5 @@ def interval_coverage(inputs: Inputs) -> Section | None:
         "simulation of `tests/test_interval_coverage.py`). Both directions are counted; options "
         "whose halves hold fewer than 3 cases are skipped."
     )
-    cols = ["GPU", "checks", "covered", "expected", "options skipped"]
+    cols = ["GPU", "checks", "covered", "expected", "options skipped", "file", "commit"]
     return Section("Interval coverage, half against half", text, [Table(cols, table)], heads)
