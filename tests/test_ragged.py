@@ -120,7 +120,7 @@ def test_prefix_distribution_adds_a_shared_prefix() -> None:
     assert pad.kv_lens == (4099,) * 3
     assert pad.shared_prefix_len == 4096
     for bad in ("prefix:4096", "prefix:x+mixed", "prefix:0+mixed", "prefix:16+"):
-        with pytest.raises(ValueError, match="prefix needs P|P must be at least 1"):
+        with pytest.raises(ValueError, match=r"prefix needs P|P must be at least 1"):
             parse_lengths(bad, 3, 0)
 
 

@@ -81,6 +81,11 @@ def test_seven_digit_fractions_and_crlf_or_lf_parse_alike() -> None:
     assert a[1] == Request(a[1].arrival_s, 20, 1)
 
 
+def _gz(data: bytes) -> bytes:
+    """gzip with a fixed header time: test ids stay the same in every xdist worker."""
+    return gzip.compress(data, mtime=0)
+
+
 @pytest.mark.parametrize(
     ("data", "source", "needle"),
     [
@@ -103,8 +108,8 @@ def test_seven_digit_fractions_and_crlf_or_lf_parse_alike() -> None:
         (b"[1, 2]\n", "k.jsonl", "expected a JSON object"),
         (b'{"timestamp": NaN, "input_length": 5, "output_length": 1}', "k.jsonl", "'timestamp'"),
         (b"TIMESTAMP,ContextTokens,GeneratedTokens", "p.csv.gz", "not a complete gzip file"),
-        (gzip.compress(HEADER.encode() + b"\r\n1,2,3", mtime=0)[:-9], "c.csv.gz", "not a complete gzip"),
-        (gzip.compress(b'{"timestamp": 0, "input_length": 5}', mtime=0), "z.jsonl.gz", "'output_length'"),
+        (_gz(HEADER.encode() + b"\r\n1,2,3")[:-9], "c.csv.gz", "not a complete gzip"),
+        (_gz(b'{"timestamp": 0, "input_length": 5}'), "z.jsonl.gz", "'output_length'"),
     ],
 )  # fmt: skip
 def test_bad_traces_give_one_line_errors_naming_file_and_line(
