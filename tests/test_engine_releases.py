@@ -69,3 +69,21 @@ def test_the_vllm_fa3_split_cap_is_the_named_releases() -> None:
     assert _splits(None) == VLLM_CUDA_GRAPH_SPLITS == 16
     assert _splits("pinned") == 16
     assert _splits("0.34.0") == 32
+
+
+def test_recommend_prints_the_decision_for_the_asked_release() -> None:
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+
+    runner = CliRunner()
+    args = ["recommend", "--model", "llama-3.1-70b", "--tp", "8", "--engine", "vllm"]
+    res = runner.invoke(app, [*args, "--engine-version", "0.34.0"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "flags of vllm 0.34.0:" in text
+    assert "changed since the rows' commits:" in text
+    bad = runner.invoke(app, [*args, "--engine-version", "9"])
+    assert bad.exit_code == 2
+    assert "allowed: pinned, 0.34.0" in bad.output
+    assert "Traceback" not in bad.output

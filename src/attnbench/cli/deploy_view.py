@@ -15,6 +15,7 @@ from attnbench.deploy.fp8 import fp8_evidence
 from attnbench.deploy.options import Option
 from attnbench.deploy.pooled import Pooled
 from attnbench.deploy.stats import ESTIMAND, METHOD, PairedEstimate
+from attnbench.engines.paths import Release
 
 WIDTH = 80
 ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang", "none": "no engine (library calls)"}
@@ -342,3 +343,19 @@ def answer_json(ans: Answer) -> dict[str, Any]:
         "not_deployable": ans.not_deployable,
         "gaps": [g.__dict__ for g in ans.gaps],
     }
+
+
+def release_lines(ans: Answer, rel: Release) -> list[str]:
+    """The decision's command in release `rel` (`engines.paths.release_command`) and what
+    changed in it since the pinned commits the rows reproduce."""
+    from attnbench.engines.paths import release_command
+
+    c = ans.choice
+    if c is None or not c.key.variant.startswith(rel.engine + ":"):
+        return []
+    lines = release_command(c.key.variant, c.key.kv, c.key.page_size, ans.shape.tp, rel)
+    out = ["", *wrap(f"{lines[0].removeprefix('# ')}:", "release  ")]
+    out += command_lines(lines[1:])
+    for change in rel.changes:
+        out += wrap(change, "  changed since the rows' commits: ", "    ")
+    return out

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from attnbench.cli.deploy_measure import MeasureRequest
     from attnbench.deploy.decide import Answer, ModelShape
     from attnbench.deploy.traffic import Traffic
+    from attnbench.engines.paths import Release
 
 KV_HELP = "auto (the model's 16-bit dtype), fp8_e4m3 or fp8_e5m2"
 
@@ -142,6 +143,13 @@ def recommend(
             "default 0.9)."
         ),
     ] = None,
+    engine_version: Annotated[
+        str | None,
+        typer.Option(
+            help="Also print the decision's command for this engine release (vLLM: pinned, "
+            "0.34.0; SGLang: pinned, 0.5.23), with what changed since the rows' pinned commits."
+        ),
+    ] = None,
     gpu: Annotated[
         str | None,
         typer.Option(
@@ -159,6 +167,7 @@ def recommend(
     if name not in TARGETS:
         fail(f"--engine={engine!r} is not known; allowed: {', '.join(TARGETS)}")
     kv = _check_kv(kv_dtype)
+    rel = _check_release(name, engine_version)
     traces = list(dict.fromkeys(trace or []))  # a repeated value runs once
     if traces and lengths is not None:
         fail("--trace and --lengths both weight the cases: give one")
@@ -217,7 +226,8 @@ def recommend(
         _measured(paths, frame, ask, req, verbose, json_out)
         return
     one = traces[0] if traces else None
-    why = _answer(paths, frame, Ask(shape, name, one, lengths, kv, gpu_name), verbose, json_out)
+    ask = Ask(shape, name, one, lengths, kv, gpu_name, rel)
+    why = _answer(paths, frame, ask, verbose, json_out)
     if why is not None:
         fail(why)
 
@@ -334,6 +344,7 @@ class Ask:
     lengths: str | None
     kv: str
     gpu: str | None = None
+    release: Release | None = None
 
 
 def _gpu(frame: pd.DataFrame, text: str | None) -> str | None:
@@ -382,6 +393,10 @@ def _answer(
     if ask.lengths is not None:
         ans.weighting = f"cases of lengths {ask.lengths}, weighted equally per batch size"
     _echo(answer_lines(ans, verbose, pooled))
+    if ask.release is not None:
+        from attnbench.cli.deploy_view import release_lines
+
+        _echo(release_lines(ans, ask.release))
     if json_out is not None:
         from attnbench.results import dumps
 
@@ -407,3 +422,18 @@ def _only_lengths(frame: pd.DataFrame, lengths: str) -> pd.DataFrame:
         labels = sorted(set(frame["lengths"]) - {""})[:8]
         fail(f"--lengths={lengths!r}: no rows; labels present include {', '.join(labels)}")
     return sub
+
+
+def _check_release(engine: str, version: str | None) -> Release | None:
+    """The engine release `--engine-version` names (None when not given); one line naming
+    the known releases when it is not one."""
+    from attnbench.engines.paths import release
+
+    if version is None:
+        return None
+    if engine == "none":
+        fail("--engine-version needs --engine vllm or sglang")
+    try:
+        return release(engine, version)  # type: ignore[arg-type]
+    except ValueError as exc:
+        fail(str(exc))
