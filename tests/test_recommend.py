@@ -243,3 +243,27 @@ def test_cli_recommend_from_another_folder_reads_the_committed_results(
     assert res.exit_code == 0, res.output
     assert "decision:" in res.output
     assert not list(tmp_path.iterdir())  # nothing written where it ran
+
+
+def test_the_traffic_is_replayed_on_the_answers_own_gpu() -> None:
+    """Issue 44: with rows of two GPUs, `-v` names the GPU whose step costs made the traffic,
+    and it is the answer's GPU, whichever GPU answers."""
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    h100, h200 = sorted(results.glob("h100-*.jsonl.gz")), sorted(results.glob("h200-*.jsonl.gz"))
+    if not h100 or not h200:
+        pytest.skip("needs committed rows of both GPUs")
+    runner = CliRunner()
+    args = ["recommend", "--model", "llama-3.1-8b", "--engine", "vllm", "--trace", "azure-conv"]
+    for gpu, name in (("H100", "NVIDIA H100 80GB HBM3"), ("H200", "NVIDIA H200")):
+        res = runner.invoke(app, [*args, "--gpu", gpu, "-v"], env={"COLUMNS": "200"})
+        assert res.exit_code in (0, 2), res.output
+        text = " ".join(res.output.split())
+        assert text.startswith(f"llama-3.1-8b tp1 (h32/8 d128) on {name},"), text[:120]
+        traffic = text[text.index("traffic:") : text.index("decision:")]
+        assert f"on {name}" in traffic, traffic
+        other = "NVIDIA H200" if gpu == "H100" else "NVIDIA H100 80GB HBM3"
+        assert f"cost on {other}" not in traffic and f"drew on {other}" not in traffic
