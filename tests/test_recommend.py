@@ -267,3 +267,18 @@ def test_the_traffic_is_replayed_on_the_answers_own_gpu() -> None:
         assert f"on {name}" in traffic, traffic
         other = "NVIDIA H200" if gpu == "H100" else "NVIDIA H100 80GB HBM3"
         assert f"cost on {other}" not in traffic and f"drew on {other}" not in traffic
+
+
+def test_a_trace_with_no_decode_step_is_an_error_with_its_reason(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+
+    trace = tmp_path / "big.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 900000, "output_length": 5}\n')
+    args = ["recommend", "--model", "llama-3.1-8b", "--gpu", "H200", "--trace", str(trace)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "yield no decode step" in res.output
+    assert "decision:" not in res.output
+    assert "Traceback" not in res.output

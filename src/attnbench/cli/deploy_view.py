@@ -293,7 +293,7 @@ def evidence_lines(ans: Answer) -> list[str]:
             if b.own:
                 at = f"{b.cases} drawn step{'s' * (b.cases != 1)}"
             mark = "  EXTRAPOLATED" if b.extrapolated else ""
-            out.append(f"  bucket {b.size:>4} {100 * b.weight:5.1f}%  priced at {at}{mark}")
+            out.append(f"  bucket {b.size:>4} {100 * b.weight:6.2f}%  priced at {at}{mark}")
     return out
 
 

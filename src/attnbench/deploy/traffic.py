@@ -240,6 +240,13 @@ def replay_trace(
     sim = simulate(reqs, sched, cost)
     n = sim.features.n_decode
     sizes, steps = np.unique(n[n > 0], return_counts=True)
+    if not steps.size:
+        longest = max((int(r.input_len) for r in reqs), default=0)
+        raise ReplayError(
+            f"--trace {trace}: its {len(reqs):,} requests yield no decode step on {described} "
+            f"(the KV cache holds {dep.kv_pages * dep.page_size:,} tokens; the longest prompt "
+            f"is {longest:,}): no traffic to weight the answer by"
+        )
     p90 = _p90(models[name])
     band = tuple(
         histogram_of(simulate(reqs, sched, Scaled(cost, f)).features.n_decode)
