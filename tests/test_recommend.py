@@ -266,7 +266,8 @@ def test_the_traffic_is_replayed_on_the_answers_own_gpu() -> None:
         traffic = text[text.index("traffic:") : text.index("decision:")]
         assert f"on {name}" in traffic, traffic
         other = "NVIDIA H200" if gpu == "H100" else "NVIDIA H100 80GB HBM3"
-        assert f"cost on {other}" not in traffic and f"drew on {other}" not in traffic
+        assert f"cost on {other}" not in traffic
+        assert f"drew on {other}" not in traffic
 
 
 def test_a_trace_with_no_decode_step_is_an_error_with_its_reason(tmp_path: Path) -> None:
