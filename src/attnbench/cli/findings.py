@@ -83,6 +83,28 @@ def _gpu_tests_age(results: list[Path] | None, texts: dict[str, str]) -> None:
             note(age.line())
 
 
+def _basis(results: list[Path] | None) -> int:
+    """What the figures rest on (`report.findings.basis`): one line per fraction that its
+    latency and header do not give, and per validation figure its rows do not give; returns
+    how many lines failed."""
+    from attnbench.report.findings.basis import check_basis
+    from attnbench.results import ResultsFileError
+
+    try:
+        basis = check_basis(results)
+    except (OSError, ValueError, ResultsFileError) as exc:
+        fail(str(exc))
+    for line in basis.lines:
+        err_console.print(escape(line), highlight=False, soft_wrap=True)
+    if not basis.lines:
+        note(
+            f"{basis.rows} measured rows: every fraction as latency_us and the header's "
+            f"ceilings give; {basis.documents} validation documents ({basis.steps} steps): "
+            "every figure as their rows give"
+        )
+    return len(basis.lines)
+
+
 def _report(diff: Difference) -> None:
     err_console.print(
         f"{escape(str(diff.path))}: {diff.changed} lines differ from what the files give "
@@ -115,7 +137,9 @@ def findings(
         typer.Option(
             "--check",
             help="Write nothing; exit 1 when --out or the README's block differs from what "
-            "the files give.",
+            "the files give, when a row's bandwidth or FLOP/s fraction differs from what its "
+            "latency and its header's ceilings give, or when a replay-validation document "
+            "states a figure its rows do not give.",
         ),
     ] = False,
 ) -> None:
@@ -133,7 +157,7 @@ def findings(
         diffs = [d for p, text in want.items() if (d := difference(p, have[p], text))]
         for d in diffs:
             _report(d)
-        if diffs:
+        if _basis(results) or diffs:
             raise typer.Exit(EXIT_REGRESSION)
         console.print(f"{', '.join(map(str, want))}: as the files give", highlight=False)
         return

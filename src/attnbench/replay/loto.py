@@ -63,6 +63,15 @@ FORM_RULE = (
 )
 
 
+def count_rule() -> str:
+    """The rule a held-out count follows (`variant_summary`'s `meets_target`), in words; the
+    target itself is `validate.target_text`."""
+    return (
+        "a variant counts only when every held-out trace meets the target on its own steps, "
+        "not on the steps of all traces pooled"
+    )
+
+
 @dataclass(frozen=True)
 class HeldOutStep:
     trace: str

@@ -33,6 +33,14 @@ TARGET_MEDIAN = 0.05
 TARGET_P90 = 0.10
 MIN_STEPS = 50
 
+
+def target_text(
+    median: float = TARGET_MEDIAN, p90: float = TARGET_P90, steps: int = MIN_STEPS
+) -> str:
+    """The target a variant meets, in words (a document's own `target`, else the code's)."""
+    return f"median |error| <= {median:.0%}, p90 <= {p90:.0%}, over >= {steps} measured steps"
+
+
 Timer = Callable[[WorkloadSpec, list[str]], Mapping[str, float | None]]
 """Measured per-call latency (us) of each named variant on one batch; None where it failed."""
 

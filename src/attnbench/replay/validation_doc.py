@@ -87,6 +87,8 @@ class ValidatedStep(_Part):
     measured_us: Real
     rel_err: Real
     outside: bool
+    kv_lens: list[int] = Field(default_factory=list)
+    """The batch's KV lengths (documents written before they were kept have none)."""
 
 
 class ValidationDocument(_Part):
@@ -103,6 +105,8 @@ class ValidationDocument(_Part):
     `leave-one-trace-out` (`replay.loto`: each trace's steps judged by models fitted without
     it)."""
     rule: str = ""
+    live_rows: list[str] = Field(default_factory=list)
+    """Held out: the results files of the timed held-out steps."""
     """Held out: the rule that keeps the steps held out (`loto.FORM_RULE`)."""
     per_trace: dict[str, dict[str, VariantError]] = Field(default_factory=dict)
     """Held out: per trace, per variant, its steps' error."""
