@@ -265,10 +265,24 @@ def decode_strata(
     of = {m: bucket_of(m, sizes) for m in measured}
     weights, buckets = _fold(running, sizes, measured, of)
     boot, band = replicates
-    reps = WeightReplicates(
-        tuple(_fold(h, sizes, measured, of)[0] for h in boot),
-        tuple(_fold(h, sizes, measured, of)[0] for h in band),
-    )
+    own = set(of.values())
+    target: dict[int, int] = {}  # running batch -> its stratum, as `_fold` assigns it
+
+    def stratum(b: int) -> int:
+        if b not in target:
+            size = bucket_of(b, sizes)
+            target[b] = size if size in own else of[_nearest(size, measured)]
+        return target[b]
+
+    def fold(h: Mapping[int, float]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for b, n in h.items():
+            if b >= 1 and n > 0:
+                out[stratum(b)] = out.get(stratum(b), 0.0) + float(n)
+        total = sum(out.values()) or 1.0
+        return {k: v / total for k, v in out.items()}
+
+    reps = WeightReplicates(tuple(fold(h) for h in boot), tuple(fold(h) for h in band))
     return Strata(of, weights, reps if (reps.boot or reps.band) else None), buckets
 
 

@@ -251,15 +251,25 @@ def _sampling_variance(strata: Mapping[int, _Stratum], r: float) -> tuple[float,
 def _histogram_variance(strata: Mapping[int, _Stratum], rep: WeightReplicates) -> float:
     """Variance of R from the histogram: over the bootstrap replicate weights, plus the
     step-cost band as a 90% range."""
+    keys = list(strata)
+    y = np.array([float(strata[h].y.mean()) for h in keys])
+    x = np.array([float(strata[h].x.mean()) for h in keys])
+
+    def ratios(sets: Sequence[Mapping[int, float]]) -> np.ndarray:
+        if not sets:
+            return np.empty(0)
+        w = np.array([[s.get(h, 0.0) for h in keys] for s in sets])
+        den = w @ x
+        r: np.ndarray = np.divide(w @ y, den, out=np.full(len(sets), np.nan), where=den > 0)
+        return np.asarray(r[np.isfinite(r)], dtype=np.float64)
+
     v = 0.0
-    boot = [_ratio(strata, w) for w in rep.boot]
-    boot = [b for b in boot if math.isfinite(b)]
-    if len(boot) >= 2:
+    boot = ratios(rep.boot)
+    if boot.size >= 2:
         v += float(np.var(boot, ddof=1))
-    band = [_ratio(strata, w) for w in rep.band]
-    band = [b for b in band if math.isfinite(b)]
-    if len(band) == 2:
-        v += ((band[1] - band[0]) / (2 * Z90)) ** 2
+    band = ratios(rep.band)
+    if band.size == 2:
+        v += float((band[1] - band[0]) / (2 * Z90)) ** 2
     return v
 
 

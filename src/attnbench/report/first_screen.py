@@ -142,14 +142,17 @@ def traffic_rows(ok: pd.DataFrame) -> pd.DataFrame:
     return ok[ok["label"].astype(str).map(lambda s: parse_label(s) is not None).astype(bool)]
 
 
-def traffic_answers(ok: pd.DataFrame, paths: list[Path]) -> list[list[str]]:
+def traffic_answers(ok: pd.DataFrame, paths: list[Path], gpu: str | None = None) -> list[list[str]]:
     """The answers measured on traffic, per GPU, model, engine, traffic and KV dtype: the
     findings' answer table (`deploy.table.answer_table`) with the traffic kept beside the rows
-    (`deploy.traffic.committed_traffic`), in `ANSWER_COLUMNS`' order; [] without such rows."""
+    (`deploy.traffic.committed_traffic`), in `ANSWER_COLUMNS`' order; [] without such rows.
+    `gpu`: that GPU's answers only."""
     from attnbench.deploy.table import answer_table
     from attnbench.deploy.traffic import committed_traffic
 
     measured = traffic_rows(ok)
+    if gpu is not None and not measured.empty:
+        measured = measured[measured["gpu"].astype(str) == gpu]
     if measured.empty:
         return []
     models = sorted({(str(m), int(t)) for m, t in measured[["model", "tp"]].itertuples(False)})
@@ -306,8 +309,7 @@ def first_screen_section(data: ReportData) -> Section | None:
     """The page's first screen (`report.build` shows it before the navigation)."""
     everything = ok_rows(data.loaded.frame)
     others = everything[everything["gpu"] != data.gpu] if data.gpu else everything.iloc[0:0]
-    answers = traffic_answers(everything, data.loaded.paths)
-    if data.gpu and data.gpu != lead_gpu(everything):
-        answers = [r for r in answers if f"NVIDIA {r[0]}" == data.gpu or r[0] == data.gpu]
+    lead = not data.gpu or data.gpu == lead_gpu(everything)
+    answers = traffic_answers(everything, data.loaded.paths, None if lead else data.gpu)
     blocks = first_screen_blocks(data.ok, data.label, elsewhere(others), answers)
     return Section(FIRST_SCREEN_TITLE, blocks) if blocks else None
