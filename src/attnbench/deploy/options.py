@@ -23,7 +23,13 @@ from attnbench.analysis.compare import Timing
 from attnbench.analysis.frame import records, spec_key
 from attnbench.backends.variant import Variant, is_tuned
 from attnbench.deploy.stats import PairedEstimate
-from attnbench.engines.paths import default_setting, engine_page_size, setting
+from attnbench.engines.paths import (
+    default_setting,
+    engine_page_size,
+    release,
+    release_command,
+    setting,
+)
 
 RAW_DEFAULT = "flash-attn:fa3"
 """`--engine none`'s baseline: the kernel both engines' default backends run on Hopper."""
@@ -109,23 +115,10 @@ def _kv(rec: Mapping[str, Any]) -> str:
 
 
 def engine_command(variant: str, kv: str, page_size: int, tp: int) -> list[str]:
+    """The launch command the rows reproduce: the pinned commits' flags
+    (`engines.paths.release_command` without its release line)."""
     s = setting(variant)
-    if s.engine == "vllm":
-        return [
-            "vllm serve MODEL",
-            f"--tensor-parallel-size {tp}",
-            f"--attention-backend {s.name}",
-            f"--kv-cache-dtype {kv}",
-            f"--block-size {page_size}",
-        ]
-    return [
-        "python -m sglang.launch_server",
-        "--model-path MODEL",
-        f"--tp {tp}",
-        f"--attention-backend {s.name}",
-        f"--kv-cache-dtype {kv}",
-        f"--page-size {page_size}",
-    ]
+    return release_command(variant, kv, page_size, tp, release(s.engine, "pinned"))[1:]
 
 
 def library_call(variant: str, kv: str, page_size: int) -> list[str]:
