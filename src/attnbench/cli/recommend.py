@@ -168,14 +168,7 @@ def recommend(
         fail(f"--engine={engine!r} is not known; allowed: {', '.join(TARGETS)}")
     kv = _check_kv(kv_dtype)
     rel = _check_release(name, engine_version)
-    traces = list(dict.fromkeys(trace or []))  # a repeated value runs once
-    if traces and lengths is not None:
-        fail("--trace and --lengths both weight the cases: give one")
-    if len(traces) > 1 and not (measure or dry_run):
-        fail(
-            f"--trace given {len(traces)} traces: one answer weights one trace (several "
-            "only with --measure, which times them in one session)"
-        )
+    traces = _check_traces(trace, lengths, measure or dry_run)
     if json_out is not None:
         check_output_file(json_out, "--json")
     if dry_run and not measure:
@@ -184,17 +177,8 @@ def recommend(
         _refuse_measure_only(out, resume, budget_s, per_bucket, cover, into_results)
     if budget_s < 0 or budget_s != budget_s:
         fail(f"--budget-s={budget_s:g}: must be 0 (no limit) or a positive number of seconds")
-    if measure and model is None:
-        fail("--measure plans the batches of one deployment: give --model (and --trace)")
-    if model is None and (engine is not None or verbose or traces or lengths is not None):
-        given = (
-            "--engine"
-            if engine is not None
-            else "--verbose"
-            if verbose
-            else ("--trace" if traces else "--lengths")
-        )
-        fail(f"{given} shapes the answer for one deployment: give --model (without it: the index)")
+    if model is None:
+        _refuse_without_model(measure, engine is not None, verbose, bool(traces), lengths)
     paths = _row_paths(results)
     if not paths:
         fail("no results files (.jsonl or .jsonl.gz) among the given paths: nothing to answer")
@@ -230,6 +214,34 @@ def recommend(
     why = _answer(paths, frame, ask, verbose, json_out)
     if why is not None:
         fail(why)
+
+
+def _check_traces(trace: list[str] | None, lengths: str | None, measuring: bool) -> list[str]:
+    """The asked traces, each once; one line where they cannot go together."""
+    traces = list(dict.fromkeys(trace or []))  # a repeated value runs once
+    if traces and lengths is not None:
+        fail("--trace and --lengths both weight the cases: give one")
+    if len(traces) > 1 and not measuring:
+        fail(
+            f"--trace given {len(traces)} traces: one answer weights one trace (several "
+            "only with --measure, which times them in one session)"
+        )
+    return traces
+
+
+def _refuse_without_model(
+    measure: bool, engine: bool, verbose: bool, traces: bool, lengths: str | None
+) -> None:
+    """Without --model the answer is the index: flags that shape one deployment's answer are
+    refused, not ignored."""
+    if measure:
+        fail("--measure plans the batches of one deployment: give --model (and --trace)")
+    flags = (("--engine", engine), ("--verbose", verbose), ("--trace", traces))
+    given = [f for f, on in (*flags, ("--lengths", lengths is not None)) if on]
+    if given:
+        fail(
+            f"{given[0]} shapes the answer for one deployment: give --model (without it: the index)"
+        )
 
 
 def _refuse_measure_only(
