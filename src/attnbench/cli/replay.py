@@ -25,7 +25,7 @@ from attnbench.cli.paths import runs_dir
 from attnbench.measure.limits import MAX_SEED
 
 if TYPE_CHECKING:
-    from attnbench.cli.replay_answer import Ask
+    from attnbench.cli.replay_answer import Ask, Decided
     from attnbench.replay.deployment import Deployment
     from attnbench.replay.pipeline import ReplayOutcome
     from attnbench.replay.records import LiveValidation
@@ -142,10 +142,8 @@ def replay(
     the measured attention rows: ITL, TTFT and throughput per deployable variant and the hybrid
     of `recommend --engine none`, ranked as it ranks them (paired statistics of the rows)."""
     from attnbench.cli.replay_answer import Ask, decide
-    from attnbench.cli.show_documents import print_replay_summary
     from attnbench.replay.document import ReplayConfig
     from attnbench.replay.pipeline import ReplayError, run_replay
-    from attnbench.report.replay_tables import escape
 
     _check_numbers(
         gpu_mem_gib=gpu_mem_gib,
@@ -167,13 +165,7 @@ def replay(
     if isinstance(got, str):
         note(got)
     chosen = tuple(every_if_all(backend)) or (decided.variants if decided else ())
-    pair = _hybrid(hybrid)
-    source = "--hybrid"
-    if pair is None and decided is not None and decided.hybrid is not None:
-        pair, source = (
-            decided.hybrid,
-            "`recommend --engine none` (its decode choice and fastest prefill)",
-        )
+    pair, source = _hybrid_of(hybrid, decided)
     cfg = ReplayConfig(
         trace=trace,
         limit=limit or None,
@@ -202,13 +194,33 @@ def replay(
         outcome = run_replay(cfg, paths, validation, progress=_progress)
     except (ReplayError, ValueError) as exc:
         fail(str(exc))
+    outcome.document.answer = decided.record if decided else None
+    _finish(outcome, (live, live_prefill, live_out, device), out)
+
+
+def _hybrid_of(hybrid: str | None, decided: Decided | None) -> tuple[tuple[str, str] | None, str]:
+    """The hybrid to replay and where it comes from: `--hybrid`, else `recommend --engine
+    none`'s decode choice beside its fastest prefill call."""
+    pair = _hybrid(hybrid)
+    if pair is None and decided is not None and decided.hybrid is not None:
+        return decided.hybrid, "`recommend --engine none` (its decode choice and fastest prefill)"
+    return pair, "--hybrid"
+
+
+def _finish(
+    outcome: ReplayOutcome, live: tuple[int, bool, Path | None, str], out: Path | None
+) -> None:
+    """Print the replay, time `--live` steps, write `--out`."""
+    from attnbench.cli.show_documents import print_replay_summary
+    from attnbench.report.replay_tables import escape
+
     doc = outcome.document
-    doc.answer = decided.record if decided else None
     for n in doc.notes:
         note(n)
     print_replay_summary(doc)
-    if live:
-        doc.live = _live(outcome, live, live_prefill, live_out, out, device)
+    steps, prefill, live_out, device = live
+    if steps:
+        doc.live = _live(outcome, steps, prefill, live_out, out, device)
     if out is not None:
         write_output(out, doc.to_json(), "--out")
         console.print(f"replay -> {escape(str(out))}", highlight=False)
