@@ -13,7 +13,7 @@ environment variable), and a contiguous-cache variant is a baseline: both are li
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +129,7 @@ def library_call(variant: str, kv: str, page_size: int) -> list[str]:
 
 def _options_from(rows: pd.DataFrame, command: Any, origin: str | None) -> dict[OptionKey, Option]:
     out: dict[OptionKey, Option] = {}
+    layered: dict[tuple[OptionKey, str, str], dict[str, tuple[Timing, int, int]]] = {}
     for rec in records(rows):
         if bool(rec.get("padded")):
             continue
@@ -143,12 +144,56 @@ def _options_from(rows: pd.DataFrame, command: Any, origin: str | None) -> dict[
         if opt is None:
             opt = out[key] = Option(key, command(key))
         kind = "decode" if rec["kind"] == "decode" else str(rec["kind"])
+        if origin and rec.get(origin):
+            opt.inferred_from = tuple(sorted({*opt.inferred_from, str(rec[origin])}))
+        layer = str(getattr(rec["spec"], "layer_type", "") or "")
+        if layer:
+            step = spec_key(rec["spec"], ("kv_dtype", "page_size", *LAYER_FIELDS))
+            layered.setdefault((key, kind, step), {})[layer] = (
+                Timing.of(rec),
+                int(rec["spec"].num_layers or 1),
+                int(rec["batch_size"]),
+            )
+            continue
         opt.rows.setdefault(kind, {})[case_key(rec)] = CaseTime(
             Timing.of(rec), int(rec["batch_size"])
         )
-        if origin and rec.get(origin):
-            opt.inferred_from = tuple(sorted({*opt.inferred_from, str(rec[origin])}))
+    _add_model_steps(out, layered)
     return out
+
+
+LAYER_FIELDS = ("layer_type", "window_left", "num_layers")
+"""Spec fields in which the layer kinds of one model step differ (`analysis.per_model`)."""
+
+
+def _add_model_steps(
+    out: dict[OptionKey, Option],
+    layered: Mapping[tuple[OptionKey, str, str], Mapping[str, tuple[Timing, int, int]]],
+) -> None:
+    """A model whose layers differ (gpt-oss: sliding and full; Gemma-2: local and global) is
+    decided per model step: one case per batch whose every layer kind was timed, its time the
+    layer-count-weighted sum `model_step`. A batch missing a kind is left out (no partial
+    step is ever compared with a whole one)."""
+    kinds = {layer for parts in layered.values() for layer in parts}
+    for (key, kind, step), parts in layered.items():
+        if set(parts) != kinds:
+            continue
+        batch = next(iter(parts.values()))[2]
+        out[key].rows.setdefault(kind, {})[step] = CaseTime(model_step(parts.values()), batch)
+
+
+def model_step(parts: Iterable[tuple[Timing, int, int]]) -> Timing:
+    """One model step from its layer kinds' (timing, layers, batch): the medians and the
+    medians' CI bounds summed with the layer counts as weights (the bounds add linearly, a
+    conservative interval); no samples, as the kinds were timed apart."""
+    steps = list(parts)
+    median = sum(t.median_us * n for t, n, _ in steps)
+    bounds = [(t.ci_low_us, t.ci_high_us, n) for t, n, _ in steps]
+    if any(lo is None or hi is None for lo, hi, _ in bounds):
+        return Timing(median)
+    low = sum(float(lo or 0.0) * n for lo, _, n in bounds)
+    high = sum(float(hi or 0.0) * n for _, hi, n in bounds)
+    return Timing(median, low, high)
 
 
 def deploy_options(ok: pd.DataFrame, engine: str, tp: int) -> tuple[list[Option], Option | None]:
