@@ -153,7 +153,14 @@ def test_refusals_name_the_reason(variant: str, case: WorkloadSpec, words: str) 
 
 def test_engine_variants_are_registered_and_delegate_to_the_raw_check() -> None:
     names = [b.name for b in select_backends(["vllm"])]
-    assert names == ["vllm:flash-attn", "vllm:flashinfer"]
+    assert names == [
+        "vllm:flash-attn",
+        "vllm:flashinfer",
+        "vllm:flash-attn-mla",
+        "vllm:flashmla",
+        "vllm:flashinfer-mla",
+        "vllm:triton-mla",
+    ]
     assert [b.name for b in select_backends(["sglang:fa3"])] == ["sglang:fa3"]
     v = EngineVariant("vllm:flashinfer")
     assert v.knobs == {}

@@ -1,6 +1,6 @@
 """`recommend --engine`: rank what vLLM or SGLang can actually deploy, from stored rows.
 
-A deployable configuration is one engine setting (`engines.paths.SETTINGS`: the attention
+A deployable configuration is one engine setting (`engines.paths.ALL_SETTINGS`: the attention
 backend), a KV dtype and a block/page size; its kernels are the engine variant's rows
 (`vllm:flashinfer`...). Without such rows, a raw row stands for an engine path only where
 `engines.paths.kernel_path` says the raw variant with that row's knobs IS the engine's call
@@ -30,7 +30,7 @@ from attnbench.analysis.frame import ok_rows, records, spec_key
 from attnbench.backends.fa3_record import METADATA_IN_PLAN
 from attnbench.backends.variant import Variant
 from attnbench.engines.paths import (
-    SETTINGS,
+    ALL_SETTINGS,
     Engine,
     KernelPath,
     Setting,
@@ -163,7 +163,7 @@ def engine_rows(ok: pd.DataFrame, engine: Engine) -> tuple[pd.DataFrame, bool]:
     mapped = []
     raw = ok[~ok["library"].isin(NOT_ENGINE)]
     for rec in records(raw):
-        for s in SETTINGS:
+        for s in ALL_SETTINGS:
             if s.engine != engine:
                 continue
             path = kernel_path(s.variant, rec["spec"])
@@ -304,8 +304,14 @@ def _expected(batches: Sequence[BatchRank], c: Config) -> float:
     return sum(br.weight * br.times_us[c] for br in batches if br.weight > 0) / total
 
 
+def rows_family(rows: pd.DataFrame) -> str:
+    """`mla` when the rows are MLA cases (the engine's MLA default applies), else `gqa`."""
+    specs = rows.get("spec", [])
+    return "mla" if any(getattr(s, "mla", None) is not None for s in specs) else "gqa"
+
+
 def _versus_default(rec: EngineRecommendation, rows: pd.DataFrame) -> None:
-    base = default_setting(rec.engine)
+    base = default_setting(rec.engine, rows_family(rows))
     present = [s.config for s in rec.scores if s.config.variant == base.variant]
     present = [c for c in present if c.kv_dtype == "auto"]
     want = Config(base.variant, "auto", base.default_page_size)
@@ -371,7 +377,7 @@ def _raw_gains(rec: EngineRecommendation, ok: pd.DataFrame, decode: pd.DataFrame
 
 def _same_kernel(engine: Engine, raw: str, rows: pd.DataFrame) -> str:
     """Which of `engine`'s settings runs kernel `raw` on these cases, with which knobs."""
-    for s in SETTINGS:
+    for s in ALL_SETTINGS:
         if s.engine != engine:
             continue
         for spec in rows["spec"]:

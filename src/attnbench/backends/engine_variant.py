@@ -1,12 +1,16 @@
-"""Engine variants: `vllm:flashinfer`, `vllm:flash-attn`, `sglang:flashinfer`, `sglang:fa3`.
+"""Engine variants: `vllm:flashinfer`, `vllm:flash-attn`, `sglang:flashinfer`, `sglang:fa3`,
+and for MLA models `vllm:flash-attn-mla`, `vllm:flashmla`, `vllm:flashinfer-mla`,
+`vllm:triton-mla`, `sglang:flashmla` (`engines.mla`; SGLang's fa3 and flashinfer serve both).
 
 Each runs, for a case, the raw attnbench variant and knobs that are the engine's own call on
 Hopper (`engines.paths.kernel_path`: the FlashInfer wrapper with the engine's tensor-core rule,
 CUDA-graph mode and split settings, or FA3 with the engine's num_splits and scheduler
 metadata), and refuses, with the reason, a case the engine would not run through that backend
-(a page size it does not use, fp8 e5m2 on FA3, a draft tree vLLM does not verify). The row
-records the engine path in its details (`engine_path`, `engine_rule`). The variants take no
-knobs: the engine fixes them. The raw variants are unchanged.
+(a page size it does not use, fp8 e5m2 on FA3, a draft tree vLLM does not verify, a backend
+that is not valid on Hopper). A path whose knobs the raw variant does not take is refused too
+(it would run another call). The row records the engine path in its details (`engine_path`,
+`engine_rule`). The variants take no knobs: the engine fixes them. The raw variants are
+unchanged; `flashmla:dense` is looked up lazily (`attnbench.backends.flashmla`).
 """
 
 from __future__ import annotations
@@ -23,11 +27,55 @@ from attnbench.workload.spec import WorkloadSpec
 __all__ = ["EngineVariant", "engine_backends"]
 
 
-def raw_backend(name: str) -> Backend:
-    """The raw variant `name` (`flashinfer:tc`, `flash-attn:fa3`...)."""
-    from attnbench.backends import flash_attn, flashinfer
+FLASHMLA_MISSING = "flashmla backend not installed in this attnbench"
 
-    found: list[object] = [*flashinfer.backends(), *flash_attn.backends()]
+
+class MissingBackend:
+    """A raw variant whose module this attnbench lacks: unavailable, every case refused."""
+
+    devices: tuple[str, ...] = ("cuda",)
+    knobs: Mapping[str, tuple[object, ...]] = {}
+
+    def __init__(self, name: str, why: str) -> None:
+        self.name = name
+        self.why = why
+
+    def available(self) -> str | None:
+        return self.why
+
+    def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
+        return Unsupported(self.why)
+
+    def plan(
+        self,
+        spec: WorkloadSpec,
+        inputs: AttentionInputs,
+        knobs: Mapping[str, object] | None = None,
+    ) -> PlannedRun:
+        raise UnsupportedCase(self.why)
+
+
+def _flashmla_backends() -> list[object]:
+    try:
+        from attnbench.backends import flashmla  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return [MissingBackend("flashmla:dense", FLASHMLA_MISSING)]
+    found: list[object] = flashmla.backends()
+    return found
+
+
+def raw_backend(name: str) -> Backend:
+    """The raw variant `name` (`flashinfer:tc`, `flash-attn:fa3`, `flash-attn:mla`...)."""
+    from attnbench.backends import fa3_mla, flash_attn, flashinfer, flashinfer_mla
+
+    found: list[object] = [
+        *flashinfer.backends(),
+        *flash_attn.backends(),
+        *flashinfer_mla.backends(),
+        *fa3_mla.backends(),
+    ]
+    if name.startswith("flashmla:"):
+        found = _flashmla_backends()
     for b in found:
         if getattr(b, "name", None) == name:
             return cast(Backend, b)
@@ -54,10 +102,15 @@ class EngineVariant:
             "vllm:flash-attn": ["flash-attn:fa3"],
             "sglang:flashinfer": ["flashinfer:tc", "flashinfer:ragged-fa3"],
             "sglang:fa3": ["flash-attn:fa3"],
-        }[self.name]
+            "vllm:flash-attn-mla": ["flash-attn:mla"],
+            "vllm:flashmla": ["flashmla:dense"],
+            "sglang:flashmla": ["flashmla:dense"],
+        }.get(self.name, [])
 
     def available(self) -> str | None:
         """None when the library behind the engine's kernels runs here, else why not."""
+        if "unavailable" in self.setting.extra:
+            return self.setting.extra["unavailable"]
         for raw in self._raw_names():
             why = raw_backend(raw).available()
             if why is not None:
@@ -75,9 +128,21 @@ class EngineVariant:
         found = self.path(spec)
         if isinstance(found, str):
             return Unsupported(found)
-        refused = raw_backend(found.variant).check(spec, device)
+        raw = raw_backend(found.variant)
+        refused = raw.check(spec, device)
         if refused is not None:
             return Unsupported(f"{self.name} runs {found.variant}: {refused.reason}")
+        fixed = self._fixed_knobs(found, raw)
+        return Unsupported(fixed) if fixed else None
+
+    def _fixed_knobs(self, found: KernelPath, raw: Backend) -> str | None:
+        """Why the raw variant cannot make the engine's call: knobs it does not take."""
+        fixed = sorted(set(found.knobs) - set(raw.knobs))
+        if fixed:
+            return (
+                f"{self.name} runs {found.variant} with {', '.join(fixed)} set by the engine; "
+                f"{found.variant} takes no such knob, so it would time another call"
+            )
         return None
 
     def plan(
@@ -94,13 +159,17 @@ class EngineVariant:
         found = self.path(spec)
         if isinstance(found, str):
             raise UnsupportedCase(f"{self.name} cannot run this case: {found}")
-        planned = raw_backend(found.variant).plan(spec, inputs, dict(found.knobs))
+        raw = raw_backend(found.variant)
+        fixed = self._fixed_knobs(found, raw)
+        if fixed:
+            raise UnsupportedCase(fixed)
+        planned = raw.plan(spec, inputs, dict(found.knobs))
         planned.details["engine_path"] = found.variant
         planned.details["engine_rule"] = found.why
         return planned
 
 
 def engine_backends(engine: str) -> list[EngineVariant]:
-    from attnbench.engines.paths import SETTINGS
+    from attnbench.engines.paths import ALL_SETTINGS
 
-    return [EngineVariant(s.variant) for s in SETTINGS if s.engine == engine]
+    return [EngineVariant(s.variant) for s in ALL_SETTINGS if s.engine == engine]

@@ -124,6 +124,10 @@ class Setting:
     """The engine's own choice on Hopper for a GQA model when no backend is named."""
     kv_dtypes: tuple[str, ...] = ("auto", "fp8_e4m3", "fp8_e5m2")
     extra: Mapping[str, str] = field(default_factory=dict)
+    families: tuple[str, ...] = ("gqa",)
+    """The attention families it serves: `gqa` (GQA/MHA), `mla` (`engines.mla`)."""
+    mla_default: bool = False
+    """The engine's own choice on Hopper for an MLA model when no backend is named."""
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -159,6 +163,8 @@ SETTINGS: tuple[Setting, ...] = (
         "FA3 flash_attn_with_kvcache on page_table, num_splits=0, no scheduler metadata",
         default=True,
         kv_dtypes=("auto", "fp8_e4m3"),
+        families=("gqa", "mla"),
+        mla_default=True,
     ),
     Setting(
         "sglang",
@@ -170,20 +176,31 @@ SETTINGS: tuple[Setting, ...] = (
         "decode: fa2 decode wrapper, tensor cores for fp8 KV or group >= 4, page size 1, "
         "CUDA-graph wrapper per captured batch; prefill: ragged wrapper (fa3 on SM90); "
         "verification: paged fa2 prefill with the tree mask",
+        families=("gqa", "mla"),
     ),
 )
+"""The settings that serve GQA/MHA models (SGLang's also serve MLA models); `ALL_SETTINGS`
+adds the MLA-only ones (`engines.mla.MLA_SETTINGS`)."""
 
 
 def setting(variant: str) -> Setting:
-    for s in SETTINGS:
+    for s in ALL_SETTINGS:
         if s.variant == variant:
             return s
-    allowed = ", ".join(s.variant for s in SETTINGS)
+    allowed = ", ".join(s.variant for s in ALL_SETTINGS)
     raise ValueError(f"engine variant {variant!r} is not known; allowed: {allowed}")
 
 
-def default_setting(engine: Engine) -> Setting:
-    return next(s for s in SETTINGS if s.engine == engine and s.default)
+def default_setting(engine: Engine, family: str = "gqa") -> Setting:
+    """The engine's own choice on Hopper for a model of `family` (`gqa` or `mla`)."""
+    return next(
+        s for s in settings_for(engine, family) if (s.mla_default if family == "mla" else s.default)
+    )
+
+
+def settings_for(engine: Engine, family: str) -> list[Setting]:
+    """The engine's settings that serve models of `family` (`gqa` or `mla`)."""
+    return [s for s in ALL_SETTINGS if s.engine == engine and family in s.families]
 
 
 @dataclass(frozen=True)
@@ -249,6 +266,8 @@ def kernel_path(variant: str, spec: WorkloadSpec, rel: Release | None = None) ->
     engine would not run this case through that backend. `rel`: the engine release whose
     rules apply (default: the pinned commits'; vLLM FLASH_ATTN's split cap depends on it)."""
     s = setting(variant)
+    if spec.mla is not None or "gqa" not in s.families:
+        return mla_kernel_path(s, spec, rel)
     why = _common(s, spec)
     if why:
         return why
@@ -498,3 +517,11 @@ def vllm_fa3_splits(rel: Release | None = None) -> int:
     pinned commit's, which the committed engine rows reproduce)."""
     cap = rel.fa3_cuda_graph_splits if rel is not None else None
     return VLLM_CUDA_GRAPH_SPLITS if cap is None else cap
+
+
+# The MLA settings and rules (`engines.mla`) build on the types above; the package's
+# `__init__` imports this module first, so either module may be imported first.
+from attnbench.engines.mla import MLA_SETTINGS, mla_kernel_path  # noqa: E402
+
+ALL_SETTINGS: tuple[Setting, ...] = (*SETTINGS, *MLA_SETTINGS)
+"""Every engine setting: `SETTINGS` (GQA/MHA, SGLang's also MLA) and the MLA-only ones."""
