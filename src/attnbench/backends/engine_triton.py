@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
+from attnbench.backends.features import MLA_VARIANTS, missing_feature
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
@@ -95,7 +96,9 @@ class TritonEngineVariant:
         return self.summary
 
     def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
-        return Unsupported(self.available() or NOT_REPLAYED.format(name=self.name))
+        mla = "{who} is the engine's GQA/MHA backend; MLA cases run on " + MLA_VARIANTS
+        refused = missing_feature(self.name, spec, ("window", "sinks", "softcap"), {"mla": mla})
+        return refused or Unsupported(self.available() or NOT_REPLAYED.format(name=self.name))
 
     def plan(
         self,
