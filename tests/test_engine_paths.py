@@ -59,6 +59,16 @@ CASES = [
 ]
 
 
+FEATURE_CASES = [
+    spec(kind, (64, 8), head_dim=64, window_left=127, sinks=True, model="gpt-oss-120b")
+    for kind in ("decode", "prefill")
+] + [
+    spec(kind, (16, 8), head_dim=256, window_left=4095, logits_soft_cap=50.0, page_size=1)
+    for kind in ("decode", "prefill")
+]
+"""gpt-oss (window and sinks) and Gemma-2 (window and soft-cap) layers."""
+
+
 def path(variant: str, s: WorkloadSpec) -> KernelPath:
     found = kernel_path(variant, s)
     assert isinstance(found, KernelPath), found
@@ -70,7 +80,7 @@ def test_every_mapped_path_is_an_attnbench_variant_with_knobs_it_accepts() -> No
     seen = set()
     for s in SETTINGS:
         assert s.variant in variants  # the engine variant itself is registered
-        for case in CASES:
+        for case in [*CASES, *FEATURE_CASES]:
             found = kernel_path(s.variant, case)
             if isinstance(found, str):
                 assert s.variant in found or "SGLang" in found  # a reason naming who refuses
@@ -160,6 +170,7 @@ def test_engine_variants_are_registered_and_delegate_to_the_raw_check() -> None:
         "vllm:flashmla",
         "vllm:flashinfer-mla",
         "vllm:triton-mla",
+        "vllm:triton-attn",
     ]
     assert [b.name for b in select_backends(["sglang:fa3"])] == ["sglang:fa3"]
     v = EngineVariant("vllm:flashinfer")

@@ -35,6 +35,11 @@ Hopper facts read from the source (SM90; trtllm-gen kernels are SM100-only, so v
 - SGLang fa3: `flash_attn_with_kvcache` on `page_table` at the server's `--page-size`
   (default 1), `num_splits=0` (1 only with deterministic inference), no scheduler metadata
   (FA3 computes it in each call), pack_gqa left to FA3; fp8 KV casts q to fp8.
+- Windows, sinks, soft-cap (gpt-oss, Gemma-2): both engines' FA3 backends pass the window, the
+  soft-cap and the sinks to FA3 (the raw variant reads them from the case); vLLM's FA3 builder
+  turns its AOT scheduler off for a model with windowed and full layers. Both FlashInfer
+  backends take windows and soft-caps and refuse sinks (`SINK_REFUSALS`). Which backend each
+  engine picks per family: `engines.families`.
 """
 
 from __future__ import annotations
@@ -235,12 +240,45 @@ def sglang_tensor_cores(spec: WorkloadSpec) -> bool:
     return spec.is_fp8 or spec.group_size >= 4
 
 
+VLLM_FA_034 = Source("vllm-project/vllm", "62d4bc3c7", "vllm/v1/attention/backends/flash_attn.py")
+"""vLLM 0.34.0's wheel (`vllm/_version.py` commit_id g62d4bc3c7)."""
+VLLM_FI_034 = Source("vllm-project/vllm", "62d4bc3c7", "vllm/v1/attention/backends/flashinfer.py")
+SGLANG_HOOK_0523 = Source(
+    "sgl-project/sglang", "v0.5.23", "python/sglang/srt/arg_groups/model_hook.py"
+)
+"""SGLang 0.5.23's wheel (its `_version.py` names no commit: the release tag)."""
+SINK_REFUSALS: dict[str, str] = {
+    "vllm:flashinfer": "attention sinks: at the pinned commit FLASHINFER serves no sinks on "
+    f"SM90 ({VLLM_FI.cite()}); in 0.34.0 `supports_sink` holds on SM90 only where XQA decode "
+    "can load (NVIDIA's cubins), decode then runs XQA and prefill "
+    "BatchAttentionWithAttentionSinkWrapper, which no attnbench variant is "
+    f"({VLLM_FI_034.cite()})",
+    "sglang:flashinfer": "attention sinks: SGLang asserts 'GptOssForCausalLM requires one of "
+    "[triton, trtllm_mha, fa3, fa4, ...] attention backend' and its default picks flashinfer "
+    "only for models without sinks ('FlashInfer does not support attention sinks') "
+    f"({SGLANG_HOOK_0523.cite()})",
+}
+"""Engine settings that refuse attention sinks on Hopper, with the engine's own check."""
+
+
+def _mixed_windows(spec: WorkloadSpec) -> bool:
+    """Whether the case's model mixes windowed and full layers (gpt-oss, Gemma-2): vLLM's FA3
+    metadata builder then sees more than one sliding-window config and turns its AOT
+    scheduler off (`_get_sliding_window_configs`: `aot_schedule = False`)."""
+    from attnbench.workload.models import MODELS
+
+    model = MODELS.get(spec.model or "")
+    if model is None:  # only a model with windows names its full layers
+        return spec.layer_type == "full_attention"
+    return model.sliding_window is not None and len(set(model.layer_types)) > 1
+
+
 def _common(s: Setting, spec: WorkloadSpec) -> str | None:
     who = f"{s.variant} ({s.engine} --attention-backend {s.name})"
     if spec.mla is not None:
         return f"{who}: MLA models run on the engine's MLA backends, not this one"
-    if spec.sinks:
-        return f"{who}: attention sinks are not served by this backend on Hopper"
+    if spec.sinks and s.variant in SINK_REFUSALS:
+        return f"{who}: {SINK_REFUSALS[s.variant]}"
     reads_cache = not (s.variant == "sglang:flashinfer" and spec.kind == "prefill")
     if reads_cache and s.page_sizes is not None and spec.page_size not in s.page_sizes:
         shown = ", ".join(str(p) for p in s.page_sizes[:4]) + (
@@ -295,12 +333,26 @@ def _vllm_flash_attn(spec: WorkloadSpec, cap: int = VLLM_CUDA_GRAPH_SPLITS) -> K
     graphs = spec.total_q <= VLLM_MAX_CAPTURE
     splits = cap if graphs else 0
     rule = "<=" if graphs else ">"
+    aot = not _mixed_windows(spec)
+    metadata = (
+        "scheduler metadata per step"
+        if aot
+        else f"no scheduler metadata (windowed and full layers: AOT schedule off, "
+        f"{VLLM_FA_034.cite()})"
+    )
     return KernelPath(
         "flash-attn:fa3",
-        {"num_splits": splits, "pack_gqa": None, "scheduler_metadata": True},
-        f"{spec.total_q} tokens {rule} {VLLM_MAX_CAPTURE}: num_splits={splits}, scheduler "
-        f"metadata per step ({VLLM_FA.cite()})",
+        {"num_splits": splits, "pack_gqa": None, "scheduler_metadata": aot},
+        f"{spec.total_q} tokens {rule} {VLLM_MAX_CAPTURE}: num_splits={splits}, {metadata}"
+        f"{_FA3_FEATURES_VLLM * bool(spec.features())} ({VLLM_FA.cite()})",
     )
+
+
+_FA3_FEATURES_VLLM = "; window_size=(w-1, 0), softcap and s_aux=sinks passed to FA3"
+_FA3_FEATURES_SGLANG = (
+    "; window_size=(w-1, 0) (its sliding_window_size is already w-1), softcap=logit_cap and "
+    "sinks= passed to FA3"
+)
 
 
 def _sglang_flashinfer(spec: WorkloadSpec) -> KernelPath | str:
@@ -336,7 +388,8 @@ def _sglang_fa3(spec: WorkloadSpec) -> KernelPath | str:
     return KernelPath(
         "flash-attn:fa3",
         {"num_splits": 0, "pack_gqa": None, "scheduler_metadata": False},
-        f"flash_attn_with_kvcache, num_splits=0, no scheduler metadata ({SGLANG_FA.cite()})",
+        f"flash_attn_with_kvcache, num_splits=0, no scheduler metadata"
+        f"{_FA3_FEATURES_SGLANG * bool(spec.features())} ({SGLANG_FA.cite()})",
     )
 
 
@@ -381,7 +434,7 @@ class Release:
     fa3_cuda_graph_splits: int | None = None
     """vLLM FLASH_ATTN: FA3's num_splits cap under full CUDA graphs."""
     sinks_backend: str | None = None
-    """SGLang: the backend a model with attention sinks gets by default."""
+    """SGLang: the backend a model with attention sinks gets by default on Hopper."""
 
     def label(self) -> str:
         return f"{self.engine} {', '.join(self.checked)}"
@@ -453,9 +506,12 @@ RELEASES: tuple[Release, ...] = (
             "--cuda-graph-bs-decode (and -prefill)",
             "--decode-attention-backend and --prefill-attention-backend set the phases apart "
             "and win over --attention-backend",
-            "models with attention sinks default to triton on Hopper, never flashinfer",
+            "models with attention sinks: fa3 on Hopper (CUDA >= 12.3; gpt-oss's own override "
+            "sets fa3 on SM90), triton only where neither the Hopper nor the SM100 default "
+            "applies, never flashinfer (model_override_base.py get_default_attn_backend, "
+            "model_overrides/gpt_oss.py)",
         ),
-        sinks_backend="triton",
+        sinks_backend="fa3",
     ),
 )
 """Engine releases attnbench knows, oldest first per engine; the last of an engine is the
