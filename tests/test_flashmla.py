@@ -95,3 +95,28 @@ def test_backends_view_says_why_flashmla_is_unavailable() -> None:
     assert "flashmla:dense" in res.output
     assert "pip install sgl-flash-mla==1.0.0 --no-deps" in res.output
     assert "flash_mla not importable" in res.output
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qo_len", [1, 2])
+def test_gpu_flashmla_passes_the_gate(qo_len: int) -> None:
+    """DeepSeek-V3 at tp 8, ragged decode and a 2-token causal append (MTP), page 64: gated
+    against the fp64 reference and timed; the per-step schedule is the replan."""
+    from attnbench.measure.config import MeasureConfig
+    from attnbench.measure.hardware import detect
+    from attnbench.run.sweep import SweepContext, run_case
+
+    backend = FlashMlaBackend()
+    if backend.available() is not None:
+        pytest.skip(str(backend.available()))
+    info = detect("cuda:0")
+    if info.sm != 90:
+        pytest.skip(f"FlashMLA's dense kernel is SM90 only; this GPU is SM{info.sm}")
+    spec = v3_decode(qo_lens=(qo_len,) * 3, kind="decode" if qo_len == 1 else "append")
+    cfg = MeasureConfig(warmup_ms=1.0, min_runs=3, max_runs=5, max_time_ms=5.0)
+    ctx = SweepContext(run_id="test-flashmla-gpu", info=info, measure_cfg=cfg)
+    (row,) = run_case(spec, [backend], ctx)
+    assert row.status == "ok", row.reason
+    assert row.plan_us is not None
+    assert row.plan_us > 0
+    assert row.details["ops"] == "flash_mla_legacy"

@@ -140,14 +140,17 @@ def _latency(r: dict[str, Any]) -> float | None:
 
 
 def beside(frame: pd.DataFrame, published: PublishedSet) -> list[Beside]:
-    """Every row of `frame` on a PR #1770 case (the last one per GPU, length and variant),
-    in the view's order: GPU, length, `VARIANTS`."""
+    """Every row of `frame` on a PR #1770 case, one per GPU, length and variant (the last
+    timed one, else the last one), in the view's order: GPU, length, `VARIANTS`."""
     labels = {lengths_label(s): s for s in published.seqlens()}
     latest: dict[tuple[str, int, str], Beside] = {}
     for r in _case_rows(frame, labels):
         seqlen, variant = labels[str(r["lengths"])], str(r["backend"])
         counterpart = COUNTERPART.get(variant)
-        latest[(str(r["gpu"]), seqlen, variant)] = Beside(
+        key = (str(r["gpu"]), seqlen, variant)
+        if key in latest and latest[key].latency_us is not None and _latency(r) is None:
+            continue
+        latest[key] = Beside(
             str(r["gpu"]),
             seqlen,
             variant,

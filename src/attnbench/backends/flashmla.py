@@ -164,9 +164,10 @@ class FlashMlaBackend:
             details={
                 "api": "flash_mla_with_kvcache",
                 "ops": "flash_mla_legacy",
+                "kernel": "dense-decode",
                 "kv_cache": "paged",
+                "library": f"sgl-flash-mla {flash_mla.__version__}",
                 "num_sm_parts": int(sched.tile_scheduler_metadata.shape[0]),
-                "sgl-flash-mla": str(flash_mla.__version__),
             },
             unpack=unpack,
             replan=replan,
