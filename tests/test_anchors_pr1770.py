@@ -148,3 +148,21 @@ def test_anchors_pr1770_without_rows_shows_the_published_times(tmp_path: Path) -
     bad = runner.invoke(app, ["anchors", str(tmp_path), "--set", "fa4"])
     assert bad.exit_code == 2
     assert "Traceback" not in bad.output
+
+
+def test_a_refusal_by_the_librarys_rules_beats_a_missing_library(tmp_path: Path) -> None:
+    """The MLA pack has no FA3 ("not installed"); the normal pack's row says why FA3 refuses."""
+    s = suite_cases()[0]
+    common = {"run_id": "fake-h200", "case_id": s.case_id, "spec": s.model_dump(mode="json")}
+    why_missing = "FlashAttention-3 not installed: pip install tokenspeed-fa3"
+    write_results(
+        tmp_path / "h200-a.jsonl",
+        [ResultRow(backend="flash-attn:mla", status="unsupported", reason=FA3_REFUSAL, **common)],
+    )
+    write_results(
+        tmp_path / "h200-b.jsonl",
+        [ResultRow(backend="flash-attn:mla", status="unsupported", reason=why_missing, **common)],
+    )
+    (kept,) = beside(load(sorted(tmp_path.glob("*.jsonl"))).frame, load_published())
+    assert "HDIMDIFF64" in kept.reason
+    assert kept.file == "h200-a.jsonl"

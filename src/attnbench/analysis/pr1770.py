@@ -139,18 +139,29 @@ def _latency(r: dict[str, Any]) -> float | None:
     return float(value)
 
 
+UNINSTALLED = ("not installed", "not importable", "not usable")
+"""Words of the backends' `available()` reasons: the library was missing where the row ran."""
+
+
+def rank(b: Beside) -> int:
+    """Which of several rows of one (GPU, length, variant) the view keeps: a timed row, else a
+    refusal by the library's own rules, else one saying the library was missing (the MLA pack
+    of `scripts/h200/mla_flashmla.sh` has no FA3; the normal pack's run says why FA3 refuses)."""
+    if b.latency_us is not None:
+        return 2
+    return 0 if any(w in b.reason for w in UNINSTALLED) else 1
+
+
 def beside(frame: pd.DataFrame, published: PublishedSet) -> list[Beside]:
-    """Every row of `frame` on a PR #1770 case, one per GPU, length and variant (the last
-    timed one, else the last one), in the view's order: GPU, length, `VARIANTS`."""
+    """Every row of `frame` on a PR #1770 case, one per GPU, length and variant (the last of
+    the highest `rank`), in the view's order: GPU, length, `VARIANTS`."""
     labels = {lengths_label(s): s for s in published.seqlens()}
     latest: dict[tuple[str, int, str], Beside] = {}
     for r in _case_rows(frame, labels):
         seqlen, variant = labels[str(r["lengths"])], str(r["backend"])
         counterpart = COUNTERPART.get(variant)
         key = (str(r["gpu"]), seqlen, variant)
-        if key in latest and latest[key].latency_us is not None and _latency(r) is None:
-            continue
-        latest[key] = Beside(
+        found = Beside(
             str(r["gpu"]),
             seqlen,
             variant,
@@ -163,4 +174,6 @@ def beside(frame: pd.DataFrame, published: PublishedSet) -> list[Beside]:
             str(r.get("git_sha") or ""),
             published.of(seqlen, counterpart) if counterpart else None,
         )
+        if key not in latest or rank(found) >= rank(latest[key]):
+            latest[key] = found
     return [latest[k] for k in sorted(latest, key=lambda k: (k[0], k[1], VARIANTS.index(k[2])))]
