@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from attnbench.workload.lengths import parse_lengths
@@ -44,6 +45,8 @@ def test_uniform_lognormal_and_list() -> None:
         ("uniform:300-100", "LO > HI"),
         ("lognormal:2048", "MEDIAN,SIGMA"),
         ("lognormal:-1,1", "positive"),
+        ("normal:4096", "MEAN,SD"),
+        ("normal:4096,x", "normal sd must be a number"),
         ("1024,abc", "comma-separated integers"),
         ("0,5", "out of range"),
     ],
@@ -51,3 +54,14 @@ def test_uniform_lognormal_and_list() -> None:
 def test_bad_distributions_name_the_problem(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_lengths(text, batch_size=4, seed=0)
+
+
+def test_normal_draws_as_flash_attention_pr_1770_does() -> None:
+    """max(N(mean, sd), 1), truncated: seeded, so the same batch everywhere."""
+    (case,) = parse_lengths("normal:1024,512", batch_size=128, seed=0)
+    assert case.label == "normal(1024,512)"
+    assert parse_lengths("normal:1024,512", batch_size=128, seed=0)[0] == case
+    assert min(case.kv_lens) >= 1
+    assert 900 < sum(case.kv_lens) / 128 < 1150
+    raw = np.random.default_rng(0).normal(1024, 512, size=128)
+    assert case.kv_lens == tuple(int(x) for x in np.floor(np.maximum(raw, 1.0)))

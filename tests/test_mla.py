@@ -219,6 +219,7 @@ def test_mla_suite_is_deepseek_v3_decode_fp8_and_prefill() -> None:
 def test_every_gqa_variant_refuses_an_mla_case_and_says_where_it_runs() -> None:
     spec = mla_spec()
     mla_variants = {"sdpa:mla", "flashinfer:mla-fa2", "flashinfer:mla-fa3", "flash-attn:mla"}
+    mla_variants.add("flashmla:dense")  # tests/test_flashmla.py
     mla_variants.add("reference")  # the oracle computes everything
     for backend in all_backends():
         if backend.name in mla_variants or getattr(backend, "hidden", False):

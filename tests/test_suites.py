@@ -20,6 +20,7 @@ WORKLOAD_SUITES = (
     "brief70b",
     "gqa",
     "mla",
+    "mla-pr1770",
     "gptoss",
     "replay-calibration-fp8",
     "headdim",

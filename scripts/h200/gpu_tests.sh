@@ -31,7 +31,7 @@ declare -A FILES=(
   [a]="tests/test_cudnn.py tests/test_fidelity.py tests/test_flash_attn.py tests/test_gpu_core.py
        tests/test_mla.py tests/test_replay_fa3plan.py tests/test_replay_live.py tests/test_sdpa.py
        tests/test_stream_read.py tests/test_suites.py tests/test_timed_output.py
-       tests/test_fidelity_small.py"
+       tests/test_fidelity_small.py tests/test_flashmla.py"
   [b]="tests/test_flashinfer.py tests/test_fp8study.py"
   [c]="tests/test_windows.py tests/test_flex.py tests/test_softcap.py"
   [d]="tests/test_flashinfer.py tests/test_mla.py tests/test_windows.py tests/test_softcap.py"

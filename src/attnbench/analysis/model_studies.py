@@ -333,6 +333,7 @@ _LIBRARY_KEYS = {
     "sdpa": ("torch",),
     "flex": ("torch", "triton"),
     "cudnn": ("cudnn",),
+    "flashmla": ("flash-mla",),
 }
 
 

@@ -24,13 +24,15 @@ _MODULES: dict[str, str] = {
     "sdpa-mla": "attnbench.backends.sdpa_mla",
     "flashinfer-mla": "attnbench.backends.flashinfer_mla",
     "flash-attn-mla": "attnbench.backends.fa3_mla",
+    "flashmla": "attnbench.backends.flashmla",
     "vllm": "attnbench.backends.engine_vllm",
     "sglang": "attnbench.backends.engine_sglang",
 }
 """Modules whose variants set `hidden = True` (fault injection) are left out of `all`. The MLA
 modules' variants carry their library's name (`sdpa:mla`, `flashinfer:mla-fa2`,
-`flash-attn:mla`), so `--backend flashinfer` selects them with the others. `vllm` and `sglang`
-are the engines' own paths (`engines.paths`): `vllm:flashinfer`, `sglang:fa3`..."""
+`flash-attn:mla`, `flashmla:dense`), so `--backend flashinfer` selects them with the others.
+`vllm` and `sglang` are the engines' own paths (`engines.paths`): `vllm:flashinfer`,
+`sglang:fa3`..."""
 
 __all__ = [
     "Backend",

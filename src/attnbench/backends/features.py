@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from attnbench.backends.base import Unsupported
 from attnbench.workload.spec import WorkloadSpec
 
-MLA_VARIANTS = "sdpa:mla, flashinfer:mla-fa2, flashinfer:mla-fa3"
+MLA_VARIANTS = "sdpa:mla, flashinfer:mla-fa2, flashinfer:mla-fa3, flashmla:dense"
 SOFT_CAP_VARIANTS = (
     "flashinfer:fa2/tc/fa3/auto/ragged-fa2/ragged-fa3 (logits_soft_cap), flex (a score_mod) and "
     "flash-attn:fa3 builds with softcap"

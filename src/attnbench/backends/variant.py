@@ -22,7 +22,7 @@ from typing import Literal
 CacheLayout = Literal["paged", "contiguous"]
 TUNED_SUFFIX = "+tuned"
 """The suffix of the rows `attnbench tune` writes: the variant at its fastest knobs."""
-LIBRARIES = ("reference", "sdpa", "flex", "flashinfer", "flash-attn", "cudnn", "faulty")
+LIBRARIES = ("reference", "sdpa", "flex", "flashinfer", "flash-attn", "cudnn", "flashmla", "faulty")
 """Kernel libraries, and `faulty`: the test-only backends (fault injection, test doubles)."""
 ENGINES = ("vllm", "sglang")
 """Serving engines whose attention path is a variant of its own (`backends/engine_*.py`)."""

@@ -19,6 +19,7 @@ LIBRARIES = (
     "tokenspeed-fa3",
     "flash-attn",
     "flash-attn-3",
+    "sgl-flash-mla",
     "nvidia-cudnn-frontend",
     "nvidia-cudnn-cu12",
     "nvidia-cudnn-cu13",

@@ -6,6 +6,8 @@ A distribution is written as a short string (CLI flag, env var, suite file):
     list:256,1024,65536  one batch with exactly these per-request lengths
     uniform:256-8192     one batch, lengths uniform in [256, 8192]
     lognormal:2048,1.0   one batch, lognormal with median 2048 and sigma 1.0 (clipped to 16..131072)
+    normal:4096,2048     one batch, normal with mean 4096 and sd 2048, at least 1 token, truncated
+                         (flash-attention PR #1770's variable lengths)
     mixed                the brief's agent batch: log-uniform over 256..65536, both ends present
     mixed:256-65536      the same with explicit bounds
     trace:NAME[@N]       sampled from a real request trace (see `workload.traces`)
@@ -33,6 +35,7 @@ DISTRIBUTIONS = (
     "list:",
     "uniform:",
     "lognormal:",
+    "normal:",
     "mixed",
     "trace:",
     "prompts:",
@@ -70,16 +73,8 @@ def _parse(text: str, batch_size: int, seed: int) -> list[LengthCase]:
         lo, hi = _range(arg, "uniform")
         drawn = rng.integers(lo, hi + 1, size=batch_size)
         return [LengthCase(f"uniform({lo}..{hi})", _checked(drawn))]
-    if kind == "lognormal":
-        parts = [p for p in arg.split(",") if p.strip()]
-        if len(parts) != 2:
-            raise ValueError(
-                f"lengths={text!r}: lognormal needs MEDIAN,SIGMA, e.g. lognormal:2048,1"
-            )
-        median, sigma = _positive_float(parts[0], "median"), _positive_float(parts[1], "sigma")
-        raw = rng.lognormal(math.log(median), sigma, size=batch_size)
-        clipped = np.clip(np.rint(raw), 16, 131072).astype(np.int64)
-        return [LengthCase(f"lognormal({median:g},{sigma:g})", _checked(clipped))]
+    if kind in ("lognormal", "normal"):
+        return [_bell(kind, arg, text, batch_size, rng)]
     if kind in ("mixed", "agent"):
         lo, hi = _range(arg, "mixed") if arg else (256, 65536)
         return [LengthCase(f"mixed({lo}..{hi})", mixed_batch(batch_size, lo, hi, rng))]
@@ -205,13 +200,33 @@ def _range(arg: str, form: str) -> tuple[int, int]:
     return lo, hi
 
 
-def _positive_float(text: str, name: str) -> float:
+def _bell(kind: str, arg: str, text: str, batch_size: int, rng: np.random.Generator) -> LengthCase:
+    """`lognormal:MEDIAN,SIGMA` (clipped to 16..131072), or `normal:MEAN,SD` drawn as
+    flash-attention PR #1770's `benchmark_mla_decode.py` draws its variable lengths:
+    max(N(mean, sd), 1), truncated to an integer (the script assigns the float to an int32
+    tensor)."""
+    names = ("median", "sigma") if kind == "lognormal" else ("mean", "sd")
+    parts = [p for p in arg.split(",") if p.strip()]
+    if len(parts) != 2:
+        example = "lognormal:2048,1" if kind == "lognormal" else "normal:4096,2048"
+        need = ",".join(n.upper() for n in names)
+        raise ValueError(f"lengths={text!r}: {kind} needs {need}, e.g. {example}")
+    a, b = (_positive_float(p, n, kind) for p, n in zip(parts, names, strict=True))
+    if kind == "lognormal":
+        raw = rng.lognormal(math.log(a), b, size=batch_size)
+        lens = np.clip(np.rint(raw), 16, 131072).astype(np.int64)
+    else:
+        lens = np.floor(np.maximum(rng.normal(a, b, size=batch_size), 1.0)).astype(np.int64)
+    return LengthCase(f"{kind}({a:g},{b:g})", _checked(lens))
+
+
+def _positive_float(text: str, name: str, kind: str = "lognormal") -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"lengths: lognormal {name} must be a number, got {text!r}") from None
+        raise ValueError(f"lengths: {kind} {name} must be a number, got {text!r}") from None
     if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"lengths: lognormal {name} must be positive, got {text!r}")
+        raise ValueError(f"lengths: {kind} {name} must be positive, got {text!r}")
     return value
 
 
