@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from attnbench.backends.engine_variant import FLASHMLA_MISSING, EngineVariant, raw_backend
+from attnbench.backends.engine_variant import EngineVariant, raw_backend
 from attnbench.engines.mla import MLA_SETTINGS, family
 from attnbench.engines.paths import (
     ALL_SETTINGS,
@@ -177,7 +177,6 @@ def test_mla_engine_variants_delegate_and_refuse() -> None:
     assert EngineVariant("vllm:triton-mla").available() is not None
     assert EngineVariant("vllm:flashinfer-mla").check(mla(), H200) is not None
     dense = raw_backend("flashmla:dense")
-    if dense.available() == FLASHMLA_MISSING:
-        found = EngineVariant("sglang:flashmla").check(mla(), H200)
-        assert found is not None
-        assert FLASHMLA_MISSING in found.reason
+    assert dense.name == "flashmla:dense"
+    found = EngineVariant("sglang:flashmla").path(mla(page=64))
+    assert not isinstance(found, str) and found.variant == "flashmla:dense"

@@ -27,55 +27,17 @@ from attnbench.workload.spec import WorkloadSpec
 __all__ = ["EngineVariant", "engine_backends"]
 
 
-FLASHMLA_MISSING = "flashmla backend not installed in this attnbench"
-
-
-class MissingBackend:
-    """A raw variant whose module this attnbench lacks: unavailable, every case refused."""
-
-    devices: tuple[str, ...] = ("cuda",)
-    knobs: Mapping[str, tuple[object, ...]] = {}
-
-    def __init__(self, name: str, why: str) -> None:
-        self.name = name
-        self.why = why
-
-    def available(self) -> str | None:
-        return self.why
-
-    def check(self, spec: WorkloadSpec, device: DeviceInfo) -> Unsupported | None:
-        return Unsupported(self.why)
-
-    def plan(
-        self,
-        spec: WorkloadSpec,
-        inputs: AttentionInputs,
-        knobs: Mapping[str, object] | None = None,
-    ) -> PlannedRun:
-        raise UnsupportedCase(self.why)
-
-
-def _flashmla_backends() -> list[object]:
-    try:
-        from attnbench.backends import flashmla  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return [MissingBackend("flashmla:dense", FLASHMLA_MISSING)]
-    found: list[object] = flashmla.backends()
-    return found
-
-
 def raw_backend(name: str) -> Backend:
     """The raw variant `name` (`flashinfer:tc`, `flash-attn:fa3`, `flash-attn:mla`...)."""
-    from attnbench.backends import fa3_mla, flash_attn, flashinfer, flashinfer_mla
+    from attnbench.backends import fa3_mla, flash_attn, flashinfer, flashinfer_mla, flashmla
 
     found: list[object] = [
         *flashinfer.backends(),
         *flash_attn.backends(),
         *flashinfer_mla.backends(),
         *fa3_mla.backends(),
+        *flashmla.backends(),
     ]
-    if name.startswith("flashmla:"):
-        found = _flashmla_backends()
     for b in found:
         if getattr(b, "name", None) == name:
             return cast(Backend, b)
