@@ -484,7 +484,7 @@ def prefill_command(ans: Answer, trace: str | None) -> str:
     if ans.engine == "none":
         return measure_command(ans.shape, "none", trace, ans.kv_dtype)
     kv = "" if ans.kv_dtype == "auto" else f" --kv-dtype {ans.kv_dtype}"
-    page = default_setting(ans.engine).default_page_size
+    page = default_setting(ans.engine, "mla" if ans.shape.mla else "gqa").default_page_size
     return (
         f"attnbench run --model {ans.shape.model} --tp {ans.shape.tp} --kind prefill "
         f"--lengths {run_lengths(trace)}{kv} --page-size {page} --backend {ans.engine} "

@@ -217,7 +217,9 @@ def deploy_options(ok: pd.DataFrame, engine: str, tp: int) -> tuple[list[Option]
         opts = _options_from(
             rows, lambda k: engine_command(k.variant, k.kv, k.page_size, tp), "inferred_from"
         )
-        s = default_setting(engine)  # type: ignore[arg-type]
+        from attnbench.analysis.engine_rank import rows_family
+
+        s = default_setting(engine, rows_family(rows))  # type: ignore[arg-type]
         want, base = OptionKey(s.variant, "auto", s.default_page_size), s.variant
     options = sorted(opts.values(), key=lambda o: o.key)
     default = opts.get(want) or _most_cases(

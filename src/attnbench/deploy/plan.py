@@ -26,7 +26,7 @@ import numpy as np
 from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
 from attnbench.deploy.decide import MEASURE_SHARE
 from attnbench.deploy.labels import decode_label, prefill_label
-from attnbench.engines.paths import SETTINGS, Engine
+from attnbench.engines.paths import Engine, settings_for
 from attnbench.replay.deployment import Deployment
 from attnbench.replay.live import step_spec
 from attnbench.replay.simresult import SimResult
@@ -72,9 +72,10 @@ class PlannedCase:
         }
 
 
-def engine_variants(engine: Engine, kv_dtype: str) -> tuple[str, ...]:
+def engine_variants(engine: Engine, kv_dtype: str, family: str = "gqa") -> tuple[str, ...]:
+    """The engine's settings for a model of `family` (`gqa`, `mla`) that take this KV dtype."""
     kv = "auto" if not kv_dtype.startswith("fp8") else kv_dtype
-    return tuple(s.variant for s in SETTINGS if s.engine == engine and kv in s.kv_dtypes)
+    return tuple(s.variant for s in settings_for(engine, family) if kv in s.kv_dtypes)
 
 
 def bucket_shares(histogram: Mapping[int, int], sizes: Sequence[int]) -> dict[int, float]:

@@ -187,7 +187,8 @@ def _cost_variant(
 ) -> str:
     """The variant that times the steps: the engine default's own rows, else the raw kernel the
     default runs on these decode rows, else the first fitted variant."""
-    own = default_setting(engine).variant
+    mla = any(r.spec.mla is not None for r in usable_rows(rows))
+    own = default_setting(engine, "mla" if mla else "gqa").variant
     if own in models:
         return own
     key = next(iter(models.values())).key
