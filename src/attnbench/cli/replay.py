@@ -74,6 +74,12 @@ def replay(
         str, Opt(help="KV-cache dtype (rows of this dtype are used).")
     ] = "bfloat16",
     page_size: Annotated[int, Opt(help="KV page size.")] = 16,
+    weight_dtype: Annotated[
+        str,
+        Opt(
+            help="Weights' dtype: bfloat16, float16, fp8_e4m3, mxfp4 (default: what engines load)."
+        ),
+    ] = "",
     gpu_mem_gib: Annotated[float, Opt(help="Memory of one GPU, GiB.")] = 139.8,
     mem_utilization: Annotated[float, Opt(help="Usable fraction of GPU memory.")] = 0.9,
     max_batch: Annotated[
@@ -157,7 +163,9 @@ def replay(
     )
     _check_files(out, validation, live, live_out, device)
     paths = _results_paths(results)
-    deployment = _deployment(model, tp, dtype, kv_dtype, page_size, gpu_mem_gib, mem_utilization)
+    deployment = _deployment(
+        model, tp, (dtype, kv_dtype, weight_dtype), page_size, gpu_mem_gib, mem_utilization
+    )
     ask = Ask(model, tp, dtype, kv_dtype, page_size, trace, limit or None, gpu)
     _say_plan(ask)
     got = decide(paths, ask)
@@ -271,20 +279,21 @@ def _results_paths(results: list[Path] | None) -> list[Path]:
 def _deployment(
     model: str,
     tp: int,
-    dtype: str,
-    kv_dtype: str,
+    dtypes: tuple[str, str, str],
     page_size: int,
     gpu_mem_gib: float,
     mem_utilization: float,
 ) -> Deployment:
     from attnbench.replay.deployment import Deployment
 
+    dtype, kv_dtype, weight_dtype = dtypes
     try:
         return Deployment(
             model=model,
             tp=tp,
             dtype=dtype,
             kv_dtype=kv_dtype,
+            weight_dtype=weight_dtype,
             page_size=page_size,
             gpu_mem_gib=gpu_mem_gib,
             mem_utilization=mem_utilization,

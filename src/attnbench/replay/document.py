@@ -113,6 +113,8 @@ class ReplayConfig(BaseModel):
         for key, value in handler(self).items():
             if key == "deployment":
                 out.update(value)
+                if value.get("weight_dtype") == value.get("dtype"):
+                    del out["weight_dtype"]  # the default: documents before it stay as they were
             else:
                 out[key] = value
         return out
@@ -156,7 +158,9 @@ class DeploymentInfo(DocModel):
 
     @classmethod
     def of(cls, dep: Deployment) -> DeploymentInfo:
-        s = dep.shard
+        from attnbench.replay.kinds import main_kind
+
+        s = dep.kinds[main_kind(dep.kinds)]
         return cls(
             model=dep.model,
             tp=dep.tp,

@@ -8,7 +8,11 @@ rows:
     flops = 2 * T * k * n
     time  = max(bytes / copy_bandwidth, flops / matmul_tflops)
 
-summed over the layer's GEMMs, times the number of layers, plus the LM head. The two ceilings
+summed over the layer's GEMMs, times the number of layers, plus the LM head. Layers are
+grouped by the GEMMs they run (`Deployment.layer_groups`: an MLA model's dense and MoE layers),
+weights read at their own dtype (`Gemm.bytes_per_param`). A routed expert GEMM reads the
+experts the step touches, E x (1 - (1 - k / E) ** T) under uniform routing, and computes
+2 x T x k x its parameters (`replay.served`). The two ceilings
 are the ones measured on the GPU in the results file's header (`ceilings`: device-to-device copy
 bandwidth, read + write bytes over time; bf16 8192^3 matmul TFLOP/s). At small T the weights'
 bytes dominate (decode is a weight stream); at large T the FLOPs do. Not modelled: norms, RoPE,
@@ -76,30 +80,47 @@ class GemmRoofline:
     def step_us(self, tokens: IntArray, sampled: IntArray) -> FloatArray:
         """Non-attention time of steps with `tokens` tokens and `sampled` logits rows, us."""
         t = np.asarray(tokens, dtype=np.float64)
-        fixed, per_token, flop_per_token = self._layer_terms
-        # [steps, gemms]: each GEMM's roofline, summed over the layer's GEMMs
-        mem = fixed[None, :] + t[:, None] * per_token[None, :]
-        layer = np.maximum(mem, t[:, None] * flop_per_token[None, :]).sum(axis=1)
-        layer = np.where(t > 0, layer, 0.0)
+        total = np.zeros_like(t)
+        for count, (fixed, per_token, flop_per_token), experts in self._group_terms:
+            # [steps, gemms]: each GEMM's roofline, summed over the layer's GEMMs
+            mem = fixed[None, :] + t[:, None] * per_token[None, :]
+            layer = np.maximum(mem, t[:, None] * flop_per_token[None, :]).sum(axis=1)
+            for g in experts:
+                layer = layer + self._expert_us(g, t)
+            layer = np.where(t > 0, layer, 0.0)
+            total = total + layer * count
         head = self.gemm_us(self.deployment.lm_head(), np.asarray(sampled, dtype=np.float64))
-        return layer * self.deployment.num_layers + head + self.allreduce_step_us(t)
+        return total + head + self.allreduce_step_us(t)
 
     def step_us_scalar(self, tokens: int, sampled: int) -> float:
         """`step_us` for one step, in plain floats (the simulator's hot path)."""
-        fixed, per_token, flop = self._scalar_terms
         us = 0.0
         if tokens > 0:
-            layer = sum(
-                max(f + tokens * p, tokens * c)
-                for f, p, c in zip(fixed, per_token, flop, strict=True)
-            )
-            us += layer * self.deployment.num_layers
+            for count, (fixed, per_token, flop), experts in self._scalar_groups:
+                layer = sum(
+                    max(f + tokens * p, tokens * c)
+                    for f, p, c in zip(fixed, per_token, flop, strict=True)
+                )
+                for g in experts:
+                    layer += float(self._expert_us(g, np.array([float(tokens)]))[0])
+                us += layer * count
             if self.allreduce_modelled and self.deployment.tp > 1:
                 us += self._allreduce_scalar(tokens)
         if sampled > 0:
             f, p, c = self._head_terms
             us += max(f + sampled * p, sampled * c)
         return us
+
+    def _expert_us(self, g: Gemm, tokens: FloatArray) -> FloatArray:
+        """Roofline of a routed expert GEMM over `tokens` tokens: the experts the step touches
+        (E x (1 - (1 - k / E) ** T), uniform routing) read once, T x k rows through them."""
+        act = ITEMSIZE[self.deployment.dtype]
+        t = np.asarray(tokens, dtype=np.float64)
+        touched = g.experts * (1.0 - (1.0 - g.top_k / g.experts) ** t)
+        nbytes = touched * g.params * g.bytes_per_param + t * g.top_k * (g.k + g.n) * act
+        flops = 2.0 * t * g.top_k * g.params
+        us = np.maximum(nbytes / (self.copy_gbps * 1e3), flops / (self.matmul_tflops * 1e6))
+        return np.asarray(us, dtype=np.float64)
 
     def _allreduce_scalar(self, tokens: int) -> float:
         d = self.deployment
@@ -116,18 +137,32 @@ class GemmRoofline:
         return g.params * item / bw, (g.k + g.n) * item / bw, 2.0 * g.params / tf
 
     @cached_property
-    def _scalar_terms(self) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-        fixed, per_token, flop = self._layer_terms
-        return tuple(fixed.tolist()), tuple(per_token.tolist()), tuple(flop.tolist())
+    def _scalar_groups(
+        self,
+    ) -> list[tuple[int, tuple[tuple[float, ...], ...], tuple[Gemm, ...]]]:
+        return [
+            (count, tuple(tuple(a.tolist()) for a in terms), experts)
+            for count, terms, experts in self._group_terms
+        ]
 
     @cached_property
-    def _layer_terms(self) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Per layer GEMM: weight-read us, activation us per token, FLOP us per token."""
+    def _group_terms(
+        self,
+    ) -> list[tuple[int, tuple[FloatArray, FloatArray, FloatArray], tuple[Gemm, ...]]]:
+        """Per layer group: its layer count, the per-GEMM terms of its dense GEMMs (weight-read
+        us, activation us per token, FLOP us per token) and its routed-expert GEMMs."""
+        out = []
+        for group in self.deployment.layer_groups():
+            dense = [g for g in group.gemms if not g.experts]
+            experts = tuple(g for g in group.gemms if g.experts)
+            out.append((group.count, self._terms_of(dense), experts))
+        return out
+
+    def _terms_of(self, gemms: list[Gemm]) -> tuple[FloatArray, FloatArray, FloatArray]:
         item = ITEMSIZE[self.deployment.dtype]
         bw, tf = self.copy_gbps * 1e3, self.matmul_tflops * 1e6
-        gemms = self.deployment.layer_gemms()
         return (
-            np.array([g.params * item / bw for g in gemms]),
+            np.array([g.params * (g.bytes_per_param or item) / bw for g in gemms]),
             np.array([(g.k + g.n) * item / bw for g in gemms]),
             np.array([2.0 * g.params / tf for g in gemms]),
         )

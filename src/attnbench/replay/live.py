@@ -62,29 +62,51 @@ def sample_steps(
     return sorted(int(order[i]) for i in picks)
 
 
-def step_spec(sim: SimResult, step: int, dep: Deployment, part: str = "decode") -> WorkloadSpec:
-    """The attention call of one part of a replayed step, as a sweep case."""
+def step_specs(
+    sim: SimResult, step: int, dep: Deployment, part: str = "decode"
+) -> list[tuple[WorkloadSpec, int]]:
+    """The attention calls of one part of a replayed step, one per layer kind of `dep`
+    (`models.layer_shapes`: window_left, sinks, soft-cap, softmax scale, layer_type, MLA), each
+    with its layer count. An MLA decode call has `mla` set, the per-GPU query heads
+    (`models.mla_heads`), one KV head and head_dim the latent's width."""
     b = sim.batch(step)
-    s = dep.shard
-    common: dict[str, Any] = dict(
-        num_qo_heads=s.num_qo_heads,
-        num_kv_heads=s.num_kv_heads,
-        head_dim=s.head_dim,
-        page_size=dep.page_size,
-        dtype=dep.dtype,
-        kv_dtype=dep.kv_dtype,
-        model=dep.model,
-        tp=dep.tp,
-        num_layers=dep.num_layers,
-        lengths=f"replay-step{step}",
-    )
-    if part == "decode":
-        kv = tuple(int(v) for v in b.decode_kv_lens)
-        return WorkloadSpec(kind="decode", kv_lens=kv, qo_lens=(1,) * len(kv), **common)
-    kv = tuple(int(v) for v in b.prefill_kv_lens)
-    qo = tuple(int(v) for v in b.prefill_qo_lens)
-    kind = "prefill" if qo == kv else "append"
-    return WorkloadSpec(kind=kind, kv_lens=kv, qo_lens=qo, **common)
+    out = []
+    for kind in dep.kinds:
+        common: dict[str, Any] = dict(
+            num_qo_heads=kind.num_qo_heads,
+            num_kv_heads=kind.num_kv_heads,
+            head_dim=kind.head_dim,
+            page_size=dep.page_size,
+            dtype=dep.dtype,
+            kv_dtype=dep.kv_dtype,
+            model=dep.model,
+            tp=dep.tp,
+            num_layers=kind.num_layers,
+            lengths=f"replay-step{step}",
+            **kind.spec_fields,
+        )
+        if part == "decode":
+            kv = tuple(int(v) for v in b.decode_kv_lens)
+            spec = WorkloadSpec(kind="decode", kv_lens=kv, qo_lens=(1,) * len(kv), **common)
+        else:
+            kv = tuple(int(v) for v in b.prefill_kv_lens)
+            qo = tuple(int(v) for v in b.prefill_qo_lens)
+            call = "prefill" if qo == kv else "append"
+            spec = WorkloadSpec(kind=call, kv_lens=kv, qo_lens=qo, **common)
+        out.append((spec, kind.num_layers))
+    return out
+
+
+def step_spec(sim: SimResult, step: int, dep: Deployment, part: str = "decode") -> WorkloadSpec:
+    """The attention call of one part of a replayed step, as a sweep case (a model of one
+    layer kind; `step_specs` gives every kind's)."""
+    specs = step_specs(sim, step, dep, part)
+    if len(specs) != 1:
+        raise ValueError(
+            f"{dep.model} has {len(specs)} layer kinds: its steps are one call per kind "
+            "(`step_specs`)"
+        )
+    return specs[0][0]
 
 
 @dataclass

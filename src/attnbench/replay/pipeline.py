@@ -24,7 +24,7 @@ from attnbench.replay.costmodel import (
     fit_models,
     shapes_in,
 )
-from attnbench.replay.deployment import GIB, Deployment
+from attnbench.replay.deployment import Deployment
 from attnbench.replay.document import (
     SCHEMA,
     CostModelInfo,
@@ -36,6 +36,15 @@ from attnbench.replay.document import (
 )
 from attnbench.replay.gemm import GemmRoofline
 from attnbench.replay.kernelplan import DEFAULT_NUM_SMS
+from attnbench.replay.kinds import (
+    ROOFLINE,
+    LayerKinds,
+    kind_key,
+    main_kind,
+    mla_prefill_ratio,
+    roofline_model,
+    window_of,
+)
 from attnbench.replay.records import ReplayTrust
 from attnbench.replay.simresult import SchedulerConfig
 from attnbench.replay.study import StudyOptions, StudyOutcome, run_study
@@ -210,6 +219,7 @@ class _Candidates:
     hybrid: tuple[str, str] | None
     hybrid_source: str
     notes: list[str]
+    kinds: LayerKinds | None = None
 
 
 def deployable(name: str) -> bool:
@@ -234,6 +244,7 @@ def run_replay(
     dep = cfg.deployment
     key = _checked_shape(dep)
     chosen = _candidates(cfg, loaded, key, paths)
+    chosen.kinds = _layer_kinds(cfg, loaded, chosen)
     copy, mm, src = ceilings(loaded.headers, dep.dtype, cfg)
     try:
         gemm = GemmRoofline(dep, copy, mm, cfg.allreduce_us, cfg.allreduce_gbps)
@@ -282,13 +293,8 @@ def _checked_shape(dep: Deployment) -> ShapeKey:
         key = shape_key(dep)
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
-    if dep.kv_pages <= 0:
-        raise ReplayError(
-            f"no memory left for the KV cache: {dep.mem_utilization:g} x {dep.gpu_mem_gib:g} "
-            f"GiB leaves nothing after {round(dep.weight_bytes / GIB, 2):g} GiB of {dep.model} "
-            f"weights at tp {dep.tp} and {dep.reserve_gib:g} GiB reserved; raise --gpu-mem-gib "
-            "or --tp"
-        )
+    if (why := dep.no_room()) is not None:
+        raise ReplayError(why)
     return key
 
 
@@ -301,6 +307,13 @@ def _candidates(
     models, padded = fit_for(loaded, key)
     at = f"{key.describe()} ({dep.model} at tp {dep.tp})"
     suite = calibration_command(dep)
+    roofline_note = []
+    if not models and dep.model_shape.attention_features():
+        models = {ROOFLINE: _roofline(cfg, loaded, key)}
+        roofline_note.append(
+            f"no ok rows of shape {at} on {loaded.gpu}: attention priced by the stated roofline "
+            f"({models[ROOFLINE].source}); measure it with {suite}"
+        )
     if not models:
         have = shapes_in(loaded.rows)
         raise ReplayError(
@@ -316,7 +329,7 @@ def _candidates(
     keep = _select(models, cfg.backends)
     singles = tuple(sorted(keep))
     hybrid, hybrid_source = cfg.hybrid, cfg.hybrid_source
-    notes = list(loaded.notes)
+    notes = list(loaded.notes) + roofline_note
     if hybrid is None and cfg.auto_hybrid:
         rec = recommended_hybrid(paths, loaded.gpu)
         if rec is not None and all(n in models and deployable(n) for n in rec):
@@ -334,6 +347,49 @@ def _candidates(
         hybrid=hybrid,
         hybrid_source=hybrid_source,
         notes=notes,
+    )
+
+
+def _roofline(cfg: ReplayConfig, loaded: LoadedRows, key: ShapeKey) -> AttentionCostModel:
+    """The stated roofline at `key` (`replay.kinds`), from the headers' measured ceilings."""
+    read = max(
+        (
+            float(h.ceilings.get(k) or 0.0)
+            for h in loaded.headers
+            if h.ceilings
+            for k in ("read_bandwidth_gbps", "copy_bandwidth_gbps")
+        ),
+        default=0.0,
+    )
+    copy, tflops, _ = ceilings(loaded.headers, cfg.deployment.dtype, cfg)
+    return roofline_model(key, read or copy, tflops, mla_prefill_ratio(cfg.deployment))
+
+
+def _layer_kinds(cfg: ReplayConfig, loaded: LoadedRows, chosen: _Candidates) -> LayerKinds | None:
+    """Per replayed variant, a model per layer kind (None for a one-kind deployment): the
+    kind's own fit where it has decode and prefill rows, else the main kind's (a note says so)."""
+    dep = cfg.deployment
+    kinds = dep.kinds
+    if len(kinds) == 1:
+        return None
+    main = main_kind(kinds)
+    per: dict[str, list[AttentionCostModel]] = {n: [] for n in chosen.models}
+    for i, kind in enumerate(kinds):
+        key = kind_key(dep, kind)
+        fitted = fit_for(loaded, key)[0] if i != main else chosen.models
+        for name, m in chosen.models.items():
+            own = fitted.get(name)
+            if own is None or own.decode is None or own.prefill is None:
+                chosen.notes.append(
+                    f"{name}: no decode and prefill rows at {key.describe()} "
+                    f"({kind.num_layers} layers): priced by its {m.key.describe()} model"
+                )
+                own = m
+            per[name].append(own)
+    return LayerKinds(
+        counts=tuple(k.num_layers for k in kinds),
+        windows=tuple(window_of(k) for k in kinds),
+        models={n: tuple(v) for n, v in per.items()},
     )
 
 
@@ -370,6 +426,7 @@ def _scheduler(
         singles=chosen.singles,
         auto_hybrid=cfg.auto_hybrid,
         progress=progress,
+        kinds=chosen.kinds,
     )
     return sched, opts
 
@@ -439,11 +496,10 @@ def calibration_command(dep: Deployment) -> str:
 
 
 def shape_key(dep: Deployment) -> ShapeKey:
-    """The attention call shape of one GPU of `dep` (ValueError for an invalid sharding)."""
-    s = dep.shard
-    return ShapeKey(
-        s.num_qo_heads, s.num_kv_heads, s.head_dim, dep.dtype, dep.kv_dtype, dep.page_size
-    )
+    """The attention call shape of one GPU of `dep`, at its main layer kind (`replay.kinds`;
+    ValueError for an invalid sharding)."""
+    kinds = dep.kinds
+    return kind_key(dep, kinds[main_kind(kinds)])
 
 
 def fit_for(

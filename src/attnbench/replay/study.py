@@ -23,6 +23,7 @@ from attnbench.backends.variant import is_tuned
 from attnbench.replay.costmodel import AttentionCostModel, padded_from_ragged
 from attnbench.replay.document import SCHEMA
 from attnbench.replay.gemm import GemmRoofline
+from attnbench.replay.kinds import LayerKinds
 from attnbench.replay.records import (
     AlreadyAbove,
     CandidateInfo,
@@ -58,6 +59,8 @@ class StudyOptions:
     """Without `hybrid`: the least attention time per part (False: no hybrid)."""
     progress: Callable[[str], None] | None = None
     """Told each candidate as its replay at the main scale ends."""
+    kinds: LayerKinds | None = None
+    """Per variant, its models per layer kind (None: one kind, `models`'s)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,21 @@ class StudyOutcome:
     """The candidate whose replay `--live` samples: the hybrid when there is one."""
 
 
+def _cost(
+    label: str,
+    models: tuple[AttentionCostModel, AttentionCostModel],
+    names: tuple[str, str],
+    gemm: GemmRoofline,
+    opts: StudyOptions,
+    padded: AttentionCostModel | None = None,
+) -> ReplayCost:
+    """The step cost of a candidate: decode of `names[0]` (or its `padded` twin), prefill of
+    `names[1]`, per layer kind when the deployment has several."""
+    kinds = opts.kinds.costs(*names, padded) if opts.kinds is not None else ()
+    num_layers = gemm.deployment.num_layers
+    return ReplayCost(label, models[0], models[1], gemm, num_layers, kinds)
+
+
 def _total_us(model: AttentionCostModel, f: StepFeatures, part: str) -> float:
     if part == "decode":
         return float(model.decode_us(f.n_decode, f.kv_total, f.kv_max).sum())
@@ -136,12 +154,12 @@ def _reference_steps(
     sched: SchedulerConfig,
     models: dict[str, AttentionCostModel],
     gemm: GemmRoofline,
-    num_layers: int,
+    opts: StudyOptions,
 ) -> StepFeatures:
     both = [n for n, m in sorted(models.items()) if m.decode and m.prefill]
     dec = both[0] if both else next(n for n, m in sorted(models.items()) if m.decode)
     pre = both[0] if both else next(n for n, m in sorted(models.items()) if m.prefill)
-    cost = ReplayCost("reference", models[dec], models[pre], gemm, num_layers)
+    cost = _cost("reference", (models[dec], models[pre]), (dec, pre), gemm, opts)
     return simulate(requests, sched, cost).features
 
 
@@ -169,13 +187,13 @@ def candidates(
             notes.append(f"{name}: no variant has prefill rows; skipped")
             continue
         label = name if pre_name == name else f"{name} (prefill {pre_name})"
-        out.append(
-            Candidate("single", label, ReplayCost(label, m, models[pre_name], gemm, num_layers))
-        )
+        pair = (m, models[pre_name])
+        out.append(Candidate("single", label, _cost(label, pair, (name, pre_name), gemm, opts)))
         if opts.padded:
             pm = padded_models.get(name) or padded_from_ragged(m)
             plabel = f"{name} [padded]"
-            cost = ReplayCost(plabel, pm, models[pre_name], gemm, num_layers)
+            pair = (pm, models[pre_name])
+            cost = _cost(plabel, pair, (name, pre_name), gemm, opts, pm)
             out.append(Candidate("padded", plabel, cost))
     if opts.hybrid is None and not opts.auto_hybrid:
         return out, notes
@@ -197,7 +215,7 @@ def candidates(
             notes.append(f"hybrid: {pre} is best at both prefill and decode; no hybrid needed")
         else:
             label = f"hybrid(prefill {pre}, decode {dec})"
-            cost = ReplayCost(label, models[dec], models[pre], gemm, num_layers)
+            cost = _cost(label, (models[dec], models[pre]), (dec, pre), gemm, opts)
             out.append(Candidate("hybrid", label, cost))
             notes.append(f"hybrid chosen by {source}")
     return out, notes
@@ -248,7 +266,7 @@ def run_study(
         raise ValueError("no cost models: the results have no usable rows for this shape")
     num_layers = gemm.deployment.num_layers
     base_rate = arrival_rate(requests)
-    ref = _reference_steps(requests, sched, models, gemm, num_layers)
+    ref = _reference_steps(requests, sched, models, gemm, opts)
     cands, notes = candidates(models, padded_models, ref, gemm, num_layers, opts)
     main_scale = 1.0 if 1.0 in opts.rate_scales else opts.rate_scales[0]
     outcome = StudyOutcome(
