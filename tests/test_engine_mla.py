@@ -179,4 +179,5 @@ def test_mla_engine_variants_delegate_and_refuse() -> None:
     dense = raw_backend("flashmla:dense")
     assert dense.name == "flashmla:dense"
     found = EngineVariant("sglang:flashmla").path(mla(page=64))
-    assert not isinstance(found, str) and found.variant == "flashmla:dense"
+    assert not isinstance(found, str)
+    assert found.variant == "flashmla:dense"
