@@ -184,6 +184,9 @@ class Answer:
     """The decode strata and weights the estimates used."""
     prefill_on_trace: bool = False
     """Prefill is priced on the traffic's own prompt lengths only (`prefill_on_traffic`)."""
+    default_refused: str | None = None
+    """The engine's own default cannot run here (why, one line): `default` is a stand-in,
+    the measured option the ratios are taken against, and the answer never says "keep it"."""
 
     @property
     def extrapolated_share(self) -> float | None:
@@ -193,8 +196,10 @@ class Answer:
 
     @property
     def keeps_default(self) -> bool:
-        return self.choice is not None and self.choice.key == (
-            self.default.key if self.default else None
+        return (
+            self.default_refused is None
+            and self.choice is not None
+            and self.choice.key == (self.default.key if self.default else None)
         )
 
 
@@ -338,6 +343,22 @@ def _stand_in_gap(
     )
 
 
+def _engine_stand_in(
+    frame: pd.DataFrame, shape: ModelShape, engine: Target, options: list[Option]
+) -> tuple[Option | None, str | None]:
+    """The baseline when the engine's own default refused every case of the shape here (an MLA
+    model's FA3 qv kernel, which the official FA3 build compiles out): the 16-bit option with
+    the most decode cases, and the refusal in one line. (None, None) when the default was
+    simply not run: then the answer asks for the rows instead."""
+    base = default_setting(engine, "mla" if shape.mla else "gqa")  # type: ignore[arg-type]
+    why = refusal_reason(frame, shape, base.variant)
+    auto = [o for o in options if o.key.kv == "auto" and o.cases("decode")]
+    if why is None or not auto:
+        return None, None
+    stand = max(auto, key=lambda o: (len(o.cases("decode")), -o.key.page_size, o.key.variant))
+    return stand, f"the engine's default {base.name} ({base.variant}) cannot run here: {why}"
+
+
 def answer(
     frame: pd.DataFrame,
     shape: ModelShape,
@@ -366,6 +387,8 @@ def answer(
     ans.prefill_on_trace = prefill_on_trace
     ans.not_deployable = not_deployable(ok, engine)
     options, default = deploy_options(ok, engine, shape.tp)
+    if default is None and engine != "none":
+        default, ans.default_refused = _engine_stand_in(frame, shape, engine, options)
     ans.default = default
     if default is None:
         on = f" on {gpu}" if ans.other_gpus else ""
@@ -378,6 +401,8 @@ def answer(
         return ans
     if engine == "none" and default.key.variant != RAW_DEFAULT:
         ans.gaps.append(_stand_in_gap(frame, shape, default.key.variant, trace, kv_dtype))
+    if ans.default_refused:
+        ans.gaps.append(Gap(f"{ans.default_refused}; {default.name} stands in as the baseline", ""))
     ans.measured_batches = sorted({c.batch for c in default.cases("decode").values()})
     sizes = capture_sizes("vllm" if engine == "none" else engine)
     strata, ans.buckets = decode_strata(ans.measured_batches, sizes, running, replicates)

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from attnbench.analysis.frame import ok_rows
-from attnbench.workload.models import MODELS, get_model, valid_tps
+from attnbench.workload.models import MODELS, get_model, layer_shapes, valid_tps
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class ModelShape:
     also: tuple[str, ...] = ()
     """Other presets whose shard at this tp has the same heads."""
     mla: bool = False
-    """An MLA model: indexed, but `recommend --model` does not answer for it."""
+    """An MLA model: `num_kv_heads` 1 (the latent) and `head_dim` kv_lora_rank + rope."""
 
     @property
     def label(self) -> str:
@@ -37,16 +37,14 @@ class ModelShape:
 def model_shape(model: str, tp: int) -> ModelShape:
     """The preset's shard at `tp`; ValueError naming the allowed values."""
     m = get_model(model)
-    if m.mla is not None:
-        raise ValueError(
-            f"--model={model}: an MLA model; `recommend --model` answers GQA/MHA models "
-            "(its MLA kernels: `attnbench show`)"
-        )
     tps = valid_tps(m)
     if tp not in tps:
         raise ValueError(f"--tp={tp} for {model}; allowed: {', '.join(map(str, tps))}")
-    s = m.shard(tp)
     name = model.strip().lower()
+    if m.mla is not None:  # query heads split by tp, one latent of kv_lora_rank + rope per token
+        layer = layer_shapes(m, tp)[0]
+        return ModelShape(name, tp, layer.num_qo_heads, 1, layer.head_dim, mla=True)
+    s = m.shard(tp)
     return ModelShape(name, tp, s.num_qo_heads, s.num_kv_heads, s.head_dim, _twins(name, s, tp))
 
 
