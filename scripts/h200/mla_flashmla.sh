@@ -8,7 +8,7 @@
 #      PR's FA3 and FlashMLA times. flash-attn:mla is a refusal row here (this pack has no FA3).
 #   2. scripts/h200/mla-v3-tp8.toml (DeepSeek-V3 at tp 8, 16 heads, page 64: ragged decode at
 #      batch 8/16/64 on azure-conv, mooncake-conv and 8k..32k lengths, a 2-token append),
-#      6 cases x 3 variants -> $OUT/<gpu>-mla-v3-tp8.jsonl
+#      6 cases x 3 raw variants + the engines' FLASHMLA/flashmla paths -> $OUT/<gpu>-mla-v3-tp8.jsonl
 # (<gpu>: the card the call got, `gpu_tag.sh`). It needs the second pack, which carries
 # FlashMLA and no FA3 (the normal .device pack is too big to add it under the carry limit):
 #   DEVICE_DIR=.device-mla DEVICE_NO_FA3=1 ../shared/device/pack.sh sgl-flash-mla==1.0.0
@@ -52,6 +52,6 @@ fi
 pass "${PR1770_LIMIT_S:-270}" mla-pr1770 mla-pr1770 \
   -b flashmla:dense -b flashinfer:mla-fa3 -b flashinfer:mla-fa2 -b flash-attn:mla
 pass "${V3_LIMIT_S:-160}" mla-v3-tp8 scripts/h200/mla-v3-tp8.toml \
-  -b flashmla:dense -b flashinfer:mla-fa3 -b flashinfer:mla-fa2
+  -b flashmla:dense -b flashinfer:mla-fa3 -b flashinfer:mla-fa2 -b vllm:flashmla -b sglang:flashmla
 $AB anchors "$OUT" --set pr1770 2>&1 | tail -"${TAIL_ANCHORS:-60}"
 $AB show "$OUT/$GPU_TAG-mla-v3-tp8.jsonl" 2>&1 | tail -"${TAIL_SHOW:-40}"
