@@ -166,3 +166,30 @@ def test_a_refusal_by_the_librarys_rules_beats_a_missing_library(tmp_path: Path)
     (kept,) = beside(load(sorted(tmp_path.glob("*.jsonl"))).frame, load_published())
     assert "HDIMDIFF64" in kept.reason
     assert kept.file == "h200-a.jsonl"
+
+
+def test_findings_set_the_rows_beside_the_published_times_per_gpu(results_dir: Path) -> None:
+    from attnbench.report.findings.anchors import mla_pr1770
+    from attnbench.report.findings.core import load_inputs
+
+    found = mla_pr1770(load_inputs(sorted(results_dir.glob("*.jsonl"))))
+    assert found is not None
+    (table,) = found.tables
+    gpus = {r[0] for r in table.rows}
+    assert len(gpus) == 2  # one label per GPU, never pooled
+    fa3 = next(r for r in table.rows if r[3] == "flash-attn:mla")
+    assert fa3[4] == "-"
+    assert fa3[5] == "131.5 FA3"
+    assert "HDIMDIFF64" in fa3[7]
+    mla = next(r for r in table.rows if r[3] == "flashmla:dense")
+    assert mla[5] == "107.6 FlashMLA"
+    assert mla[6].endswith("x")
+    assert "PR #1770" in found.text
+
+
+def test_findings_have_no_pr1770_section_without_its_rows(tmp_path: Path) -> None:
+    from attnbench.report.findings.anchors import mla_pr1770
+    from attnbench.report.findings.core import load_inputs
+
+    write_results(tmp_path / "h200-other.jsonl", [row(suite_cases()[0], "sdpa:mla", model=FI_FA3)])
+    assert mla_pr1770(load_inputs([tmp_path / "h200-other.jsonl"])) is None

@@ -17,6 +17,7 @@ from attnbench.analysis.aic import (
     pairs,
     summaries,
 )
+from attnbench.analysis.pr1770 import Beside, PublishedSet
 from attnbench.report.anchor_tables import gpu_label, ratio_range, tokens
 from attnbench.report.findings.core import Inputs, Section, Table, fnum, fx, joined, section
 
@@ -132,4 +133,64 @@ def aic_anchors(inputs: Inputs) -> Section | None:
         )
     return Section(
         "Outside anchor: AIConfigurator's tables", _text(table.source, found, gone), tables
+    )
+
+
+MLA_COLUMNS = [
+    "GPU",
+    "length s",
+    "mean KV (PR's)",
+    "variant",
+    "attnbench µs",
+    "published µs",
+    "ratio",
+    "status: reason",
+    "file",
+    "commit",
+]
+
+
+def _mla_row(b: Beside, published: PublishedSet) -> list[str]:
+    pub = published.draw(b.seqlen)
+    theirs = f" ({pub.mean_seqlen:,})" if pub else ""
+    timed = b.latency_us is not None
+    return [
+        gpu_label(b.gpu),
+        tokens(b.seqlen),
+        f"{b.kv_mean:,.0f}{theirs}",
+        b.variant,
+        fnum(b.latency_us) if timed else "-",
+        f"{b.published.latency_us:,.1f} {b.published.backend}" if b.published else "-",
+        fx(b.ratio) if b.ratio is not None else "-",
+        "ok" if timed else f"{b.status}: {b.reason or '-'}",
+        b.file,
+        b.commit,
+    ]
+
+
+@section("mla-pr1770")
+def mla_pr1770(inputs: Inputs) -> Section | None:
+    """Suite mla-pr1770's rows beside flash-attention PR #1770's FA3 and FlashMLA times."""
+    from attnbench.analysis.pr1770 import COUNTERPART, SUITE, beside, load_published
+
+    published = load_published()
+    found = beside(inputs.rows, published)
+    if not found:
+        return None
+    notes = published.notes
+    source = notes.get("source", "flash-attention PR #1770")
+    text = (
+        f"attnbench's MLA decode rows of suite {SUITE} beside {source} "
+        f"(`attnbench anchors --set pr1770`). Case: {notes.get('shape', '-')}. Lengths: "
+        f"{notes.get('lengths', '-')}; attnbench draws them the same way, seeded, so the mean "
+        f"differs a little from the PR's (in brackets). The PR's timing: "
+        f"{notes.get('timing', '-')}; its GPU: {notes.get('gpu', '-')}. Counterparts: "
+        + ", ".join(f"{v} = {k}" for k, v in COUNTERPART.items())
+        + "; ratio = attnbench / published. A refusal row keeps its reason."
+    )
+    rows = [_mla_row(b, published) for b in found]
+    return Section(
+        "Outside anchor: MLA decode, FlashMLA and FA3 (flash-attention PR #1770)",
+        text,
+        [Table(MLA_COLUMNS, rows, title="Every row of the PR's cases")],
     )
