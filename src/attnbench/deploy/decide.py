@@ -71,8 +71,9 @@ def own_batches(rows: pd.DataFrame, trace: str | None, engine: str) -> Any:
 
     if trace is None or rows.empty or "label" not in rows:
         return np.zeros(len(rows), dtype=bool)
-    parsed = rows["label"].astype(str).map(parse_label)
-    on = parsed.map(lambda p: p is not None and p[0] == trace).to_numpy(dtype=bool)
+    labels = rows["label"].astype(str)
+    on_trace = {x: (p := parse_label(x)) is not None and p[0] == trace for x in labels.unique()}
+    on = labels.map(on_trace).to_numpy(dtype=bool)
     decode = (rows["kind"] == "decode").to_numpy()
     return on & decode & (rows["library"].astype(str) == engine).to_numpy()
 
