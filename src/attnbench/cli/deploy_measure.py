@@ -215,6 +215,7 @@ def keep_traffic(out: Path, traffic: list[Traffic]) -> None:
     kept = committed_traffic([out])
     kept.update({t.key: t for t in traffic})
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         write_traffic(
             traffic_path(out), list(kept.values()), os.environ.get("ATTNBENCH_GIT_SHA", "")
         )
