@@ -30,13 +30,13 @@ DONE = ("ok", "mismatch", "unsupported", "error", "oom", "timeout")
 
 def build_plan(
     paths: list[Path], shape: ModelShape, engine: str, ask: PlanAsk, gpu: str | None
-) -> tuple[list[PlannedCase], RunningBatches]:
-    """The plan (decode steps, then prefill prompts), and the replay behind it (for the answer):
-    replayed on `gpu`'s own step costs (the measuring GPU), else on the GPU with the most rows,
-    said in a note."""
+) -> tuple[list[PlannedCase], RunningBatches, str | None]:
+    """The plan (decode steps, then prefill prompts), the replay behind it (for the answer) and
+    why no prefill is planned (None: it is): replayed on `gpu`'s own step costs (the measuring
+    GPU), else on the GPU with the most rows, said in a note."""
     from dataclasses import replace
 
-    from attnbench.deploy.plan import plan_cases, prefill_cases
+    from attnbench.deploy.plan import plan_cases, prefill_cases, prefill_refusal
     from attnbench.deploy.traffic import check_trace, fit_paths, replay_trace
     from attnbench.replay.pipeline import ReplayError
 
@@ -54,28 +54,65 @@ def build_plan(
         note(run.fallback)
     ask = replace(ask, trace=run.trace, costs_gpu=run.costs_gpu)
     plan = plan_cases(sim, dep, eng, ask) + prefill_cases(run.prompts, dep, eng, ask)
-    return plan, run
+    return plan, run, prefill_refusal(run.prompts, dep, eng, ask)
 
 
-def plan_lines(plan: list[PlannedCase]) -> list[str]:
-    out = [
-        f"plan: {len(plan)} batches x their backends = {sum(len(c.backends) for c in plan)} "
-        "timed pairs"
-    ]
-    for c in plan:
+def plan_lines(plan: list[PlannedCase], skipped: str | None = None) -> list[str]:
+    """The plan, one line per drawn batch (its layer kinds and page sizes named where a model
+    has several), the backends (per page size where they differ) and `skipped`'s line."""
+    pairs = sum(len(c.backends) for c in plan)
+    groups = _batches(plan)
+    if len(groups) == len(plan):
+        out = [f"plan: {len(plan)} batches x their backends = {pairs} timed pairs"]
+    else:
+        out = [
+            f"plan: {len(groups)} batches as {len(plan)} cases (one per layer kind and page "
+            f"size) x their backends = {pairs} timed pairs"
+        ]
+    for cases in groups:
+        c = cases[0]
+        more = _kinds_and_pages(cases)
         if c.spec.kind == "prefill":
-            out.append(f"  prefill prompt {c.step:>6}: {c.spec.kv_lens[0]:>6} tokens")
+            out.append(f"  prefill prompt {c.step:>6}: {c.spec.kv_lens[0]:>6} tokens{more}")
             continue
         out.append(
             f"  bucket {c.bucket:>4} ({100 * c.weight:4.1f}%) step {c.step:>6}: batch "
-            f"{c.spec.batch_size:>4}, kv max {max(c.spec.kv_lens):>6}, {c.spec.kv_dtype}"
+            f"{c.spec.batch_size:>4}, kv max {max(c.spec.kv_lens):>6}, {c.spec.kv_dtype}{more}"
         )
-    if plan:
+    by_page = {c.spec.page_size: c.backends for c in plan}
+    if len(set(by_page.values())) == 1:
         out.append(f"  backends: {', '.join(plan[0].backends)}")
+    else:
+        out += [f"  backends at page {p}: {', '.join(b)}" for p, b in sorted(by_page.items())]
+    if skipped:
+        out.append(f"  {skipped}")
     return out
 
 
+def _batches(plan: list[PlannedCase]) -> list[list[PlannedCase]]:
+    """The plan's cases grouped by drawn batch (a step's or prompt's kinds and page sizes)."""
+    out: dict[tuple[str, str, int], list[PlannedCase]] = {}
+    for c in plan:
+        out.setdefault((c.spec.kind, c.trace, c.step), []).append(c)
+    return list(out.values())
+
+
+def _kinds_and_pages(cases: list[PlannedCase]) -> str:
+    """`, sliding+full, pages 1+64` for a batch of several cases; "" for one."""
+    kinds = dict.fromkeys(c.spec.layer_type.removesuffix("_attention") for c in cases)
+    pages = dict.fromkeys(c.spec.page_size for c in cases)
+    text = f", {'+'.join(kinds)}" if len(kinds) > 1 else ""
+    return text + (f", pages {'+'.join(map(str, pages))}" if len(pages) > 1 else "")
+
+
+def resume_key(case: PlannedCase, backend: str) -> tuple[str, str]:
+    """What `--resume` skips by: the case id (its layer kind, page size and a hash of the
+    whole spec) and the backend."""
+    return case.spec.case_id, backend
+
+
 def finished(path: Path) -> set[tuple[str, str]]:
+    """The `resume_key`s of the rows `path` already holds with a final status."""
     from attnbench.results import read_for_analysis
 
     if not path.is_file():
@@ -145,7 +182,7 @@ def run_measure(
     gpu = measuring_gpu(dry_run, req.gpu)
     for trace in req.traces:
         ask = PlanAsk(trace, kv, per_bucket, req.cover)
-        cases, run = build_plan(paths, shape, engine, ask, gpu)
+        cases, run, skipped = build_plan(paths, shape, engine, ask, gpu)
         from attnbench.deploy.traffic import Traffic
 
         traffic = Traffic.of(
@@ -153,7 +190,7 @@ def run_measure(
         )
         if len(req.traces) > 1:
             console.print(f"trace {trace}:", markup=False, highlight=False)
-        for line in plan_lines(cases):
+        for line in plan_lines(cases, skipped):
             console.print(line, markup=False, highlight=False)
         plan += cases
         replayed.append((trace, traffic))
@@ -178,6 +215,7 @@ def keep_traffic(out: Path, traffic: list[Traffic]) -> None:
     kept = committed_traffic([out])
     kept.update({t.key: t for t in traffic})
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         write_traffic(
             traffic_path(out), list(kept.values()), os.environ.get("ATTNBENCH_GIT_SHA", "")
         )
@@ -204,8 +242,8 @@ def _time_plan(
     start, done = time.monotonic(), 0
     try:
         for c in plan:
-            todo = [b for b in c.backends if (c.spec.case_id, b) not in skip]
-            skip |= {(c.spec.case_id, b) for b in todo}  # a batch two traces share: once
+            todo = [b for b in c.backends if resume_key(c, b) not in skip]
+            skip |= {resume_key(c, b) for b in todo}  # a batch two traces share: once
             if not todo:
                 continue
             if budget_s and time.monotonic() - start > budget_s:

@@ -26,9 +26,9 @@ import numpy as np
 from attnbench.analysis.engine_buckets import bucket_of, capture_sizes
 from attnbench.deploy.decide import MEASURE_SHARE
 from attnbench.deploy.labels import decode_label, prefill_label
-from attnbench.engines.paths import Engine, settings_for
+from attnbench.engines.paths import Engine, default_setting, kernel_path, setting, settings_for
 from attnbench.replay.deployment import Deployment
-from attnbench.replay.live import step_spec
+from attnbench.replay.live import step_specs
 from attnbench.replay.simresult import SimResult
 from attnbench.workload.spec import WorkloadSpec
 
@@ -125,27 +125,44 @@ class PlanAsk:
     costs_gpu: str = "unknown"
 
 
+def page_groups(
+    engine: Engine, dep: Deployment, kv_dtype: str
+) -> list[tuple[int, tuple[str, ...]]]:
+    """The page sizes the engine's variants run at, each with its variants, smallest first.
+    GQA: every variant at one size (SGLang's `SGLANG_PAGE`, else the deployment's). MLA: vLLM
+    at the MLA default's block (`FLASH_ATTN_MLA`: 64, the size vLLM forces for MLA); SGLang
+    each backend at its own (`fa3` and `flashinfer` at 1, `flashmla` forced to 64)."""
+    family = "mla" if dep.is_mla else "gqa"
+    variants = engine_variants(engine, kv_dtype, family)
+    if family == "gqa":
+        return [(SGLANG_PAGE if engine == "sglang" else dep.page_size, variants)]
+    if engine == "vllm":
+        return [(default_setting(engine, family).default_page_size, variants)]
+    pages: dict[int, list[str]] = {}
+    for v in variants:
+        pages.setdefault(setting(v).default_page_size, []).append(v)
+    return [(p, tuple(vs)) for p, vs in sorted(pages.items())]
+
+
 def plan_cases(sim: SimResult, dep: Deployment, engine: Engine, ask: PlanAsk) -> list[PlannedCase]:
-    """The decode steps to time (module docstring), bucket by bucket, smallest first."""
+    """The decode steps to time (module docstring), bucket by bucket, smallest first; a step is
+    one case per page size the engine's variants run at (`page_groups`) and per layer kind
+    (`live.step_specs`: the same label and lengths, so the kinds of a step sum to a model
+    step)."""
     sizes = capture_sizes(engine)
     n = sim.features.n_decode
     hist = {int(b): int(c) for b, c in zip(*np.unique(n[n > 0], return_counts=True), strict=True)}
-    variants = engine_variants(engine, ask.kv_dtype)
     kv = dep.dtype if ask.kv_dtype == "auto" else ask.kv_dtype
-    page = SGLANG_PAGE if engine == "sglang" else dep.page_size
+    groups = page_groups(engine, dep, ask.kv_dtype)
     out: list[PlannedCase] = []
     for size, (weight, k) in bucket_plan(hist, sizes, ask.cover, ask.per_bucket).items():
         label = decode_label(ask.trace, size, weight, ask.costs_gpu)
         for step in _steps_in(sim, size, sizes, k, _seed(ask.trace, size)):
-            spec = step_spec(sim, step, dep).model_copy(
-                update={
-                    "kv_dtype": kv,
-                    "page_size": page,
-                    "lengths": f"{ask.trace}-step{step}",
-                    "label": label,
-                }
-            )
-            out.append(PlannedCase(ask.trace, size, weight, step, spec, variants))
+            update = {"kv_dtype": kv, "lengths": f"{ask.trace}-step{step}", "label": label}
+            for page, variants in groups:
+                for spec, _ in step_specs(sim, step, dep):
+                    spec = spec.model_copy(update={**update, "page_size": page})
+                    out.append(PlannedCase(ask.trace, size, weight, step, spec, variants))
     return out
 
 
@@ -153,36 +170,82 @@ def prefill_cases(
     prompts: Sequence[int], dep: Deployment, engine: Engine, ask: PlanAsk
 ) -> list[PlannedCase]:
     """`PREFILL_PROMPTS` prompt lengths drawn at random from the trace's `prompts`, each a
-    one-request causal prefill on the deployment's shard at the engine's page size."""
-    if not prompts:
+    one-request causal prefill on the deployment's shard, one case per layer kind and page
+    size (`page_groups`); none where `prefill_refusal` says why."""
+    if prefill_refusal(prompts, dep, engine, ask) is not None:
         return []
-    rng = np.random.default_rng([SEED, zlib.crc32(ask.trace.encode()), 0])
-    at = rng.choice(len(prompts), size=min(PREFILL_PROMPTS, len(prompts)), replace=False)
-    variants = engine_variants(engine, ask.kv_dtype)
-    kv = dep.dtype if ask.kv_dtype == "auto" else ask.kv_dtype
-    page = SGLANG_PAGE if engine == "sglang" else dep.page_size
-    s = dep.shard
     out = []
-    for draw, i in enumerate(sorted(int(x) for x in at)):
-        length = int(prompts[i])
-        spec = WorkloadSpec(
+    for draw, i in enumerate(_drawn(prompts, ask.trace)):
+        named = {"lengths": f"{ask.trace}-prompt{i}", "label": prefill_label(ask.trace, draw)}
+        for page, variants in page_groups(engine, dep, ask.kv_dtype):
+            for spec in _prefill_specs(int(prompts[i]), dep, page, ask, named):
+                out.append(PlannedCase(ask.trace, 0, 0.0, i, spec, variants))
+    return out
+
+
+def prefill_refusal(
+    prompts: Sequence[int], dep: Deployment, engine: Engine, ask: PlanAsk
+) -> str | None:
+    """Why no prefill is planned, one line, or None: an MLA model whose drawn prompts some
+    engine variant cannot run (the engines prefill MLA in the up-projected, non-absorbed form
+    no attnbench case is; `engines.mla`), or no prompts."""
+    if not prompts:
+        return "prefill: not planned (the replay drew no prompts)"
+    if not dep.is_mla:
+        return None
+    groups = page_groups(engine, dep, ask.kv_dtype)
+    drawn = _drawn(prompts, ask.trace)
+    why: list[str] = []
+    for i in drawn:
+        reasons = [
+            r
+            for page, variants in groups
+            for spec in _prefill_specs(int(prompts[i]), dep, page, ask)
+            for v in variants
+            if isinstance(r := kernel_path(v, spec), str)
+        ]
+        if len(reasons) == sum(len(vs) for _, vs in groups):
+            why.append(reasons[0])
+    if not why:
+        return None
+    return (
+        f"prefill: not planned ({len(why)} of {len(drawn)} drawn prompts run on no {engine} "
+        f"MLA variant here: {why[0]})"
+    )
+
+
+def _drawn(prompts: Sequence[int], trace: str) -> list[int]:
+    """The indices of the prompts drawn for prefill (seeded by the trace), in order."""
+    rng = np.random.default_rng([SEED, zlib.crc32(trace.encode()), 0])
+    at = rng.choice(len(prompts), size=min(PREFILL_PROMPTS, len(prompts)), replace=False)
+    return sorted(int(x) for x in at)
+
+
+def _prefill_specs(
+    length: int, dep: Deployment, page: int, ask: PlanAsk, named: dict[str, str] | None = None
+) -> list[WorkloadSpec]:
+    """A one-request causal prefill of `length` tokens, one case per layer kind of `dep`
+    (`named`: its lengths and label)."""
+    kv = dep.dtype if ask.kv_dtype == "auto" else ask.kv_dtype
+    return [
+        WorkloadSpec(
             kind="prefill",
             kv_lens=(length,),
             qo_lens=(length,),
-            num_qo_heads=s.num_qo_heads,
-            num_kv_heads=s.num_kv_heads,
-            head_dim=s.head_dim,
+            num_qo_heads=kind.num_qo_heads,
+            num_kv_heads=kind.num_kv_heads,
+            head_dim=kind.head_dim,
             page_size=page,
             dtype=dep.dtype,
             kv_dtype=kv,
             model=dep.model,
             tp=dep.tp,
-            num_layers=dep.num_layers,
-            lengths=f"{ask.trace}-prompt{i}",
-            label=prefill_label(ask.trace, draw),
+            num_layers=kind.num_layers,
+            **(named or {}),
+            **kind.spec_fields,
         )
-        out.append(PlannedCase(ask.trace, 0, 0.0, i, spec, variants))
-    return out
+        for kind in dep.kinds
+    ]
 
 
 def _seed(trace: str, size: int) -> list[int]:

@@ -41,6 +41,15 @@ from attnbench.replay.costmodel import (
 from attnbench.replay.deployment import Deployment
 from attnbench.replay.document import ReplayConfig
 from attnbench.replay.gemm import GemmRoofline
+from attnbench.replay.kinds import (
+    LAUNCH_US,
+    ROOFLINE,
+    kind_key,
+    main_kind,
+    mla_prefill_ratio,
+    roofline_model,
+    window_of,
+)
 from attnbench.replay.pipeline import (
     DEFAULT_MAX_BATCH,
     LoadedRows,
@@ -52,7 +61,7 @@ from attnbench.replay.pipeline import (
 )
 from attnbench.replay.simresult import SchedulerConfig, SimResult
 from attnbench.replay.simulator import simulate
-from attnbench.replay.stepcost import ReplayCost
+from attnbench.replay.stepcost import KindCost, ReplayCost
 from attnbench.replay.steps import FloatArray, StepFeatures, StepShape
 from attnbench.results import ResultRow
 from attnbench.workload.models import MODELS, valid_tps
@@ -87,6 +96,9 @@ class RunningBatches:
     """The histograms of the replays at step costs x (1 - p90, 1 + p90)."""
     cost_p90: float = 0.0
     """The step-cost model's held-out p90 |error| the band spans."""
+    cost_note: str = ""
+    """How the step times were priced where not by one variant's fit of the deployment's one
+    shape (`family_cost`: the stated roofline, layer kinds); "": that fit."""
 
     @property
     def steps(self) -> int:
@@ -94,11 +106,14 @@ class RunningBatches:
 
     def source(self) -> str:
         """How the buckets were weighted, in words (the output's weighting line)."""
+        cost = self.cost_note or (
+            f"{self.cost}'s fitted cost on {self.costs_gpu or 'an unnamed GPU'}"
+        )
         return (
             f"the running batch of {self.steps:,} decode steps replayed from trace "
             f"{self.trace} (first {self.requests:,} requests on {self.deployment}; "
-            f"{self.scheduling}; step times from {self.cost}'s fitted cost on "
-            f"{self.costs_gpu or 'an unnamed GPU'}{'; ' + self.fallback if self.fallback else ''})"
+            f"{self.scheduling}; step times from {cost}"
+            f"{'; ' + self.fallback if self.fallback else ''})"
         )
 
 
@@ -183,12 +198,17 @@ def deployment_of(
 
 
 def _cost_variant(
-    engine: Engine, models: dict[str, AttentionCostModel], rows: Sequence[ResultRow]
+    engine: Engine,
+    models: dict[str, AttentionCostModel],
+    rows: Sequence[ResultRow],
+    family: str | None = None,
 ) -> str:
     """The variant that times the steps: the engine default's own rows, else the raw kernel the
-    default runs on these decode rows, else the first fitted variant."""
-    mla = any(r.spec.mla is not None for r in usable_rows(rows))
-    own = default_setting(engine, "mla" if mla else "gqa").variant
+    default runs on these decode rows, else the first fitted variant. `family` (`gqa`, `mla`):
+    the deployment's; None: `mla` where any row of the GPU is an MLA row."""
+    if family is None:
+        family = "mla" if any(r.spec.mla is not None for r in usable_rows(rows)) else "gqa"
+    own = default_setting(engine, family).variant
     if own in models:
         return own
     key = next(iter(models.values())).key
@@ -222,13 +242,47 @@ def replay_trace(
     model: tuple[str, int] | None = None,
 ) -> tuple[RunningBatches, SimResult, Deployment]:
     """`running_batches`, with the simulation and its deployment (whose steps `recommend
-    --measure` draws its batches from); `model` replays that preset on its shard's rows."""
+    --measure` draws its batches from); `model` replays that preset on its shard's rows (a
+    preset with MLA or layer kinds: `family_cost`)."""
+    if model is not None and is_family(model[0]):
+        costed = family_cost(paths, gpu, engine, model)
+    else:
+        costed = _gqa_cost(paths, gpu, engine, model)
+    return _replayed(costed, engine, trace, limit)
+
+
+@dataclass(frozen=True)
+class Costed:
+    """A deployment and the step cost its replay runs, with where that cost came from."""
+
+    loaded: LoadedRows
+    dep: Deployment
+    described: str
+    cost: ReplayCost
+    p90: float
+    fallback: str = ""
+    note: str = ""
+    """`RunningBatches.cost_note`."""
+
+
+def _gqa_cost(
+    paths: Sequence[Path], gpu: str | None, engine: Engine, model: tuple[str, int] | None
+) -> Costed:
+    """The deployment the rows describe (`deployment_of`) and one variant's fitted cost."""
     loaded, dep, described, models, fallback = _fit_on(paths, gpu, model)
     name = _cost_variant(engine, models, loaded.rows)
+    copy, mm, _ = ceilings(loaded.headers, dep.dtype, ReplayConfig(trace="", deployment=dep))
+    cost = ReplayCost(name, models[name], models[name], GemmRoofline(dep, copy, mm), dep.num_layers)
+    return Costed(loaded, dep, described, cost, _p90(models[name]), fallback)
+
+
+def _replayed(
+    costed: Costed, engine: Engine, trace: str, limit: int
+) -> tuple[RunningBatches, SimResult, Deployment]:
+    """The trace's first `limit` requests simulated on `costed` with the engine's scheduling."""
+    dep, cost, p90 = costed.dep, costed.cost, costed.p90
     cfg = ReplayConfig(trace=trace, limit=limit, deployment=dep)
     reqs, info = requests_for(cfg)
-    copy, mm, _ = ceilings(loaded.headers, dep.dtype, cfg)
-    cost = ReplayCost(name, models[name], models[name], GemmRoofline(dep, copy, mm), dep.num_layers)
     chunked = engine == "vllm"
     sched = SchedulerConfig(
         kv_pages=dep.kv_pages,
@@ -240,15 +294,13 @@ def replay_trace(
     )
     sim = simulate(reqs, sched, cost)
     n = sim.features.n_decode
-    sizes, steps = np.unique(n[n > 0], return_counts=True)
-    if not steps.size:
+    if not (n > 0).any():
         longest = max((int(r.input_len) for r in reqs), default=0)
         raise ReplayError(
-            f"--trace {trace}: its {len(reqs):,} requests yield no decode step on {described} "
-            f"(the KV cache holds {dep.kv_pages * dep.page_size:,} tokens; the longest prompt "
-            f"is {longest:,}): no traffic to weight the answer by"
+            f"--trace {trace}: its {len(reqs):,} requests yield no decode step on "
+            f"{costed.described} (the KV cache holds {dep.kv_pages * dep.page_size:,} tokens; "
+            f"the longest prompt is {longest:,}): no traffic to weight the answer by"
         )
-    p90 = _p90(models[name])
     band = tuple(
         histogram_of(simulate(reqs, sched, Scaled(cost, f)).features.n_decode)
         for f in (1 - p90, 1 + p90)
@@ -256,21 +308,135 @@ def replay_trace(
     run = RunningBatches(
         trace=info.name,
         requests=info.requests,
-        deployment=described,
-        cost=name,
+        deployment=costed.described,
+        cost=cost.name,
         scheduling=(
             f"at most {sched.max_batch} running, "
             + ("prefill chunks mixed into decode steps" if chunked else "prefill batches apart")
         ),
-        histogram={int(s): int(c) for s, c in zip(sizes.tolist(), steps.tolist(), strict=True)},
-        costs_gpu=loaded.gpu,
+        histogram=histogram_of(n),
+        costs_gpu=costed.loaded.gpu,
         prompts=tuple(int(r.input_len) for r in reqs),
-        fallback=fallback,
+        fallback=costed.fallback,
         boot=block_bootstrap(n),
         band=band,
         cost_p90=p90,
+        cost_note=costed.note,
     )
     return run, sim, dep
+
+
+def is_family(model: str) -> bool:
+    """Whether the replay prices `model` per layer kind (`replay.kinds`): MLA, windows, sinks
+    or a soft-cap; plain GQA presets keep the rows' own shape (`deployment_of`)."""
+    m = MODELS[model]
+    return m.mla is not None or bool(m.attention_features())
+
+
+def family_cost(
+    paths: Sequence[Path], gpu: str | None, engine: Engine, model: tuple[str, int]
+) -> Costed:
+    """The preset at the engine default's page size (bf16, the replay's default memory), its
+    step cost one attention call per layer kind as `attnbench replay` prices it: the main
+    kind's fitted models (decode and prefill) on `gpu`'s rows, the engine default's (or the
+    raw kernel it runs) else the first; other kinds by their own fit of that variant, else
+    the main kind's model at their window; the stated roofline on the GPU's measured
+    ceilings where the main kind has no rows. ReplayError for a deployment with no room."""
+    family = "mla" if MODELS[model[0]].mla is not None else "gqa"
+    page = default_setting(engine, family).default_page_size
+    try:
+        dep = Deployment(model[0], model[1], page_size=page)
+        kinds = dep.kinds
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
+    if (why := dep.no_room()) is not None:
+        raise ReplayError(why)
+    loaded, fallback = _rows_of(paths, gpu)
+    keys = [kind_key(dep, k) for k in kinds]
+    models, note = _main_models(loaded, dep, keys[main_kind(kinds)])
+    name = _cost_variant(engine, models, loaded.rows, family)
+    notes = [note or f"{name}'s fitted cost on {loaded.gpu}"]
+    per_kind = tuple(
+        _kind_cost(loaded, dep, (i, keys[i]), (name, models[name]), notes)
+        for i in range(len(kinds))
+    )
+    copy, mm, _ = ceilings(loaded.headers, dep.dtype, ReplayConfig(trace="", deployment=dep))
+    m = models[name]
+    cost = ReplayCost(
+        name, m, m, GemmRoofline(dep, copy, mm), dep.num_layers, per_kind if len(kinds) > 1 else ()
+    )
+    shapes = " + ".join(
+        f"{k.num_layers} layers {key.describe()}" for k, key in zip(kinds, keys, strict=True)
+    )
+    described = f"{model[0]} at tp {model[1]}, {shapes} (the asked model)"
+    return Costed(loaded, dep, described, cost, _p90(m), fallback, "; ".join(notes))
+
+
+def _main_models(
+    loaded: LoadedRows, dep: Deployment, key: ShapeKey
+) -> tuple[dict[str, AttentionCostModel], str]:
+    """The variants fitted (decode and prefill) at the main kind's `key`, else the stated
+    roofline and the words that say so."""
+    models = _fitted(loaded, key)
+    if models:
+        return models, ""
+    roof = _roofline(loaded, dep, key)
+    return {ROOFLINE: roof}, (
+        f"the stated roofline on {loaded.gpu}'s measured ceilings ({roof.source}): no 16-bit "
+        f"decode and prefill rows of {key.describe()} there"
+    )
+
+
+def _kind_cost(
+    loaded: LoadedRows,
+    dep: Deployment,
+    at: tuple[int, ShapeKey],
+    main: tuple[str, AttentionCostModel],
+    notes: list[str],
+) -> KindCost:
+    """Layer kind `at` (index, key) of `dep` priced for variant `main`: its own fit (the
+    roofline at its key for the roofline), else the main kind's model (said in `notes`)."""
+    i, key = at
+    kind = dep.kinds[i]
+    name, model = main
+    if name == ROOFLINE:
+        own: AttentionCostModel | None = _roofline(loaded, dep, key)
+    else:
+        own = model if model.key == key else _fitted(loaded, key).get(name)
+    if own is None:
+        notes.append(
+            f"{name}: no decode and prefill rows at {key.describe()} ({kind.num_layers} "
+            f"layers): priced by its {model.key.describe()} model"
+        )
+        own = model
+    return KindCost(kind.num_layers, window_of(kind), own, own)
+
+
+def _roofline(loaded: LoadedRows, dep: Deployment, key: ShapeKey) -> AttentionCostModel:
+    """The stated roofline at `key` (`replay.kinds`) on the headers' measured ceilings, as
+    `attnbench replay` states it."""
+    read = max(
+        (
+            float(h.ceilings.get(k) or 0.0)
+            for h in loaded.headers
+            if h.ceilings
+            for k in ("read_bandwidth_gbps", "copy_bandwidth_gbps")
+        ),
+        default=0.0,
+    )
+    copy, tflops, _ = ceilings(loaded.headers, dep.dtype, ReplayConfig(trace="", deployment=dep))
+    return roofline_model(key, read or copy, tflops, mla_prefill_ratio(dep))
+
+
+def _rows_of(paths: Sequence[Path], gpu: str | None) -> tuple[LoadedRows, str]:
+    """`gpu`'s rows, else (it has none) the GPU with the most rows, said in words."""
+    try:
+        return load_rows(paths, gpu), ""
+    except ReplayError:
+        if gpu is None:
+            raise
+    loaded = load_rows(paths, None)
+    return loaded, f"step costs from {loaded.gpu}'s rows: {gpu} has none"
 
 
 def histogram_of(n_decode: np.ndarray) -> dict[int, int]:
@@ -543,5 +709,7 @@ def _cache_file(
         st = p.stat()
         h.update(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
     h.update(f"{gpu}|{ours}|{model[0]}|{model[1]}|{engine}|{trace}|{BOOT_SEED}|2".encode())
+    if is_family(model[0]):  # priced per layer kind, by the stated roofline where no rows
+        h.update(f"|kinds|{ROOFLINE}|{LAUNCH_US:g}|1".encode())
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return root / "attnbench" / "recommend" / f"{h.hexdigest()[:24]}.json"
