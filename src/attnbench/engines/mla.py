@@ -40,9 +40,10 @@ Hopper (SM90) facts read from the source at the commits in `MLA_SOURCES`:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from attnbench.engines.paths import (
+from attnbench.engines.setting import (
     SGLANG_ARGS,
     SGLANG_FA,
     VLLM_MAX_CAPTURE,
@@ -54,7 +55,7 @@ from attnbench.engines.paths import (
 from attnbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
-    from attnbench.engines.paths import Release
+    from attnbench.engines.setting import Release
 
 Family = Literal["gqa", "mla"]
 
@@ -192,10 +193,8 @@ def _who(s: Setting) -> str:
     return f"{s.variant} ({s.engine} --attention-backend {s.name})"
 
 
-def _others(s: Setting, fam: Family) -> str:
-    from attnbench.engines.paths import ALL_SETTINGS
-
-    names = [o.variant for o in ALL_SETTINGS if o.engine == s.engine and fam in o.families]
+def _others(s: Setting, fam: Family, settings: Sequence[Setting]) -> str:
+    names = [o.variant for o in settings if o.engine == s.engine and fam in o.families]
     return ", ".join(names)
 
 
@@ -212,17 +211,21 @@ def _cache_refusal(s: Setting, spec: WorkloadSpec) -> str | None:
     return None
 
 
-def mla_kernel_path(s: Setting, spec: WorkloadSpec, rel: Release | None = None) -> KernelPath | str:
-    """`engines.paths.kernel_path` for an MLA case, or for any case on an MLA-only setting."""
+def mla_kernel_path(
+    s: Setting, spec: WorkloadSpec, settings: Sequence[Setting], rel: Release | None = None
+) -> KernelPath | str:
+    """`engines.paths.kernel_path` for an MLA case, or for any case on an MLA-only setting;
+    `settings`: every engine setting (`paths.ALL_SETTINGS`), for the refusals that name where
+    a family runs instead."""
     if spec.mla is None:
         return (
             f"{_who(s)} serves MLA models only (--model deepseek-v3, kimi-k2...); GQA/MHA "
-            f"models run on {_others(s, 'gqa')}"
+            f"models run on {_others(s, 'gqa', settings)}"
         )
     if "mla" not in s.families:
         return (
             f"{_who(s)}: MLA models run on the engine's MLA backends "
-            f"({_others(s, 'mla')}), not this one"
+            f"({_others(s, 'mla', settings)}), not this one"
         )
     why = _cache_refusal(s, spec)
     if why:

@@ -44,56 +44,27 @@ Hopper facts read from the source (SM90; trtllm-gen kernels are SM100-only, so v
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
-
+from attnbench.engines.mla import MLA_SETTINGS, mla_kernel_path
+from attnbench.engines.setting import (  # noqa: F401 (re-exported: callers import them from here)
+    ENGINES,
+    SGLANG_ARGS,
+    SGLANG_FA,
+    SGLANG_FI,
+    SOURCES,
+    VLLM_CUDA_GRAPH_SPLITS,
+    VLLM_FA,
+    VLLM_FI,
+    VLLM_GRAPHS,
+    VLLM_MAX_CAPTURE,
+    Engine,
+    KernelPath,
+    Release,
+    Setting,
+    Source,
+    vllm_fa3_splits,
+)
 from attnbench.workload.spec import WorkloadSpec
 
-Engine = Literal["vllm", "sglang"]
-ENGINES: tuple[Engine, ...] = ("vllm", "sglang")
-
-
-@dataclass(frozen=True)
-class Source:
-    repo: str
-    commit: str
-    path: str
-
-    def cite(self) -> str:
-        return f"{self.repo} {self.path} @ {self.commit[:8]}"
-
-
-VLLM_FI = Source(
-    "vllm-project/vllm",
-    "00a817ada81626793c9e2432903ee4c5b33ab33a",
-    "vllm/v1/attention/backends/flashinfer.py",
-)
-VLLM_FA = Source(
-    "vllm-project/vllm",
-    "0084b783bcda6d7ee15c337b1062cbee9985c954",
-    "vllm/v1/attention/backends/flash_attn.py",
-)
-VLLM_GRAPHS = Source(
-    "vllm-project/vllm", "002f10e0cfa1373a19a0d2756598a34b700d20e5", "vllm/config/compilation.py"
-)
-SGLANG_FI = Source(
-    "sgl-project/sglang",
-    "0005834cdb2a5b7472789ccbf0d3361b5cf853b8",
-    "python/sglang/srt/layers/attention/flashinfer_backend.py",
-)
-SGLANG_FA = Source(
-    "sgl-project/sglang",
-    "003e7b77aeee2fba80ff241c7f45dcb0e613164d",
-    "python/sglang/srt/layers/attention/flashattention_backend.py",
-)
-SGLANG_ARGS = Source("sgl-project/sglang", "001067ff", "python/sglang/srt/server_args.py")
-SOURCES: tuple[Source, ...] = (VLLM_FI, VLLM_FA, VLLM_GRAPHS, SGLANG_FI, SGLANG_FA, SGLANG_ARGS)
-
-VLLM_MAX_CAPTURE = 512
-"""`max_cudagraph_capture_size` default: min(max_num_seqs * 2, 512) (compilation.py)."""
-VLLM_CUDA_GRAPH_SPLITS = 16
-"""`_DEFAULT_MAX_NUM_SPLITS_FOR_CUDA_GRAPH` (flash_attn.py)."""
 SGLANG_MAX_CAPTURE = {"tp<4": 256, "tp>=4": 512}
 """`cuda_graph_max_bs` on an H200 (server_args.py, 90-160 GiB class)."""
 
@@ -109,30 +80,6 @@ def sglang_capture_sizes(max_bs: int = SGLANG_MAX_CAPTURE["tp<4"]) -> list[int]:
     (server_args.py `_generate_cuda_graph_batch_sizes`)."""
     sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
     return [s for s in sizes if s <= max_bs]
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One engine attention backend, as a user selects it."""
-
-    engine: Engine
-    name: str
-    """The engine's backend name (`FLASHINFER`, `FLASH_ATTN`, `flashinfer`, `fa3`)."""
-    variant: str
-    """The attnbench engine variant that reproduces it (`vllm:flashinfer`, ...)."""
-    page_sizes: tuple[int, ...] | None
-    """Block/page sizes this backend runs (None: any size the kernel takes)."""
-    default_page_size: int
-    sources: tuple[Source, ...]
-    summary: str
-    default: bool = False
-    """The engine's own choice on Hopper for a GQA model when no backend is named."""
-    kv_dtypes: tuple[str, ...] = ("auto", "fp8_e4m3", "fp8_e5m2")
-    extra: Mapping[str, str] = field(default_factory=dict)
-    families: tuple[str, ...] = ("gqa",)
-    """The attention families it serves: `gqa` (GQA/MHA), `mla` (`engines.mla`)."""
-    mla_default: bool = False
-    """The engine's own choice on Hopper for an MLA model when no backend is named."""
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -206,16 +153,6 @@ def default_setting(engine: Engine, family: str = "gqa") -> Setting:
 def settings_for(engine: Engine, family: str) -> list[Setting]:
     """The engine's settings that serve models of `family` (`gqa` or `mla`)."""
     return [s for s in ALL_SETTINGS if s.engine == engine and family in s.families]
-
-
-@dataclass(frozen=True)
-class KernelPath:
-    """The raw attnbench variant and knobs that are the engine's call for one case."""
-
-    variant: str
-    knobs: Mapping[str, object]
-    why: str
-    """The engine rule that chose it (one line, with the source file)."""
 
 
 _FI_GRAPH: dict[str, object] = {
@@ -305,7 +242,7 @@ def kernel_path(variant: str, spec: WorkloadSpec, rel: Release | None = None) ->
     rules apply (default: the pinned commits'; vLLM FLASH_ATTN's split cap depends on it)."""
     s = setting(variant)
     if spec.mla is not None or "gqa" not in s.families:
-        return mla_kernel_path(s, spec, rel)
+        return mla_kernel_path(s, spec, ALL_SETTINGS, rel)
     why = _common(s, spec)
     if why:
         return why
@@ -413,31 +350,6 @@ def command(s: Setting, kv_dtype: str, page_size: int) -> str:
         f"python -m sglang.launch_server --model-path MODEL --attention-backend {s.name} "
         f"--kv-cache-dtype {kv} --page-size {page_size}"
     )
-
-
-@dataclass(frozen=True)
-class Release:
-    """One engine release's launch flags and the rules attnbench reproduces that depend on it.
-
-    `flags` are the command-line flags the release's argument parser has, of those attnbench
-    prints or names (backend, KV dtype, page size, CUDA-graph sizes, per-phase backends);
-    `checked` names the releases whose source the table was read from: a command is stated
-    valid for those only."""
-
-    engine: Engine
-    version: str
-    checked: tuple[str, ...]
-    flags: frozenset[str]
-    read_from: str
-    changes: tuple[str, ...] = ()
-    """What changed against the pinned commits (`SOURCES`), one rule a line."""
-    fa3_cuda_graph_splits: int | None = None
-    """vLLM FLASH_ATTN: FA3's num_splits cap under full CUDA graphs."""
-    sinks_backend: str | None = None
-    """SGLang: the backend a model with attention sinks gets by default on Hopper."""
-
-    def label(self) -> str:
-        return f"{self.engine} {', '.join(self.checked)}"
 
 
 _VLLM_FLAGS = frozenset({"--attention-backend", "--kv-cache-dtype", "--block-size"})
@@ -567,17 +479,6 @@ def command_flags(lines: list[str]) -> set[str]:
     words = " ".join(ln for ln in lines if not ln.startswith("#")).split()
     return {w.split("=")[0] for w in words if w.startswith("--")}
 
-
-def vllm_fa3_splits(rel: Release | None = None) -> int:
-    """FA3's num_splits cap under full CUDA graphs in vLLM release `rel` (default: the
-    pinned commit's, which the committed engine rows reproduce)."""
-    cap = rel.fa3_cuda_graph_splits if rel is not None else None
-    return VLLM_CUDA_GRAPH_SPLITS if cap is None else cap
-
-
-# The MLA settings and rules (`engines.mla`) build on the types above; the package's
-# `__init__` imports this module first, so either module may be imported first.
-from attnbench.engines.mla import MLA_SETTINGS, mla_kernel_path  # noqa: E402
 
 ALL_SETTINGS: tuple[Setting, ...] = (*SETTINGS, *MLA_SETTINGS)
 """Every engine setting: `SETTINGS` (GQA/MHA, SGLang's also MLA) and the MLA-only ones."""
