@@ -69,8 +69,13 @@ def test_pairs_keep_gpus_apart_and_page_64_alone_counts(
         assert min(s.ratios) <= s.median <= max(s.ratios)
         assert s.beyond == sum(abs(r - 1) > 0.10 for r in s.ratios)
     gone = {(m[0], m[1]) for m in missing(frame, found)}
-    assert ("h100_sxm", "vllm:flash-attn") in gone
+    assert ("h100_sxm", "vllm:flash-attn") not in gone  # h100-aic-anchors: page 64
+    assert ("h200_sxm", "vllm:flash-attn") in gone  # no H200 aic-anchors run yet
     assert ("h200_sxm", "flashinfer:xqa") not in gone
+    matched = [p for p in same if p.key.system == "h100_sxm"]
+    for variant in ("vllm:flash-attn", "sglang:fa3", "flashinfer:xqa"):
+        shapes = {p.key for p in matched if p.variant == variant}
+        assert len(shapes) >= 24  # the floor per GPU and engine
 
 
 def test_anchors_view_fits_80_columns_and_names_the_source() -> None:
@@ -97,9 +102,32 @@ def test_the_findings_section_says_what_is_not_measured_at_page_64() -> None:
 
     got = REGISTRY["aic-anchors"](load_inputs([RESULTS]))
     assert got is not None
-    assert "vllm:flash-attn, sglang:fa3, flashinfer:xqa on the H100" in got.text
+    assert "vllm:flash-attn, sglang:fa3 on the H200" in got.text
     summary = got.tables[0]
     assert summary.columns[-2:] == ["file", "commit"]
     assert {row[0] for row in summary.rows} == {"H100", "H200"}
     for row in summary.rows:
         assert row[-1] not in ("", "-", "unknown")
+
+
+def test_cold_and_warm_l2_are_summarised_apart_and_a_warm_match_explains_a_cold_gap(
+    committed_pairs: tuple[pd.DataFrame, list[Pair]],
+) -> None:
+    from attnbench.analysis.aic import explanation, l2_state
+
+    _, found = committed_pairs
+    h100 = [s for s in summaries(found) if s.system == "h100_sxm" and s.same_page]
+    assert {s.l2_policy for s in h100} == {"cold", "warm"}
+    cold = [p for p in found if p.key.system == "h100_sxm" and l2_state(p) == "cold"]
+    words = [explanation(p, found) for p in cold if p.beyond]
+    assert words
+    assert all(w.startswith(("explained: L2 state", "unexplained; differs:")) for w in words)
+    for p in cold:
+        warm = [
+            q
+            for q in found
+            if l2_state(q) == "warm"
+            and (q.key, q.variant, q.page_size) == (p.key, p.variant, p.page_size)
+        ]
+        if p.beyond and warm and not warm[0].beyond:
+            assert explanation(p, found).startswith("explained: L2 state")

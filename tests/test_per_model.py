@@ -157,10 +157,10 @@ def test_recommend_command_answers_per_model(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     # `recommend` without --model is the index: one line per model shape, each with the
-    # command that asks about it (MLA models are listed, answered by `show`)
+    # command that asks about it (MLA models too: their engines' MLA backends)
     text = " ".join(res.output.split())
     assert "deepseek-v3 tp1 h128/1 d576" in text
-    assert "MLA: no engine answer yet" in text
+    assert "attnbench recommend --model deepseek-v3 --tp 1" in text
     assert "attnbench recommend --model gpt-oss-120b --tp 1" in text
     models = {m["model"] for m in json.loads(out.read_text())}
     assert {"deepseek-v3", "gpt-oss-120b"} <= models

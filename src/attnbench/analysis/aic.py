@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import gzip
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -266,12 +266,15 @@ def _order(p: Pair) -> tuple[Any, ...]:
 
 @dataclass(frozen=True)
 class Summary:
-    """The ratios of one (GPU, variant, phase, page match) group."""
+    """The ratios of one (GPU, variant, phase, page match, L2 state) group."""
 
     system: str
     variant: str
     kind: str
     same_page: bool
+    l2_policy: str
+    """attnbench's L2 state: `cold` (its default, flushed) or `warm` (`--warm-l2`, as
+    AIConfigurator's back-to-back graph replays read it)."""
     ratios: tuple[float, ...]
     beyond: int
 
@@ -280,16 +283,42 @@ class Summary:
         return statistics.median(self.ratios)
 
 
+def l2_state(p: Pair) -> str:
+    """`warm` for rows timed with `--warm-l2`, else `cold` (attnbench's default)."""
+    return "warm" if p.l2_policy.startswith("warm") else "cold"
+
+
 def summaries(found: Iterable[Pair]) -> list[Summary]:
-    groups: dict[tuple[str, str, str, bool], list[Pair]] = {}
+    """One summary per (GPU, variant, phase, page match, L2 state): a cold and a warm run of
+    the same calls are two measurements, never pooled."""
+    groups: dict[tuple[str, str, str, bool, str], list[Pair]] = {}
     for p in found:
-        groups.setdefault((p.key.system, p.variant, p.key.kind, p.same_page), []).append(p)
+        key = (p.key.system, p.variant, p.key.kind, p.same_page, l2_state(p))
+        groups.setdefault(key, []).append(p)
     return [
         Summary(*k, tuple(p.ratio for p in ps), sum(p.beyond for p in ps))
         for k, ps in sorted(
-            groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], -kv[0][3])
+            groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], -kv[0][3], kv[0][4])
         )
     ]
+
+
+def explanation(p: Pair, found: Sequence[Pair]) -> str:
+    """Why a pair is beyond the tolerance: a cause measured in these rows (the same call timed
+    with a warm L2 lands within it), else `unexplained` with the known differences in method."""
+    if l2_state(p) == "cold":
+        warm = [
+            q
+            for q in found
+            if l2_state(q) == "warm"
+            and (q.key, q.variant, q.page_size) == (p.key, p.variant, p.page_size)
+        ]
+        if warm and not warm[0].beyond:
+            return (
+                f"explained: L2 state (measured: warm L2 {warm[0].ratio:.2f}x, within "
+                f"{TOLERANCE:.0%})"
+            )
+    return f"unexplained; differs: {differences(p)}"
 
 
 def kv_mb(k: AnchorKey) -> float:

@@ -317,11 +317,17 @@ def latest(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows that passed the accuracy gate and were timed."""
+    """Rows that passed the accuracy gate and were timed with attnbench's default cold L2.
+    Rows timed with `--warm-l2` (a study of the timing method: `attnbench anchors` sets them
+    beside AIConfigurator's warm back-to-back replays) are not evidence of a kernel's time
+    here: no view compares them with cold rows."""
     if frame.empty:
         return frame
     ok = latest(frame)
-    return ok[(ok["status"] == "ok") & ok["latency_us"].notna()]
+    keep = (ok["status"] == "ok") & ok["latency_us"].notna()
+    if "l2_policy" in ok:
+        keep &= ~ok["l2_policy"].astype(str).str.startswith("warm")
+    return ok[keep]
 
 
 def spec_key(spec: WorkloadSpec, drop: Iterable[str] = ()) -> str:

@@ -63,10 +63,7 @@ def index_lines(lines: Sequence[IndexLine], unknown: int, gpu: str = "") -> list
             "",
             " " * 21,
         )
-        if x.shape.mla:
-            out.append(f"{'':<21}MLA: no engine answer yet; its kernels: attnbench show")
-        else:
-            out.append(f"{'':<21}attnbench recommend --model {x.shape.model} --tp {x.shape.tp}")
+        out.append(f"{'':<21}attnbench recommend --model {x.shape.model} --tp {x.shape.tp}")
     if unknown:
         out += wrap(
             f"({unknown} further head shapes match no model preset: the GQA sweep, "
@@ -184,7 +181,18 @@ def _decision(ans: Answer) -> list[str]:
     c, d = ans.choice, ans.default
     assert c is not None
     assert d is not None
-    if ans.keeps_default:
+    base = "the stand-in" if ans.default_refused else "the default"
+    if ans.default_refused and c.key == d.key:
+        head = (
+            f"decision: {_at(c)}, the fastest option measured here; the engine's default "
+            "cannot run here (below)"
+        )
+    elif ans.default_refused:
+        head = (
+            f"decision: {_at(c)} over the stand-in {_at(d)}; the engine's default cannot run "
+            "here (below)"
+        )
+    elif ans.keeps_default:
         why = "no option is faster beyond its 95% CI" if ans.tied else "the fastest measured"
         head = f"decision: keep the default, {c.name} ({why})"
     else:
@@ -195,26 +203,41 @@ def _decision(ans: Answer) -> list[str]:
     out = ["", *wrap(head, "", " " * len("decision: "))]
     out += command_lines(c.command)
     us = ans.default_decode_us
-    t = f"; {fmt_us(us * c.decode.ratio)} per layer and step" if us and c.decode else ""
+    step = _per_step(ans)
+    unit = "per layer" if step == "per layer and step" else step.replace("per step of", "over")
+    t = f"; {fmt_us(us * c.decode.ratio)} {step}" if us and c.decode else ""
     same = c.key == d.key
-    out += wrap((_itself(c.decode) if same else _est(c.decode)) + t, "decode   ")
+    out += wrap((_itself(c.decode, base) if same else _est(c.decode, base)) + t, "decode   ")
     if ans.prefill_choice is not None and ans.prefill_choice is not c:
         p = ans.prefill_choice
-        out += wrap(f"{p.name}: {_est(p.prefill)}{_pre_us(p, d)} (a call of its own)", "prefill  ")
+        own = f"{p.name}: {_est(p.prefill)}{_pre_us(p, d, unit)} (a call of its own)"
+        out += wrap(own, "prefill  ")
     else:
-        pre = _itself(c.prefill) if same else _est(c.prefill)
-        out += wrap(pre + _pre_us(c, d), "prefill  ")
+        pre = _itself(c.prefill, base) if same else _est(c.prefill, base)
+        out += wrap(pre + _pre_us(c, d, unit), "prefill  ")
     if ans.tied:
         names = "; ".join(f"{o.key.text} {_short(o.decode)}" for o in ans.tied[:3])
         out += wrap(f"{names} (CIs overlap)", "tied     ")
     return out
 
 
-def _itself(e: PairedEstimate | None) -> str:
-    """The default against itself: its cases, no ratio."""
+def _per_step(ans: Answer) -> str:
+    """The unit of a decode time: one layer's call per step, or for a model whose layers
+    differ the model step (every layer of every kind, `deploy.options.model_step`)."""
+    from attnbench.workload.models import get_model, layer_shapes
+
+    kinds = layer_shapes(get_model(ans.shape.model), ans.shape.tp)
+    if len(kinds) > 1:
+        return f"per step of all {sum(k.num_layers for k in kinds)} layers"
+    return "per layer and step"
+
+
+def _itself(e: PairedEstimate | None, base: str = "the default") -> str:
+    """The default (or the stand-in for a default that cannot run) against itself: its
+    cases, no ratio."""
     if e is None:
-        return "no case of the default"
-    return f"the default, {e.cases} case{'s' * (e.cases != 1)}"
+        return f"no case of {base}"
+    return f"{base}, {e.cases} case{'s' * (e.cases != 1)}"
 
 
 def _at(o: Option, kv: bool = False) -> str:
@@ -223,7 +246,7 @@ def _at(o: Option, kv: bool = False) -> str:
     return f"{o.name} (page {o.key.page_size}{cache})"
 
 
-def _pre_us(o: Option, default: Option) -> str:
+def _pre_us(o: Option, default: Option, unit: str = "per layer") -> str:
     """`; 1.2 ms per layer (geometric mean of its cases)`: the option's prefill time."""
     mine, base = o.cases("prefill"), default.cases("prefill")
     shared = sorted(set(mine) & set(base))
@@ -231,7 +254,7 @@ def _pre_us(o: Option, default: Option) -> str:
         return ""
     logs = [math.log(mine[k].timing.median_us) for k in shared]
     us = math.exp(sum(logs) / len(logs))
-    return f"; {fmt_us(us)} per layer, geometric mean of those cases"
+    return f"; {fmt_us(us)} {unit}, geometric mean of those cases"
 
 
 def _short(e: PairedEstimate | None) -> str:

@@ -577,14 +577,20 @@ class Traffic:
             tuple(per_bucket(h, sizes) for h in run.band),
             run.cost_p90,
             run.source()
-            + (
-                f"; histogram uncertainty: {len(run.boot)} block-bootstrap replicates of the "
-                f"steps and replays at step costs x (1 -+ {100 * run.cost_p90:.0f}%, the cost "
-                "model's held-out p90 error)"
-                if run.boot or run.band
-                else ""
-            ),
+            + (_uncertainty(len(run.boot), run.cost_p90) if run.boot or run.band else ""),
         )
+
+
+def _uncertainty(replicates: int, cost_p90: float) -> str:
+    """How the histogram's uncertainty was drawn: block-bootstrap replicates, and replays at
+    the cost model's held-out p90 error where it has one (a stated roofline has none)."""
+    text = f"; histogram uncertainty: {replicates} block-bootstrap replicates of the steps"
+    if cost_p90 > 0:
+        return text + (
+            f" and replays at step costs x (1 -+ {100 * cost_p90:.0f}%, the cost model's "
+            "held-out p90 error)"
+        )
+    return text + " (the step costs have no held-out error to replay at)"
 
 
 def per_bucket(histogram: Mapping[int, int], sizes: Sequence[int]) -> dict[int, int]:

@@ -14,13 +14,13 @@ from attnbench.analysis.aic import (
     AnchorSource,
     Pair,
     Summary,
-    differences,
+    explanation,
     summaries,
 )
 
 GPU_LABELS = {"h100_sxm": "H100", "h200_sxm": "H200"}
 SUMMARY_HEAD = (
-    f"  {'variant':<17}{'vs':<8}{'phase':<9}{'page':>4}{'rows':>6}{'median':>8}  "
+    f"  {'variant':<16}{'vs':<7}{'phase':<8}{'L2':<5}{'page':>4}{'rows':>6}{'median':>8}  "
     f"{'range':<13}{f'>{TOLERANCE:.0%}':>5}"
 )
 
@@ -41,8 +41,8 @@ def tokens(n: int) -> str:
 def summary_line(s: Summary) -> str:
     page = str(AIC_PAGE_SIZE) if s.same_page else "other"
     return (
-        f"  {s.variant:<17}{COUNTERPART[s.variant]:<8}{s.kind:<9}{page:>5}{len(s.ratios):>5}"
-        f"{s.median:>7.2f}x  {ratio_range(s.ratios):<13}{s.beyond:>5}"
+        f"  {s.variant:<16}{COUNTERPART[s.variant]:<7}{s.kind:<8}{s.l2_policy:<5}{page:>5}"
+        f"{len(s.ratios):>5}{s.median:>7.2f}x  {ratio_range(s.ratios):<13}{s.beyond:>5}"
     )
 
 
@@ -74,7 +74,7 @@ def pair_lines(found: Sequence[Pair]) -> list[str]:
             lines.append(f"  {p.variant} {p.key.kind} ({p.file})")
         lines.append(pair_line(p))
         if p.beyond:
-            lines.append(f"      beyond {TOLERANCE:.0%}, unexplained; differs: {differences(p)}")
+            lines.append(f"      beyond {TOLERANCE:.0%}, {explanation(p, found)}")
     return lines
 
 

@@ -11,7 +11,8 @@ from attnbench.analysis.aic import (
     TOLERANCE,
     AnchorSource,
     Pair,
-    differences,
+    explanation,
+    l2_state,
     load_anchors,
     missing,
     pairs,
@@ -26,6 +27,7 @@ SUMMARY_COLUMNS = [
     "variant",
     "AIConfigurator",
     "phase",
+    "L2",
     "page",
     "pairs",
     "median",
@@ -41,10 +43,11 @@ PAIR_COLUMNS = [
     "KV dtype",
     "batch",
     "KV",
+    "L2",
     "attnbench µs",
     "AIConfigurator µs",
     "ratio",
-    "beyond: known differences",
+    "beyond 10%: measured cause, or unexplained and the known differences",
     "file",
     "commit",
 ]
@@ -56,8 +59,8 @@ def _summary_rows(found: Sequence[Pair]) -> list[list[str]]:
         mine = [
             p
             for p in found
-            if (p.key.system, p.variant, p.key.kind, p.same_page)
-            == (s.system, s.variant, s.kind, s.same_page)
+            if (p.key.system, p.variant, p.key.kind, p.same_page, l2_state(p))
+            == (s.system, s.variant, s.kind, s.same_page, s.l2_policy)
         ]
         page = str(AIC_PAGE_SIZE) if s.same_page else joined(p.page_size for p in mine)
         rows.append(
@@ -66,6 +69,7 @@ def _summary_rows(found: Sequence[Pair]) -> list[list[str]]:
                 s.variant,
                 f"{COUNTERPART[s.variant]} {mine[0].anchor.version}",
                 s.kind,
+                s.l2_policy,
                 page,
                 str(len(s.ratios)),
                 fx(s.median),
@@ -78,9 +82,9 @@ def _summary_rows(found: Sequence[Pair]) -> list[list[str]]:
     return rows
 
 
-def _pair_row(p: Pair) -> list[str]:
+def _pair_row(p: Pair, found: Sequence[Pair]) -> list[str]:
     k = p.key
-    why = f"unexplained: {differences(p)}" if p.beyond else "-"
+    why = explanation(p, found) if p.beyond else "-"
     return [
         gpu_label(k.system),
         p.variant,
@@ -88,6 +92,7 @@ def _pair_row(p: Pair) -> list[str]:
         k.kv_dtype,
         str(k.batch_size),
         tokens(k.kv_len),
+        l2_state(p),
         fnum(p.latency_us),
         fnum(p.anchor.latency_us),
         fx(p.ratio),
@@ -129,7 +134,9 @@ def aic_anchors(inputs: Inputs) -> Section | None:
     matched = [p for p in found if p.same_page]
     if matched:
         tables.append(
-            Table(PAIR_COLUMNS, [_pair_row(p) for p in matched], title="Every matched pair")
+            Table(
+                PAIR_COLUMNS, [_pair_row(p, matched) for p in matched], title="Every matched pair"
+            )
         )
     return Section(
         "Outside anchor: AIConfigurator's tables", _text(table.source, found, gone), tables
