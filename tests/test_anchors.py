@@ -131,3 +131,20 @@ def test_cold_and_warm_l2_are_summarised_apart_and_a_warm_match_explains_a_cold_
         ]
         if p.beyond and warm and not warm[0].beyond:
             assert explanation(p, found).startswith("explained: L2 state")
+
+
+def test_recommend_verbose_sets_the_outside_figure_beside_the_answer() -> None:
+    res = runner.invoke(
+        app,
+        ["recommend", "--model", "llama-3.1-8b", "--engine", "vllm", "--gpu", "H100", "-v"],
+        env={"COLUMNS": "80"},
+    )
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "outside anchor: attnbench / AIConfigurator on the H100" in out
+    assert "vllm:flash-attn vs vllm (decode, cold L2, page 64): median" in " ".join(out.split())
+    assert max(len(ln) for ln in out.splitlines()) <= 80
+    plain = runner.invoke(
+        app, ["recommend", "--model", "llama-3.1-8b", "--engine", "vllm", "--gpu", "H100"]
+    )
+    assert "outside anchor" not in plain.output

@@ -59,7 +59,9 @@ def test_committed_results_are_real_gpu_measurements_named_for_their_gpu() -> No
         assert rf.header.ceilings is not None
         assert rf.header.ceilings["copy_bandwidth_gbps"] > MIN_COPY_GBPS[tag]
         ok = [r for r in rf.rows if r.status == "ok"]
-        assert ok
+        if not ok:  # a refusal file (h100-mla-pr1770-fa3: FA3's build lacks the MLA kernel)
+            assert rf.rows, f.name
+            assert all(r.status == "unsupported" and r.reason for r in rf.rows), f.name
         assert all(r.accuracy and r.accuracy.passed for r in ok)
         assert all(r.measurement and r.measurement.timer != "fake" for r in ok)
 

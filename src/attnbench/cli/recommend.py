@@ -405,6 +405,8 @@ def _answer(
     if ask.lengths is not None:
         ans.weighting = f"cases of lengths {ask.lengths}, weighted equally per batch size"
     _echo(answer_lines(ans, verbose, pooled))
+    if verbose:
+        _echo(_anchor_lines(frame, ans))
     if ask.release is not None:
         from attnbench.cli.deploy_view import release_lines
 
@@ -415,6 +417,18 @@ def _answer(
         doc = answer_json(ans) | ({"pooled": pooled_json(pooled)} if pooled else {})
         write_output(json_out, dumps(doc, indent=2) + "\n", "--json")
     return None if ans.choice is not None else _no_answer(ans)
+
+
+def _anchor_lines(frame: pd.DataFrame, ans: Answer) -> list[str]:
+    """AIConfigurator's figures beside the answer's options at its GPU and heads (`-v`)."""
+    from attnbench.analysis.aic import load_anchors, pairs
+    from attnbench.deploy.shapes import shape_rows
+    from attnbench.report.anchor_tables import answer_anchor_lines
+
+    rows = shape_rows(frame, ans.shape)
+    rows = rows[rows["gpu"].astype(str) == ans.gpu] if not rows.empty else rows
+    variants = [o.key.variant for o in ans.options]
+    return answer_anchor_lines(pairs(rows, load_anchors()), variants, ans.gpu)
 
 
 def _no_answer(ans: Answer) -> str:

@@ -59,6 +59,13 @@ def _decision_cells(ans: Answer, rest: float | None) -> list[str]:
     dec = "-" if e is None else _ci(e)
     if ans.keeps_default:
         dec = "the default" + (" (ties kept)" if ans.tied else "")
+    elif ans.default_refused and ans.default is not None:
+        d = ans.default
+        dec = (
+            f"default cannot run here; fastest run ({e.cases if e else 0} cases)"
+            if d.key == c.key
+            else f"{dec} vs stand-in {d.name} (default cannot run here)"
+        )
     share = ans.extrapolated_share
     basis = f"{e.cases if e else 0} cases at batch {', '.join(map(str, ans.measured_batches))}"
     if rest is not None:
@@ -92,7 +99,8 @@ def answer_table(
     """Per GPU that measured traffic, model, engine, trace and KV dtype, the answer
     `recommend --gpu G --model M --engine E --trace T` gives (`ask.answer_for`, with the
     traffic kept beside the rows, else their labels' weights); without `--measure` rows, the
-    answer from the committed rows."""
+    answer from the committed rows. `ok` may hold every row, refusals too, as `recommend`
+    reads them: an engine default that refused every case is what a stand-in answer says."""
     rows: list[list[str]] = []
     traces = _traces(measured)
     gpus = sorted(set(measured["gpu"].astype(str))) if not measured.empty else []
@@ -142,7 +150,8 @@ def _trace_rows(
 ) -> list[list[str]]:
     """The answer's rows for (model, engine, trace, GPU), one per KV dtype measured there."""
     model, engine, trace, gpu = where
-    decode = mine[(mine["kind"] == "decode").to_numpy() & own_batches(mine, trace, engine)]
+    timed = mine[(mine["status"] == "ok").to_numpy()] if "status" in mine else mine
+    decode = timed[(timed["kind"] == "decode").to_numpy() & own_batches(timed, trace, engine)]
     files = _sources(decode[decode["gpu"].astype(str) == gpu])
     return [
         [model, engine, trace, KV_NAMES[kv], *_cells(ans), *files]

@@ -118,3 +118,23 @@ def wrapped(lines: Sequence[str], width: int = 80) -> list[str]:
         indent = " " * (len(line) - len(line.lstrip()) + 2)
         out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
     return out
+
+
+def answer_anchor_lines(found: Sequence[Pair], variants: Sequence[str], gpu: str) -> list[str]:
+    """`recommend -v`'s outside figure: for each of the answer's options that AIConfigurator
+    times on the answer's GPU at these heads (`COUNTERPART`), attnbench / AIConfigurator over
+    the matched shapes, median and range, cold and warm L2 apart; [] where none matches."""
+    from attnbench.analysis.aic import system_of
+
+    system = system_of(gpu)
+    mine = [p for p in found if p.key.system == system and p.variant in variants and p.same_page]
+    if not mine:
+        return []
+    lines = ["", f"outside anchor: attnbench / AIConfigurator on the {gpu_label(system or '')}"]
+    for s in summaries(mine):
+        lines.append(
+            f"  {s.variant} vs {COUNTERPART[s.variant]} ({s.kind}, {s.l2_policy} L2, page "
+            f"{AIC_PAGE_SIZE}): median {s.median:.2f}x, {ratio_range(s.ratios)} over "
+            f"{len(s.ratios)} shapes; {s.beyond} beyond {TOLERANCE:.0%} (`attnbench anchors -v`)"
+        )
+    return wrapped(lines)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.analysis.frame import fmt_us, ok_rows
+from attnbench.analysis.frame import fmt_us, latest, ok_rows
 from attnbench.deploy.decide import Answer, ModelShape
 from attnbench.deploy.options import Option
 from attnbench.report.blocks import (
@@ -142,11 +142,17 @@ def traffic_rows(ok: pd.DataFrame) -> pd.DataFrame:
     return ok[ok["label"].astype(str).map(lambda s: parse_label(s) is not None).astype(bool)]
 
 
-def traffic_answers(ok: pd.DataFrame, paths: list[Path], gpu: str | None = None) -> list[list[str]]:
+def traffic_answers(
+    ok: pd.DataFrame,
+    paths: list[Path],
+    gpu: str | None = None,
+    rows: pd.DataFrame | None = None,
+) -> list[list[str]]:
     """The answers measured on traffic, per GPU, model, engine, traffic and KV dtype: the
     findings' answer table (`deploy.table.answer_table`) with the traffic kept beside the rows
     (`deploy.traffic.committed_traffic`), in `ANSWER_COLUMNS`' order; [] without such rows.
-    `gpu`: that GPU's answers only."""
+    `gpu`: that GPU's answers only; `rows`: every row, refusals too (an engine default that
+    refused every case makes a stand-in answer), else `ok`."""
     from attnbench.deploy.table import answer_table
     from attnbench.deploy.traffic import committed_traffic
 
@@ -156,7 +162,7 @@ def traffic_answers(ok: pd.DataFrame, paths: list[Path], gpu: str | None = None)
     if measured.empty:
         return []
     models = sorted({(str(m), int(t)) for m, t in measured[["model", "tp"]].itertuples(False)})
-    table = answer_table(ok, measured, models, committed_traffic(paths))
+    table = answer_table(ok if rows is None else rows, measured, models, committed_traffic(paths))
     return [[r[4], *r[:4], *r[5:9]] for r in table]
 
 
@@ -310,6 +316,8 @@ def first_screen_section(data: ReportData) -> Section | None:
     everything = ok_rows(data.loaded.frame)
     others = everything[everything["gpu"] != data.gpu] if data.gpu else everything.iloc[0:0]
     lead = not data.gpu or data.gpu == lead_gpu(everything)
-    answers = traffic_answers(everything, data.loaded.paths, None if lead else data.gpu)
+    answers = traffic_answers(
+        everything, data.loaded.paths, None if lead else data.gpu, latest(data.loaded.frame)
+    )
     blocks = first_screen_blocks(data.ok, data.label, elsewhere(others), answers)
     return Section(FIRST_SCREEN_TITLE, blocks) if blocks else None
