@@ -127,3 +127,14 @@ def test_report_of_documents_only_and_of_a_broken_json_gz(tmp_path: Path) -> Non
     assert res.exit_code == 2
     assert "x.json.gz: not a JSON document (CompressedFileError): skipped" in res.output
     assert "Traceback" not in res.output
+
+
+def test_read_json_shared_parses_a_file_once_until_it_changes(tmp_path: Path) -> None:
+    from attnbench.results import read_json_shared
+
+    p = tmp_path / "doc.json"
+    p.write_text('{"a": 1}')
+    first = read_json_shared(p)
+    assert read_json_shared(p) is first  # the sections and the command share one parse
+    p.write_text('{"a": 22}')  # another size: read again
+    assert read_json_shared(p) == {"a": 22}

@@ -47,7 +47,7 @@ from attnbench.analysis.sm_activity import (
     sm_activity,
     variant_label,
 )
-from attnbench.results import read_json
+from attnbench.results import read_json_shared
 
 __all__ = [
     "CLAIM_IDLE_PCT",
@@ -93,7 +93,7 @@ def load_documents(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
     out = []
     for p in paths:
         try:
-            doc = read_json(p)
+            doc = read_json_shared(p)
         except (OSError, ValueError):
             continue
         if is_fidelity_document(doc):

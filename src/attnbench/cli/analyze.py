@@ -80,12 +80,12 @@ def _documents(paths: list[Path], named: set[Path]) -> list[Path]:
     such as `attnbench hw --out` facts, are skipped quietly)."""
     from attnbench.replay.study import SCHEMA
     from attnbench.replay.validate import SCHEMA as VALIDATION_SCHEMA
-    from attnbench.results import FP8_STUDY_TYPE, read_json
+    from attnbench.results import FP8_STUDY_TYPE, read_json_shared
 
     found: list[Path] = []
     for p in paths:
         try:
-            data = read_json(p)
+            data = read_json_shared(p)  # parsed here once, inherited by the workers
         except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             why = f"not a JSON document ({type(exc).__name__})"
         else:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.report.blocks import ReportData, Section, Table, Text, register_section
-from attnbench.results import FP8_STUDY_TYPE, is_document_path, read_json
+from attnbench.results import FP8_STUDY_TYPE, is_document_path, read_json_shared
 
 
 def study_docs(paths: list[Path]) -> list[dict[str, Any]]:
@@ -16,12 +16,11 @@ def study_docs(paths: list[Path]) -> list[dict[str, Any]]:
         if not is_document_path(p):
             continue
         try:
-            doc = read_json(p)
+            doc = read_json_shared(p)
         except (OSError, ValueError):
             continue
         if isinstance(doc, dict) and doc.get("type") == FP8_STUDY_TYPE:
-            doc["_path"] = p.name
-            docs.append(doc)
+            docs.append({**doc, "_path": p.name})  # the shared document is left as read
     return docs
 
 

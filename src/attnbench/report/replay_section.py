@@ -33,7 +33,7 @@ from attnbench.report.blocks import (
     register_section,
 )
 from attnbench.report.replay_validation import load_validations, validation_blocks
-from attnbench.results import is_document_path, read_json
+from attnbench.results import is_document_path, read_json_shared
 
 
 def load_documents(paths: list[Path]) -> tuple[list[ReplayDocument], list[str]]:
@@ -44,7 +44,7 @@ def load_documents(paths: list[Path]) -> tuple[list[ReplayDocument], list[str]]:
         if not is_document_path(p):
             continue
         try:
-            data = read_json(p)
+            data = read_json_shared(p)
         except (OSError, ValueError):
             continue
         if not is_replay_document(data):

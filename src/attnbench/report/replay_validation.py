@@ -15,7 +15,7 @@ from attnbench.replay.validation_doc import (
     parse_validation,
 )
 from attnbench.report.blocks import Block, Table, Text
-from attnbench.results import is_document_path, read_json
+from attnbench.results import is_document_path, read_json_shared
 
 
 def load_validations(
@@ -27,7 +27,7 @@ def load_validations(
         if not is_document_path(p):
             continue
         try:
-            data = read_json(p)
+            data = read_json_shared(p)
         except (OSError, ValueError):
             continue
         if is_validation_document(data):

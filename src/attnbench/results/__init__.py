@@ -50,6 +50,7 @@ from attnbench.results.textfile import (
     CompressedFileError,
     is_document_path,
     read_json,
+    read_json_shared,
     read_text,
 )
 from attnbench.results.writer import ResultWriter, drop_torn_tail
@@ -95,6 +96,7 @@ __all__ = [
     "provenance",
     "read_for_analysis",
     "read_json",
+    "read_json_shared",
     "read_results",
     "read_text",
     "thin_samples",

@@ -7,6 +7,7 @@ fidelity) reads it through `read_json`, so `x.json` and `x.json.gz` read alike e
 
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from pathlib import Path
@@ -110,3 +111,20 @@ def read_json(path: Path | str) -> Any:
 
     Raises OSError when it cannot be read, ValueError when it is not gzip, UTF-8 or JSON."""
     return json.loads(read_text(path))
+
+
+def read_json_shared(path: Path | str) -> Any:
+    """`read_json`, parsed once per process while the file keeps its size and time: the
+    report's command and each of its sections look through the same documents (an fp8 study
+    is megabytes of JSON), and its worker processes inherit what the command parsed. The same
+    object for every caller: read it, never change it.
+
+    Raises what `read_json` raises (nothing failed is kept)."""
+    p = Path(path)
+    stat = p.stat()
+    return _parsed(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: str, mtime_ns: int, size: int) -> Any:
+    return read_json(path)
