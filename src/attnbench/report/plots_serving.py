@@ -119,7 +119,9 @@ def raggedness(ok: pd.DataFrame, label: str) -> Drawing | None:
     ragged = dec[~dec["padded"]]
     keys = ["num_qo_heads", "num_kv_heads", "head_dim", "batch_size", "dtype", "kv_dtype"]
     keys += ["page_size", "total_kv"]
-    series = [g for _, g in ragged.groupby(keys) if g["skew"].round(3).nunique() >= 2]
+    skews = ragged["skew"].round(3).groupby([ragged[k] for k in keys]).transform("nunique")
+    several = ragged[skews >= 2]  # the rows of shapes at 2 skews or more: not a frame per shape
+    series = [g for _, g in several.groupby(keys) if g["skew"].round(3).nunique() >= 2]
     series = sorted(series, key=lambda g: -g["skew"].round(3).nunique())[:2]
     padded = dec[dec["padded"]]
     if not series and padded.empty:
