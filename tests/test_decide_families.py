@@ -126,3 +126,28 @@ def test_a_step_missing_a_layer_kind_is_left_out(tmp_path: Path) -> None:
     ans = deploy.answer(load([path]).frame, deploy.model_shape("gpt-oss-120b", 8), "vllm")
     assert ans.default is not None
     assert ans.measured_batches == [8, 32]
+
+
+def test_a_default_missing_from_the_pack_names_the_builds_own_refusal(tmp_path: Path) -> None:
+    missing = "sglang:fa3 runs flash-attn:mla: FlashAttention-3 not installed: pip install x"
+    build = "flash_attn_interface 3.0 was built with FLASH_ATTENTION_DISABLE_HDIMDIFF64: no kernel"
+    rows = [
+        r.model_copy(update={"reason": missing}) if r.status == "unsupported" else r
+        for r in _mla_rows()
+    ]
+    one = rows[0]
+    rows.append(
+        ResultRow(
+            run_id="fake-h200",
+            case_id=one.case_id,
+            spec=one.spec,
+            backend="flash-attn:mla",
+            status="unsupported",
+            reason=build,
+        )
+    )
+    path = write_results(tmp_path / "h200-mla.jsonl", rows)
+    ans = deploy.answer(load([path]).frame, deploy.model_shape("deepseek-v3", 8), "sglang")
+    assert ans.default_refused is not None
+    assert "not installed" in ans.default_refused
+    assert "a run with the library refused by its build: " + build in ans.default_refused

@@ -357,7 +357,29 @@ def _engine_stand_in(
     if why is None or not auto:
         return None, None
     stand = max(auto, key=lambda o: (len(o.cases("decode")), -o.key.page_size, o.key.variant))
-    return stand, f"the engine's default {base.name} ({base.variant}) cannot run here: {why}"
+    return stand, (
+        f"the engine's default {base.name} ({base.variant}) cannot run here: {why}"
+        + _library_rule(frame, shape, why)
+    )
+
+
+MISSING_LIBRARY = ("not installed", "not importable", "not usable")
+"""Words of a refusal that says the library was absent where the row ran (a pack without it)."""
+
+
+def _library_rule(frame: pd.DataFrame, shape: ModelShape, why: str) -> str:
+    """Where the default's rows only say its library was absent (`.device-mla` carries no
+    FA3), the refusal by the library's own rules that a run with it recorded on this family
+    and GPU: what installing it would not change."""
+    if not any(w in why for w in MISSING_LIBRARY) or "reason" not in frame:
+        return ""
+    raw = frame[(frame["status"] == "unsupported") & frame["reason"].notna()]
+    if raw.empty:
+        return ""
+    family = raw["spec"].map(lambda s: (getattr(s, "mla", None) is not None) == shape.mla)
+    reasons = raw[family.astype(bool)]["reason"].astype(str)
+    rules = [r for r in reasons if "built with" in r or "was built without" in r]
+    return f"; a run with the library refused by its build: {rules[0]}" if rules else ""
 
 
 def answer(
