@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 from attnbench.cli import app
 from attnbench.report.findings import load_inputs
 from attnbench.report.findings.core import REGISTRY
+from attnbench.report.findings.engines import ANSWER_MODELS
 
 runner = CliRunner()
-TP = {"llama-3.1-8b": 1, "llama-3.1-70b": 8}
+TP = dict(ANSWER_MODELS)
 KV = {"bf16": "auto", "fp8_e4m3": "fp8_e4m3"}
 
 
@@ -45,6 +46,11 @@ def test_every_answer_row_is_what_recommend_prints(row: list[str], tmp_path: Pat
     if ans["keeps_default"]:
         assert row[6].startswith("the default")
         return
+    if ans["default_refused"]:  # a stand-in baseline: the table says the default cannot run
+        assert "default cannot run here" in row[6]
+        if row[6].startswith("default cannot run here; fastest run"):
+            assert choice["option"] == ans["default"]["option"]
+            return
     d = choice["decode_vs_default"]
     want = f"{d['ratio']:.2f}x [{d['ci_low']:.2f}-{d['ci_high']:.2f}]"
     assert row[6].startswith(want), (row[6], want)

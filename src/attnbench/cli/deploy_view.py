@@ -348,6 +348,7 @@ def answer_json(ans: Answer) -> dict[str, Any]:
         "choice": opt(ans.choice),
         "default": opt(ans.default),
         "keeps_default": ans.keeps_default,
+        "default_refused": ans.default_refused,
         "tied": [o.key.text for o in ans.tied],
         "options": [opt(o) for o in ans.options],
         "measured_batches": ans.measured_batches,
