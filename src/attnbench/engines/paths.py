@@ -387,6 +387,10 @@ RELEASES: tuple[Release, ...] = (
             "FA3's num_splits cap under full CUDA graphs is the config field "
             "flash_attn_max_num_splits_for_cuda_graph, default 32 (the pinned commit: a "
             "constant 16)",
+            "FLASHINFER decode on SM90 runs XQA (attnbench's flashinfer:xqa) where NVIDIA's "
+            "cubins load: steps of <= 256 tokens on a 16-bit cache, every step on fp8 "
+            f"({VLLM_FI_034.cite()}); vllm:flashinfer reproduces the pinned commit's decode "
+            "wrapper, so rows of this release's FLASHINFER decode are flashinfer:xqa's",
         ),
         fa3_cuda_graph_splits=32,
     ),
