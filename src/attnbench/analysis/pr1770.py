@@ -139,17 +139,15 @@ def _latency(r: dict[str, Any]) -> float | None:
     return float(value)
 
 
-UNINSTALLED = ("not installed", "not importable", "not usable")
-"""Words of the backends' `available()` reasons: the library was missing where the row ran."""
-
-
 def rank(b: Beside) -> int:
     """Which of several rows of one (GPU, length, variant) the view keeps: a timed row, else a
     refusal by the library's own rules, else one saying the library was missing (the MLA pack
     of `scripts/h200/mla_flashmla.sh` has no FA3; the normal pack's run says why FA3 refuses)."""
     if b.latency_us is not None:
         return 2
-    return 0 if any(w in b.reason for w in UNINSTALLED) else 1
+    from attnbench.backends.base import says_missing_library
+
+    return 0 if says_missing_library(b.reason) else 1
 
 
 def beside(frame: pd.DataFrame, published: PublishedSet) -> list[Beside]:

@@ -17,6 +17,15 @@ if TYPE_CHECKING:
     from attnbench.workload.spec import WorkloadSpec
 
 
+MISSING_LIBRARY = ("not installed", "not importable", "not usable")
+"""Words of an `available()` reason that says the library was absent where a row ran (a
+device pack without it), as opposed to a refusal by the library's own rules."""
+
+
+def says_missing_library(reason: str) -> bool:
+    return any(w in reason for w in MISSING_LIBRARY)
+
+
 @dataclass(frozen=True)
 class Unsupported:
     """Why a backend cannot run a case: a value, recorded as an `unsupported` row."""

@@ -363,15 +363,13 @@ def _engine_stand_in(
     )
 
 
-MISSING_LIBRARY = ("not installed", "not importable", "not usable")
-"""Words of a refusal that says the library was absent where the row ran (a pack without it)."""
-
-
 def _library_rule(frame: pd.DataFrame, shape: ModelShape, why: str) -> str:
     """Where the default's rows only say its library was absent (`.device-mla` carries no
     FA3), the refusal by the library's own rules that a run with it recorded on this family
     and GPU: what installing it would not change."""
-    if not any(w in why for w in MISSING_LIBRARY) or "reason" not in frame:
+    from attnbench.backends.base import says_missing_library
+
+    if not says_missing_library(why) or "reason" not in frame:
         return ""
     raw = frame[(frame["status"] == "unsupported") & frame["reason"].notna()]
     if raw.empty:
