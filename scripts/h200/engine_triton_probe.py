@@ -1,8 +1,11 @@
 """On the GPU: can the engines' own Triton attention kernels (packed by
 scripts/h200/pack_engine_triton.sh into .device-triton/) load without the engines, and does
 SGLang's decode kernel agree with a float64 reference on a gpt-oss decode shard (window 128,
-sinks) and a Gemma-2 one (soft-cap 50)? One line per check; the exit status is 0 only when all
-pass. Writes $OUT/engine-triton-probe-$GPU_TAG.txt when OUT is set.
+sinks) and a Gemma-2 one (soft-cap 50), and does vLLM's unified_attention (TRITON_ATTN) on a
+paged cache (block 16) with the same shapes? The engines' parents are stubbed (vllm.envs,
+vllm.platforms, vllm.logger: what the two kernel files read from them, nothing more). One line
+per check; the exit status is 0 only when all pass. Writes $OUT/engine-triton-probe-$GPU_TAG.txt
+when OUT is set.
 
     python scripts/h200/engine_triton_probe.py
 """
@@ -45,6 +48,114 @@ def stub_sglang() -> None:
         lambda device_id=0: torch.cuda.get_device_properties(device_id).multi_processor_count
     )
     sys.modules["sglang.srt.utils"] = utils
+
+
+def stub_vllm() -> None:
+    """Stub the parents of vLLM's two kernel files with what they read: three env flags, the
+    platform's fp8 dtype and family checks, a logger, cdiv and the KVQuantMode enum (copied
+    from vllm/v1/kv_cache_interface.py, 0.34.0)."""
+    import enum
+    import logging
+
+    for name, sub in [
+        ("vllm", ""),
+        ("vllm.v1", "v1"),
+        ("vllm.v1.attention", "v1/attention"),
+        ("vllm.v1.attention.ops", "v1/attention/ops"),
+        ("vllm.utils", None),
+    ]:
+        _package(name, PACK / "vllm" / sub if sub is not None else None)
+    envs = types.ModuleType("vllm.envs")
+    envs.VLLM_BATCH_INVARIANT = False  # type: ignore[attr-defined]
+    envs.VLLM_TRITON_FORCE_FIRST_CONFIG = False  # type: ignore[attr-defined]
+    envs.VLLM_TRITON_USE_TD = False  # type: ignore[attr-defined]
+    logger = types.ModuleType("vllm.logger")
+    logger.init_logger = logging.getLogger  # type: ignore[attr-defined]
+    major, minor = torch.cuda.get_device_capability()
+    platform = types.SimpleNamespace(
+        fp8_dtype=lambda: torch.float8_e4m3fn,
+        is_rocm=lambda: False,
+        is_xpu=lambda: False,
+        is_cuda=lambda: True,
+        is_device_capability_family=lambda family: major * 10 == family,
+        is_device_capability=lambda cap: (major, minor) == tuple(cap),
+    )
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = platform  # type: ignore[attr-defined]
+    platforms.vllm_version_matches_substr = lambda sub: False  # type: ignore[attr-defined]
+    math_utils = types.ModuleType("vllm.utils.math_utils")
+    math_utils.cdiv = lambda a, b: -(a // -b)  # type: ignore[attr-defined]
+    kv = types.ModuleType("vllm.v1.kv_cache_interface")
+    kv.KVQuantMode = enum.IntEnum(  # type: ignore[attr-defined]
+        "KVQuantMode",
+        {
+            "NONE": 0,
+            "FP8_PER_TENSOR": 1,
+            "INT8_PER_TOKEN_HEAD": 2,
+            "FP8_PER_TOKEN_HEAD": 3,
+            "INT4_PER_TOKEN_HEAD": 4,
+            "NVFP4": 5,
+        },
+    )
+    for mod in (envs, logger, platforms, math_utils, kv):
+        sys.modules[mod.__name__] = mod
+
+
+def vllm_decode(heads, kv_heads, dim, window, use_sinks, cap, split_kv: bool) -> str:
+    """One decode step through unified_attention as vLLM's TritonAttentionImpl calls it:
+    window (w - 1, 0), soft-cap 0 for none, sinks per query head, 3D (split-KV) scratch of 16
+    segments when the batch is under MIN_LAUNCH_GRID_SIZE_2D // kv_heads (128 // kv_heads)."""
+    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+
+    torch.manual_seed(0)
+    lens = [300, 1000, 70, 4096]
+    bs, block, dev = len(lens), 16, "cuda"
+    blocks_per_seq = -(-max(lens) // block)
+    q = torch.randn(bs, heads, dim, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(bs, blocks_per_seq * block, kv_heads, dim, device=dev, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    sinks = torch.randn(heads, device=dev, dtype=torch.float32) if use_sinks else None
+    perm = torch.randperm(bs * blocks_per_seq, device=dev)  # a shuffled block table
+    k_cache = torch.empty(bs * blocks_per_seq, block, kv_heads, dim, device=dev, dtype=k.dtype)
+    v_cache = torch.empty_like(k_cache)
+    k_cache[perm] = k.view(-1, block, kv_heads, dim)
+    v_cache[perm] = v.view(-1, block, kv_heads, dim)
+    block_table = perm.view(bs, blocks_per_seq).int()
+    out = torch.empty_like(q)
+    segments = 16
+    scratch = dict(
+        softmax_segm_output=torch.empty(
+            bs, heads, segments, 1 << (dim - 1).bit_length(), device=dev, dtype=torch.float32
+        ),
+        softmax_segm_max=torch.empty(bs, heads, segments, device=dev, dtype=torch.float32),
+        softmax_segm_expsum=torch.empty(bs, heads, segments, device=dev, dtype=torch.float32),
+    )
+    scale = dim**-0.5
+    unified_attention(
+        q=q,
+        k=k_cache,
+        v=v_cache,
+        out=out,
+        cu_seqlens_q=torch.arange(bs + 1, device=dev, dtype=torch.int32),
+        max_seqlen_q=1,
+        seqused_k=torch.tensor(lens, device=dev, dtype=torch.int32),
+        max_seqlen_k=max(lens),
+        softmax_scale=scale,
+        causal=True,
+        window_size=(window, 0) if window >= 0 else (-1, -1),
+        block_table=block_table,
+        softcap=cap,
+        q_descale=None,
+        k_descale=None,
+        v_descale=None,
+        seq_threshold_3D=(128 // kv_heads) if split_kv else 0,
+        num_par_softmax_segments=segments,
+        sinks=sinks,
+        **scratch,
+    )
+    ref = reference(q, k, v, lens, scale, window, sinks, cap)
+    err = (out.double() - ref).abs().max().item()
+    return f"{'ok' if err < 2e-2 else 'FAIL'} max_abs_err={err:.2e}"
 
 
 def reference(q, k, v, lens, scale, window, sinks, cap):
@@ -136,11 +247,17 @@ def main() -> int:
         ok = False
         lines.append(f"sglang 0.5.23 triton: {type(e).__name__}: {e}")
     try:
-        _package("vllm", PACK / "vllm")
-        import importlib
-
-        importlib.import_module("vllm.v1.attention.ops.triton_unified_attention")
-        lines.append("vllm 0.34.0 triton_unified_attention: imports")
+        stub_vllm()
+        for label, args in [
+            ("gpt-oss window+sinks", (64, 8, 64, 127, True, 0.0)),
+            ("gpt-oss full+sinks", (64, 8, 64, -1, True, 0.0)),
+            ("gemma-2 window+softcap", (16, 8, 256, 4095, False, 50.0)),
+        ]:
+            for batch_3d in (True, False):
+                line = vllm_decode(*args, split_kv=batch_3d)
+                ok &= line.startswith("ok")
+                path = "3D (split-KV)" if batch_3d else "2D"
+                lines.append(f"vllm 0.34.0 unified_attention {path} {label}: {line}")
     except Exception as e:
         ok = False
         lines.append(f"vllm 0.34.0 triton_unified_attention: {type(e).__name__}: {e}")
