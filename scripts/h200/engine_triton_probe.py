@@ -13,99 +13,20 @@ when OUT is set.
 from __future__ import annotations
 
 import os
-import sys
-import types
 from pathlib import Path
 
 import torch
 
+from attnbench.backends.engine_triton_load import sglang_decode_attention, vllm_unified_attention
+
 PACK = Path(os.environ.get("ATTNBENCH_ENGINE_TRITON", ".device-triton")).resolve()
-
-
-def _package(name: str, path: Path | None) -> None:
-    mod = types.ModuleType(name)
-    mod.__path__ = [str(path)] if path else []  # type: ignore[attr-defined]
-    sys.modules[name] = mod
-
-
-def stub_sglang() -> None:
-    """Stub parents of the kernel files: the real environ.py, five helpers of srt.utils."""
-    root = PACK / "sglang"
-    for name, sub in [
-        ("sglang", ""),
-        ("sglang.kernels", "kernels"),
-        ("sglang.kernels.ops", "kernels/ops"),
-        ("sglang.kernels.ops.attention", "kernels/ops/attention"),
-        ("sglang.srt", "srt"),
-    ]:
-        _package(name, root / sub)
-    utils = types.ModuleType("sglang.srt.utils")
-    utils.is_hip = lambda: False  # type: ignore[attr-defined]
-    utils.is_cuda = lambda: True  # type: ignore[attr-defined]
-    utils.is_gfx95_supported = lambda: False  # type: ignore[attr-defined]
-    utils.is_gfx1250_supported = lambda: False  # type: ignore[attr-defined]
-    utils.get_device_core_count = (  # type: ignore[attr-defined]
-        lambda device_id=0: torch.cuda.get_device_properties(device_id).multi_processor_count
-    )
-    sys.modules["sglang.srt.utils"] = utils
-
-
-def stub_vllm() -> None:
-    """Stub the parents of vLLM's two kernel files with what they read: three env flags, the
-    platform's fp8 dtype and family checks, a logger, cdiv and the KVQuantMode enum (copied
-    from vllm/v1/kv_cache_interface.py, 0.34.0)."""
-    import enum
-    import logging
-
-    for name, sub in [
-        ("vllm", ""),
-        ("vllm.v1", "v1"),
-        ("vllm.v1.attention", "v1/attention"),
-        ("vllm.v1.attention.ops", "v1/attention/ops"),
-        ("vllm.utils", None),
-    ]:
-        _package(name, PACK / "vllm" / sub if sub is not None else None)
-    envs = types.ModuleType("vllm.envs")
-    envs.VLLM_BATCH_INVARIANT = False  # type: ignore[attr-defined]
-    envs.VLLM_TRITON_FORCE_FIRST_CONFIG = False  # type: ignore[attr-defined]
-    envs.VLLM_TRITON_USE_TD = False  # type: ignore[attr-defined]
-    logger = types.ModuleType("vllm.logger")
-    logger.init_logger = logging.getLogger  # type: ignore[attr-defined]
-    major, minor = torch.cuda.get_device_capability()
-    platform = types.SimpleNamespace(
-        fp8_dtype=lambda: torch.float8_e4m3fn,
-        is_rocm=lambda: False,
-        is_xpu=lambda: False,
-        is_cuda=lambda: True,
-        is_device_capability_family=lambda family: major * 10 == family,
-        is_device_capability=lambda cap: (major, minor) == tuple(cap),
-    )
-    platforms = types.ModuleType("vllm.platforms")
-    platforms.current_platform = platform  # type: ignore[attr-defined]
-    platforms.vllm_version_matches_substr = lambda sub: False  # type: ignore[attr-defined]
-    math_utils = types.ModuleType("vllm.utils.math_utils")
-    math_utils.cdiv = lambda a, b: -(a // -b)  # type: ignore[attr-defined]
-    kv = types.ModuleType("vllm.v1.kv_cache_interface")
-    kv.KVQuantMode = enum.IntEnum(  # type: ignore[attr-defined]
-        "KVQuantMode",
-        {
-            "NONE": 0,
-            "FP8_PER_TENSOR": 1,
-            "INT8_PER_TOKEN_HEAD": 2,
-            "FP8_PER_TOKEN_HEAD": 3,
-            "INT4_PER_TOKEN_HEAD": 4,
-            "NVFP4": 5,
-        },
-    )
-    for mod in (envs, logger, platforms, math_utils, kv):
-        sys.modules[mod.__name__] = mod
 
 
 def vllm_decode(heads, kv_heads, dim, window, use_sinks, cap, split_kv: bool) -> str:
     """One decode step through unified_attention as vLLM's TritonAttentionImpl calls it:
     window (w - 1, 0), soft-cap 0 for none, sinks per query head, 3D (split-KV) scratch of 16
     segments when the batch is under MIN_LAUNCH_GRID_SIZE_2D // kv_heads (128 // kv_heads)."""
-    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+    unified_attention = vllm_unified_attention(PACK)
 
     torch.manual_seed(0)
     lens = [300, 1000, 70, 4096]
@@ -183,7 +104,7 @@ def reference(q, k, v, lens, scale, window, sinks, cap):
 
 
 def sglang_decode(heads, kv_heads, dim, window, use_sinks, cap) -> str:
-    from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd
+    decode_attention_fwd = sglang_decode_attention(PACK)
 
     torch.manual_seed(0)
     lens = [300, 1000, 70, 4096]
@@ -234,7 +155,6 @@ def sglang_decode(heads, kv_heads, dim, window, use_sinks, cap) -> str:
 def main() -> int:
     lines, ok = [], True
     try:
-        stub_sglang()
         for label, args in [
             ("gpt-oss window+sinks", (64, 8, 64, 127, True, 0.0)),
             ("gpt-oss full+sinks", (64, 8, 64, -1, True, 0.0)),
@@ -247,7 +167,6 @@ def main() -> int:
         ok = False
         lines.append(f"sglang 0.5.23 triton: {type(e).__name__}: {e}")
     try:
-        stub_vllm()
         for label, args in [
             ("gpt-oss window+sinks", (64, 8, 64, 127, True, 0.0)),
             ("gpt-oss full+sinks", (64, 8, 64, -1, True, 0.0)),

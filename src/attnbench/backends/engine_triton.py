@@ -11,28 +11,31 @@ import `vllm.envs`, `vllm.logger`, `vllm.platforms`, `vllm.triton_utils` and
 pinned wheels into `.device-triton/` (ignored by git, carried to the GPU) and
 `scripts/h200/engine_triton_probe.py` loads them there under stub parent packages.
 
-Until the probe has passed on a GPU and the engines' calls (SGLang's kv-split count and window
-indices, vLLM's 2D/3D launch choice) are replayed, these variants refuse every case with that
-reason: no row claims an engine kernel that did not run.
+vLLM's call is replayed (`vllm:triton-attn`, `backends.vllm_triton`: its cache layout, window,
+sinks, soft-cap, fp8 scale and 2D/3D launch choice). SGLang's is not yet (its kv-split count
+and window indices): `sglang:triton` refuses every case with that reason, so no row claims an
+engine kernel that did not run. The loading itself is `backends.engine_triton_load`.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Mapping
-from pathlib import Path
+from typing import TYPE_CHECKING
 
+from attnbench.backends import vllm_triton
 from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
+from attnbench.backends.engine_triton_load import PACK_ENV, pack_dir
 from attnbench.backends.features import MLA_VARIANTS, missing_feature
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
 
+if TYPE_CHECKING:
+    from attnbench.backends.vllm_triton import VllmTritonAttn
+
 __all__ = ["KERNEL_FILES", "PACK_ENV", "TritonEngineVariant", "backends"]
 
-PACK_ENV = "ATTNBENCH_ENGINE_TRITON"
-"""The folder `scripts/h200/pack_engine_triton.sh` fills (default `.device-triton`)."""
 KERNEL_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
     "sglang:triton": (
         "sglang 0.5.23",
@@ -52,10 +55,6 @@ NOT_REPLAYED = (
     "engine's call yet (scripts/h200/engine_triton_probe.py checks that it loads and agrees "
     "with the reference on the GPU)"
 )
-
-
-def pack_dir() -> Path:
-    return Path(os.environ.get(PACK_ENV, ".device-triton"))
 
 
 class TritonEngineVariant:
@@ -109,5 +108,8 @@ class TritonEngineVariant:
         raise UnsupportedCase(self.available() or NOT_REPLAYED.format(name=self.name))
 
 
-def backends(engine: str) -> list[TritonEngineVariant]:
+def backends(engine: str) -> list[TritonEngineVariant | VllmTritonAttn]:
+    """The engine's Triton variants: vLLM's replayed, SGLang's refusing (module docstring)."""
+    if engine == "vllm":
+        return list(vllm_triton.backends())
     return [TritonEngineVariant(n) for n in KERNEL_FILES if n.startswith(f"{engine}:")]

@@ -3,10 +3,15 @@ own Triton backend (`engine_triton`)."""
 
 from __future__ import annotations
 
-from attnbench.backends.engine_triton import TritonEngineVariant
+from typing import TYPE_CHECKING
+
 from attnbench.backends.engine_triton import backends as triton_backends
 from attnbench.backends.engine_variant import EngineVariant, engine_backends
 
+if TYPE_CHECKING:
+    from attnbench.backends.engine_triton import TritonEngineVariant
+    from attnbench.backends.vllm_triton import VllmTritonAttn
 
-def backends() -> list[EngineVariant | TritonEngineVariant]:
+
+def backends() -> list[EngineVariant | TritonEngineVariant | VllmTritonAttn]:
     return [*engine_backends("vllm"), *triton_backends("vllm")]
