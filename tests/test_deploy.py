@@ -339,7 +339,7 @@ def test_dry_run_plans_real_batches_per_heavy_bucket(tmp_path: Path) -> None:
         assert bucket_of(c["batch_size"], sizes) == c["bucket"]
         per_bucket[c["bucket"]] = per_bucket.get(c["bucket"], 0) + 1
     for c in plan:
-        assert c["backends"] == ["vllm:flash-attn", "vllm:flashinfer"]
+        assert c["backends"] == ["vllm:flash-attn", "vllm:flashinfer", "vllm:triton-attn"]
         assert c["page_size"] == 16
     weights = {c["bucket"]: c["weight"] for c in decode}
     assert sum(weights.values()) >= 0.9  # the default cover
@@ -438,7 +438,7 @@ def test_measure_cut_short_resumes_and_answers(
     assert done.exit_code == 0, done.output
     _fits(done.output)
     assert calls
-    assert all(names == ["vllm:flash-attn", "vllm:flashinfer"] for _, names in calls)
+    assert all(names == ["vllm:flash-attn", "vllm:flashinfer", "vllm:triton-attn"] for _, names in calls)
     assert "vllm serve MODEL --tensor-parallel-size 8" in done.output
     # the heavy buckets are now priced by their own batches
     assert "not measured here" not in done.output

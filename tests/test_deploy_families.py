@@ -122,7 +122,9 @@ def test_layer_kind_models_plan_one_case_per_kind(
             assert differ <= {"layer_type", "window_left", "num_layers"}  # options sums them
             assert len({c.spec.label for c in both}) == 1
     assert len([c for c in cases if c.spec.kind == "prefill"]) == 2 * 6
-    assert {c.backends for c in cases} == {("vllm:flash-attn", "vllm:flashinfer")}
+    assert {c.backends for c in cases} == {
+        ("vllm:flash-attn", "vllm:flashinfer", "vllm:triton-attn")
+    }
     assert {c.spec.page_size for c in cases} == {16}
     assert "18 layers" in run.deployment or "21 layers" in run.deployment
 
@@ -138,7 +140,7 @@ def test_plan_lines_name_kinds_pages_and_the_skipped_prefill(plans: dict[str, Pl
     assert lines[-1].startswith("  prefill: not planned (")
     oss = plan_lines(plans["oss-vllm"][0])
     assert oss[1].endswith(", sliding+full")
-    assert oss[-1] == "  backends: vllm:flash-attn, vllm:flashinfer"
+    assert oss[-1] == "  backends: vllm:flash-attn, vllm:flashinfer, vllm:triton-attn"
 
 
 @pytest.mark.parametrize("name", list(ASKS))
@@ -190,7 +192,8 @@ def test_gqa_plans_are_the_single_kind_plans_they_were(engine: Engine) -> None:
     assert "fitted cost on NVIDIA H200" in run.source()
     assert prefill_refusal(run.prompts, dep, engine, ask) is None
     lines = plan_lines(cases)
-    assert lines[0] == f"plan: {len(cases)} batches x their backends = {2 * len(cases)} timed pairs"
+    pairs = len(engine_variants(engine, "auto")) * len(cases)
+    assert lines[0] == f"plan: {len(cases)} batches x their backends = {pairs} timed pairs"
 
 
 def test_dry_run_and_cpu_measure_of_deepseek_on_sglang(tmp_path: Path) -> None:

@@ -12,14 +12,10 @@ import pytest
 import torch
 
 from attnbench.backends import select_backends
-from attnbench.backends.vllm_triton import (
-    VllmTritonAttn,
-    capture_sizes,
-    launch,
-    refusal,
-    seq_threshold_3d,
-    vllm_cache,
-)
+from attnbench.backends.vllm_triton import VllmTritonAttn, refusal, vllm_cache
+from attnbench.engines.paths import vllm_capture_sizes as capture_sizes
+from attnbench.engines.paths import vllm_triton_launch as launch
+from attnbench.engines.paths import vllm_triton_threshold as seq_threshold_3d
 from attnbench.workload.inputs import make_inputs
 from attnbench.workload.spec import MlaSpec, WorkloadSpec
 from backend_cases import device, make_spec

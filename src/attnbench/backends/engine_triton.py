@@ -52,8 +52,9 @@ KERNEL_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
 """Per variant: the wheel and the kernel files it needs from it."""
 NOT_REPLAYED = (
     "{name}: the engine's Triton kernel file is packed, but attnbench does not replay the "
-    "engine's call yet (scripts/h200/engine_triton_probe.py checks that it loads and agrees "
-    "with the reference on the GPU)"
+    "engine's call yet: SGLang 0.5.23's triton decode picks its split-KV kernel (kv splits "
+    "from get_num_kv_splits_triton) or Lean work-centric attention by a CUDA-graph capture "
+    "policy (triton_backend.py forward_decode)"
 )
 
 

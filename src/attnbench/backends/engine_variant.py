@@ -132,6 +132,8 @@ class EngineVariant:
 
 
 def engine_backends(engine: str) -> list[EngineVariant]:
+    from attnbench.backends.engine_triton import KERNEL_FILES
     from attnbench.engines.paths import ALL_SETTINGS
 
-    return [EngineVariant(s.variant) for s in ALL_SETTINGS if s.engine == engine]
+    own = [s for s in ALL_SETTINGS if s.engine == engine and s.variant not in KERNEL_FILES]
+    return [EngineVariant(s.variant) for s in own]  # the engines' own kernels: engine_triton

@@ -39,6 +39,9 @@ from attnbench.backends import kvgather
 from attnbench.backends.base import PlannedRun, Unsupported
 from attnbench.backends.engine_triton_load import pack_dir
 from attnbench.backends.features import MLA_VARIANTS, missing_feature
+from attnbench.engines.paths import VLLM_TRITON_SEGMENTS as SEGMENTS
+from attnbench.engines.paths import vllm_triton_launch as launch
+from attnbench.engines.paths import vllm_triton_threshold as seq_threshold_3d
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
@@ -46,22 +49,7 @@ from attnbench.workload.spec import WorkloadSpec
 NAME = "vllm:triton-attn"
 WHEEL = "vllm 0.34.0"
 KERNEL_FILE = "vllm/v1/attention/ops/triton_unified_attention.py"
-SEGMENTS = 16
-"""NUM_PAR_SOFTMAX_SEGMENTS: the split-KV kernel's softmax segments per request."""
-MIN_LAUNCH_GRID_SIZE_2D = 128
 KINDS = ("decode", "prefill", "append", "shared_prefix")
-
-
-def capture_sizes(max_size: int = 512) -> list[int]:
-    """vLLM's default CUDA-graph capture sizes (vllm/config/compilation.py, 0.34.0)."""
-    return [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
-
-
-def seq_threshold_3d(num_kv_heads: int) -> int:
-    """The builder's split-KV threshold with CUDA graphs on: the capture size nearest
-    128 // num_kv_heads (the first of two equally near ones, as `min` picks)."""
-    target = MIN_LAUNCH_GRID_SIZE_2D // num_kv_heads
-    return min(capture_sizes(), key=lambda size: abs(size - target))
 
 
 def refusal(spec: WorkloadSpec, device: DeviceInfo) -> str | None:
@@ -136,14 +124,6 @@ def _scratch(spec: WorkloadSpec, device: torch.device) -> dict[str, torch.Tensor
         "softmax_segm_max": torch.empty(rows, heads, SEGMENTS, device=device, dtype=f32),
         "softmax_segm_expsum": torch.empty(rows, heads, SEGMENTS, device=device, dtype=f32),
     }
-
-
-def launch(spec: WorkloadSpec) -> str:
-    """The kernel vLLM's launcher picks for this batch: `3d` (split-KV) for single-token
-    queries of at most seq_threshold_3D requests (scratch rows for that many), else `2d`."""
-    threshold = seq_threshold_3d(spec.num_kv_heads)
-    single = max(spec.qo_lens) == 1
-    return "3d" if single and spec.batch_size <= threshold else "2d"
 
 
 class VllmTritonAttn:

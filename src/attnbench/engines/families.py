@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from attnbench.engines.paths import SGLANG_HOOK_0523, VLLM_FI_034, Engine, Source
+from attnbench.engines.setting import VLLM_TRITON
 
 Family = Literal["plain", "window", "sinks", "softcap", "mla"]
 
@@ -28,7 +29,6 @@ _VLLM = ("vllm-project/vllm", "62d4bc3c7")
 VLLM_PRIORITY = Source(*_VLLM, "vllm/platforms/cuda.py")
 VLLM_VALIDATE = Source(*_VLLM, "vllm/v1/attention/backend.py")
 VLLM_FA_UTILS = Source(*_VLLM, "vllm/v1/attention/backends/fa_utils.py")
-VLLM_TRITON = Source(*_VLLM, "vllm/v1/attention/backends/triton_attn.py")
 _SGLANG = ("sgl-project/sglang", "v0.5.23")
 SGLANG_DEFAULT = Source(*_SGLANG, "python/sglang/srt/arg_groups/model_override_base.py")
 SGLANG_GPT_OSS = Source(*_SGLANG, "python/sglang/srt/arg_groups/model_overrides/gpt_oss.py")

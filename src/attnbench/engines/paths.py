@@ -56,6 +56,7 @@ from attnbench.engines.setting import (  # noqa: F401 (re-exported: callers impo
     VLLM_FI,
     VLLM_GRAPHS,
     VLLM_MAX_CAPTURE,
+    VLLM_TRITON,
     Engine,
     KernelPath,
     Release,
@@ -104,6 +105,18 @@ SETTINGS: tuple[Setting, ...] = (
         (VLLM_FI, VLLM_GRAPHS),
         "decode: FlashInfer decode wrapper on tensor cores, CUDA-graph wrapper per captured "
         "batch, default split; prefill and verification: paged prefill wrapper, backend auto",
+    ),
+    Setting(
+        "vllm",
+        "TRITON_ATTN",
+        "vllm:triton-attn",
+        tuple(range(16, 1025, 16)),
+        16,
+        (VLLM_TRITON, VLLM_GRAPHS),
+        "vLLM's own Triton kernel (unified_attention) on its paged cache: split-KV (3D, 16 "
+        "segments) for single-token batches up to the capture size nearest 128 // KV heads, "
+        "else 2D; windows, sinks and soft-cap in the kernel",
+        kv_dtypes=("auto", "fp8_e4m3"),
     ),
     Setting(
         "sglang",
@@ -330,8 +343,40 @@ def _sglang_fa3(spec: WorkloadSpec) -> KernelPath | str:
     )
 
 
+VLLM_TRITON_SEGMENTS = 16
+"""NUM_PAR_SOFTMAX_SEGMENTS (triton_attn.py): the split-KV kernel's softmax segments."""
+VLLM_TRITON_MIN_GRID_2D = 128
+"""MIN_LAUNCH_GRID_SIZE_2D (triton_attn.py)."""
+
+
+def vllm_triton_threshold(num_kv_heads: int) -> int:
+    """TRITON_ATTN's `seq_threshold_3D` with CUDA graphs on (the default): the capture size
+    nearest 128 // num_kv_heads (the first of two equally near, as `min` picks)."""
+    target = VLLM_TRITON_MIN_GRID_2D // num_kv_heads
+    return min(vllm_capture_sizes(), key=lambda size: abs(size - target))
+
+
+def vllm_triton_launch(spec: WorkloadSpec) -> str:
+    """The kernel unified_attention launches for this batch: `3d` (split-KV) for single-token
+    queries of at most `vllm_triton_threshold` requests (the builder's scratch holds that many
+    rows), else `2d`."""
+    single = max(spec.qo_lens) == 1
+    return "3d" if single and spec.batch_size <= vllm_triton_threshold(spec.num_kv_heads) else "2d"
+
+
+def _vllm_triton(spec: WorkloadSpec) -> KernelPath | str:
+    """No raw library call: the engine's own kernel is the variant (`backends.vllm_triton`)."""
+    return KernelPath(
+        "vllm:triton-attn",
+        {},
+        f"unified_attention from the wheel, {vllm_triton_launch(spec)} launch "
+        f"({VLLM_TRITON.cite()})",
+    )
+
+
 _RULES = {
     "vllm:flashinfer": _vllm_flashinfer,
+    "vllm:triton-attn": _vllm_triton,
     "vllm:flash-attn": _vllm_flash_attn,
     "sglang:flashinfer": _sglang_flashinfer,
     "sglang:fa3": _sglang_fa3,

@@ -35,6 +35,8 @@ VLLM_FA = Source(
 VLLM_GRAPHS = Source(
     "vllm-project/vllm", "002f10e0cfa1373a19a0d2756598a34b700d20e5", "vllm/config/compilation.py"
 )
+VLLM_TRITON = Source("vllm-project/vllm", "62d4bc3c7", "vllm/v1/attention/backends/triton_attn.py")
+"""vLLM 0.34.0's TRITON_ATTN backend (the release's commit)."""
 SGLANG_FI = Source(
     "sgl-project/sglang",
     "0005834cdb2a5b7472789ccbf0d3361b5cf853b8",

@@ -167,8 +167,11 @@ def _engine_needs(variant: str, spec: WorkloadSpec, device: DeviceInfo) -> list[
     """An engine variant's modules: those of the raw variant that is the engine's call for
     the case (`engines.paths.kernel_path`). In session 16 they compiled at first use: SGLang's
     ragged FA3 prefill module held a run on a fresh H100 past its 75 s limit."""
+    from attnbench.backends.engine_triton import KERNEL_FILES
     from attnbench.engines.paths import kernel_path
 
+    if variant in KERNEL_FILES:  # the engine's own Triton kernel: Triton compiles it, no JIT
+        return []
     try:
         path = kernel_path(variant, spec)
     except KeyError:
