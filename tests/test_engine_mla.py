@@ -151,7 +151,7 @@ def test_defaults_per_family() -> None:
         "sglang:flashinfer",
         "sglang:flashmla",
     ]
-    assert [s.variant for s in settings_for("vllm", "gqa")] == [s.variant for s in SETTINGS[:2]]
+    assert [s.variant for s in settings_for("vllm", "gqa")] == [s.variant for s in SETTINGS[:3]]
 
 
 def test_release_commands_for_mla_settings() -> None:

@@ -446,6 +446,7 @@ def answer(
         ans.prefill_choice = min(pre, key=lambda o: (o.prefill.ratio, o.key.text)) if pre else None  # type: ignore[union-attr]
     ans.fp8 = fp8_decision(ans, options, strata)
     ans.gaps += coverage_gaps(ans, trace)
+    ans.gaps += setting_gaps(frame, ans, {o.key.variant for o in options}, trace)
     return ans
 
 
@@ -520,6 +521,33 @@ def coverage_gaps(ans: Answer, trace: str | None) -> list[Gap]:
         )
     if ans.default is not None and not ans.default.cases("prefill"):
         out.append(Gap("no prefill rows of the default", prefill_command(ans, trace)))
+    return out
+
+
+def setting_gaps(
+    frame: pd.DataFrame, ans: Answer, measured: set[str], trace: str | None
+) -> list[Gap]:
+    """One line per engine setting (this family, this KV dtype) that no option of the answer
+    stands for: the refusal its rows on this GPU recorded (nothing to measure), or that it has
+    no rows here (the command that measures it). The default's own refusal has its gap."""
+    from attnbench.engines.paths import settings_for
+
+    if ans.engine == "none" or frame.empty or "gpu" not in frame:
+        return []
+    here = frame[(frame["gpu"].astype(str) == ans.gpu).to_numpy()]
+    base = default_setting(ans.engine, "mla" if ans.shape.mla else "gqa")
+    out = []
+    for s in settings_for(ans.engine, "mla" if ans.shape.mla else "gqa"):
+        if s.variant in measured or ans.kv_dtype not in s.kv_dtypes:
+            continue
+        if ans.default_refused and s.variant == base.variant:
+            continue
+        why = refusal_reason(here, ans.shape, s.variant)
+        if why is not None:
+            out.append(Gap(f"{s.name} ({s.variant}) cannot run here: {why}", ""))
+        else:
+            cmd = measure_command(ans.shape, ans.engine, trace, ans.kv_dtype)
+            out.append(Gap(f"{s.name} ({s.variant}) has no rows here", cmd))
     return out
 
 
