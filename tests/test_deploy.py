@@ -438,7 +438,8 @@ def test_measure_cut_short_resumes_and_answers(
     assert done.exit_code == 0, done.output
     _fits(done.output)
     assert calls
-    assert all(names == ["vllm:flash-attn", "vllm:flashinfer", "vllm:triton-attn"] for _, names in calls)
+    vllm = ["vllm:flash-attn", "vllm:flashinfer", "vllm:triton-attn"]
+    assert all(names == vllm for _, names in calls)
     assert "vllm serve MODEL --tensor-parallel-size 8" in done.output
     # the heavy buckets are now priced by their own batches
     assert "not measured here" not in done.output

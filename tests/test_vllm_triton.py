@@ -130,6 +130,14 @@ def test_pages_are_copied_into_vllms_layout_token_by_token() -> None:
     assert k.stride() == (pages.shape[2] * pages.shape[3] * 64, 64, pages.shape[2] * 64, 1)
 
 
+def test_an_fp8_cache_is_copied_byte_for_byte() -> None:
+    inputs = make_inputs(gemma2(head_dim=32, num_qo_heads=4, num_kv_heads=2, kv_dtype="fp8_e4m3"))
+    k, v = vllm_cache(inputs)
+    assert k.dtype == v.dtype == torch.float8_e4m3fn
+    assert torch.equal(k.view(torch.uint8), inputs.kv_cache[:, 0].view(torch.uint8))
+    assert torch.equal(v.view(torch.uint8), inputs.kv_cache[:, 1].view(torch.uint8))
+
+
 def test_registry_lists_the_variant_and_it_says_why_it_cannot_run_here() -> None:
     names = [b.name for b in select_backends(["vllm"])]
     assert "vllm:triton-attn" in names

@@ -108,8 +108,9 @@ def vllm_cache(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor]:
     [P, Hkv, page, 2d], then viewed as forward views it: K and V [P, page, Hkv, d]."""
     pages = inputs.kv_cache
     d = pages.shape[-1]
-    cache = torch.cat([pages[:, 0], pages[:, 1]], dim=-1).transpose(1, 2).contiguous()
-    k, v = cache.transpose(1, 2).split(d, dim=-1)
+    raw = pages.view(torch.uint8) if pages.element_size() == 1 else pages  # fp8: copied as bytes
+    cache = torch.cat([raw[:, 0], raw[:, 1]], dim=-1).transpose(1, 2).contiguous()
+    k, v = cache.view(pages.dtype).transpose(1, 2).split(d, dim=-1)
     return k, v
 
 
