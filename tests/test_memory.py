@@ -54,6 +54,8 @@ def test_variants_that_copy_kv_need_more_than_paged_ones() -> None:
     assert memory.estimate(s, "sdpa:math").total > memory.estimate(s, "sdpa:cudnn").total
     assert memory.estimate(s, "sdpa:cudnn").total > paged
     assert memory.estimate(s, "flashinfer:tc+tuned").total == paged
+    copied = memory.estimate(s, "vllm:triton-attn").total  # the cache in vLLM's own layout
+    assert copied - paged == memory.kv_cache_bytes(s)
 
 
 def test_fp8_counts_the_bf16_staging_copy() -> None:

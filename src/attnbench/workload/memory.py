@@ -152,6 +152,7 @@ def variant_workspace(spec: WorkloadSpec, variant: str) -> int:
     - `flex`: a packed copy of K and V, its transposed copy and a quarter more, plus 4 KiB per
       query token and head (measured on the CPU: linear in query tokens, 4k-16k prefill);
     - `flash-attn:*`: a contiguous copy of K and V and its transposed copy;
+    - `vllm:triton-attn`: the whole paged cache copied into vLLM's layout;
     - anything else (paged kernels): PAGED_WORKSPACE_BYTES.
 
     Plus the variant's output at dtype and the accuracy gate (3 fp64 outputs).
@@ -175,6 +176,8 @@ def variant_workspace(spec: WorkloadSpec, variant: str) -> int:
         own = packed * 5 // 2 + spec.total_q * spec.num_qo_heads * 1024 * FP32
     elif family == "flash-attn":
         own = 2 * _elems(spec.total_kv, spec) * ITEMSIZE[spec.kv_dtype]
+    elif variant == "vllm:triton-attn":  # the paged cache copied into vLLM's layout
+        own = kv_cache_bytes(spec) + PAGED_WORKSPACE_BYTES
     else:
         own = PAGED_WORKSPACE_BYTES
     gate = 3 * output_bytes(spec, FP64)
