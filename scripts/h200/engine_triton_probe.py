@@ -17,9 +17,13 @@ from pathlib import Path
 
 import torch
 
-from attnbench.backends.engine_triton_load import sglang_decode_attention, vllm_unified_attention
+from attnbench.backends.engine_triton_load import (
+    pack_dir,
+    sglang_decode_attention,
+    vllm_unified_attention,
+)
 
-PACK = Path(os.environ.get("ATTNBENCH_ENGINE_TRITON", ".device-triton")).resolve()
+PACK = pack_dir()
 
 
 def vllm_decode(heads, kv_heads, dim, window, use_sinks, cap, split_kv: bool) -> str:

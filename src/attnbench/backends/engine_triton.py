@@ -19,13 +19,12 @@ engine kernel that did not run. The loading itself is `backends.engine_triton_lo
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from attnbench.backends import vllm_triton
 from attnbench.backends.base import PlannedRun, Unsupported, UnsupportedCase
-from attnbench.backends.engine_triton_load import PACK_ENV, pack_dir
+from attnbench.backends.engine_triton_load import KERNEL_FILES, PACK_ENV, pack_missing
 from attnbench.backends.features import MLA_VARIANTS, missing_feature
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
@@ -36,20 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = ["KERNEL_FILES", "PACK_ENV", "TritonEngineVariant", "backends"]
 
-KERNEL_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "sglang:triton": (
-        "sglang 0.5.23",
-        (
-            "sglang/kernels/ops/attention/decode_attention.py",
-            "sglang/kernels/ops/attention/extend_attention.py",
-        ),
-    ),
-    "vllm:triton-attn": (
-        "vllm 0.34.0",
-        ("vllm/v1/attention/ops/triton_unified_attention.py",),
-    ),
-}
-"""Per variant: the wheel and the kernel files it needs from it."""
 NOT_REPLAYED = (
     "{name}: the engine's Triton kernel file is packed, but attnbench does not replay the "
     "engine's call yet: SGLang 0.5.23's triton decode picks its split-KV kernel (kv splits "
@@ -80,17 +65,7 @@ class TritonEngineVariant:
 
     def available(self) -> str | None:
         """Why the engine's Triton kernels cannot run here (they always cannot, for now)."""
-        if importlib.util.find_spec("triton") is None:
-            return (
-                f"{self.name} needs Triton and a CUDA GPU (the {self.wheel} wheel's Triton kernels)"
-            )
-        missing = [f for f in self.files if not (pack_dir() / f).is_file()]
-        if missing:
-            return (
-                f"{self.name}: {missing[0]} is not in {pack_dir()}; run "
-                "scripts/h200/pack_engine_triton.sh (extracts it from the pinned wheel)"
-            )
-        return NOT_REPLAYED.format(name=self.name)
+        return pack_missing(self.name) or NOT_REPLAYED.format(name=self.name)
 
     def describe(self) -> str:
         return self.summary

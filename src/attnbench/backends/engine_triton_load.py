@@ -34,6 +34,40 @@ def pack_dir() -> Path:
     return Path(os.environ.get(PACK_ENV, ".device-triton")).resolve()
 
 
+KERNEL_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sglang:triton": (
+        "sglang 0.5.23",
+        (
+            "sglang/kernels/ops/attention/decode_attention.py",
+            "sglang/kernels/ops/attention/extend_attention.py",
+        ),
+    ),
+    "vllm:triton-attn": (
+        "vllm 0.34.0",
+        ("vllm/v1/attention/ops/triton_unified_attention.py",),
+    ),
+}
+"""Per variant: the wheel and the kernel files it needs from it."""
+
+
+def pack_missing(name: str) -> str | None:
+    """Why variant `name`'s kernel files cannot load here: no Triton, or a file missing from
+    the pack (None: both are there)."""
+    import importlib.util
+
+    wheel, files = KERNEL_FILES[name]
+    if importlib.util.find_spec("triton") is None:
+        kernels = "kernel" if len(files) == 1 else "kernels"
+        return f"{name} needs Triton and a CUDA GPU (the {wheel} wheel's Triton {kernels})"
+    missing = [f for f in files if not (pack_dir() / f).is_file()]
+    if missing:
+        return (
+            f"{name}: {missing[0]} is not in {pack_dir()}; run "
+            "scripts/h200/pack_engine_triton.sh (extracts it from the pinned wheel)"
+        )
+    return None
+
+
 VLLM_KV_QUANT_MODES = {
     "NONE": 0,
     "FP8_PER_TENSOR": 1,

@@ -37,7 +37,7 @@ import torch
 
 from attnbench.backends import kvgather
 from attnbench.backends.base import PlannedRun, Unsupported
-from attnbench.backends.engine_triton_load import pack_dir
+from attnbench.backends.engine_triton_load import KERNEL_FILES, pack_dir
 from attnbench.backends.features import MLA_VARIANTS, missing_feature
 from attnbench.engines.paths import VLLM_TRITON_SEGMENTS as SEGMENTS
 from attnbench.engines.paths import vllm_triton_launch as launch
@@ -47,8 +47,7 @@ from attnbench.workload.inputs import AttentionInputs
 from attnbench.workload.spec import WorkloadSpec
 
 NAME = "vllm:triton-attn"
-WHEEL = "vllm 0.34.0"
-KERNEL_FILE = "vllm/v1/attention/ops/triton_unified_attention.py"
+WHEEL, (KERNEL_FILE,) = KERNEL_FILES[NAME]
 KINDS = ("decode", "prefill", "append", "shared_prefix")
 
 
@@ -84,16 +83,11 @@ def refusal(spec: WorkloadSpec, device: DeviceInfo) -> str | None:
 
 @functools.cache
 def _load_error(pack: Path) -> str | None:
-    import importlib.util
+    from attnbench.backends.engine_triton_load import pack_missing, vllm_unified_attention
 
-    if importlib.util.find_spec("triton") is None:
-        return f"{NAME} needs Triton and a CUDA GPU (the {WHEEL} wheel's Triton kernel)"
-    if not (pack / KERNEL_FILE).is_file():
-        return (
-            f"{NAME}: {KERNEL_FILE} is not in {pack}; run scripts/h200/pack_engine_triton.sh "
-            "(extracts it from the pinned wheel)"
-        )
-    from attnbench.backends.engine_triton_load import vllm_unified_attention
+    missing = pack_missing(NAME)
+    if missing:
+        return missing
 
     try:
         vllm_unified_attention(pack)

@@ -167,16 +167,15 @@ def _engine_needs(variant: str, spec: WorkloadSpec, device: DeviceInfo) -> list[
     """An engine variant's modules: those of the raw variant that is the engine's call for
     the case (`engines.paths.kernel_path`). In session 16 they compiled at first use: SGLang's
     ragged FA3 prefill module held a run on a fresh H100 past its 75 s limit."""
-    from attnbench.backends.engine_triton import KERNEL_FILES
     from attnbench.engines.paths import kernel_path
 
-    if variant in KERNEL_FILES:  # the engine's own Triton kernel: Triton compiles it, no JIT
-        return []
     try:
         path = kernel_path(variant, spec)
     except KeyError:
         return f"{variant}: no prebuild rule (its modules compile on first use)"
-    return [] if isinstance(path, str) else module_needs(path.variant, spec, device)
+    if isinstance(path, str) or path.variant == variant:  # refused, or the engine's own kernel
+        return []
+    return module_needs(path.variant, spec, device)
 
 
 @dataclass
