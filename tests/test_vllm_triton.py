@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from attnbench.backends import select_backends
-from attnbench.backends.vllm_triton import VllmTritonAttn, refusal, vllm_cache
+from attnbench.backends.engine_triton_load import vllm_logger
+from attnbench.backends.vllm_triton import VllmTritonAttn, refusal, vllm_cache, vllm_query
 from attnbench.engines.paths import vllm_capture_sizes as capture_sizes
 from attnbench.engines.paths import vllm_triton_launch as launch
 from attnbench.engines.paths import vllm_triton_threshold as seq_threshold_3d
@@ -108,12 +109,56 @@ def test_split_kv_threshold_is_the_capture_size_nearest_128_over_the_kv_heads() 
     assert [seq_threshold_3d(h) for h in (1, 2, 4, 8, 16, 32, 3)] == [128, 64, 32, 16, 8, 4, 40]
 
 
-def test_launch_is_split_kv_for_few_single_token_requests_only() -> None:
+def test_launch_is_split_kv_for_few_short_queries_only() -> None:
     assert launch(gpt_oss()) == "3d"  # 4 requests <= 128
     assert launch(gpt_oss(kv_lens=(50,) * 129)) == "2d"
     assert launch(gemma2(kv_lens=(50,) * 16)) == "3d"  # 8 KV heads: 16
     assert launch(gemma2(kv_lens=(50,) * 17)) == "2d"
     assert launch(gpt_oss("prefill")) == "2d"
+
+
+def test_launch_takes_queries_of_up_to_8_tokens_split_kv_where_the_scratch_holds_them() -> None:
+    """The launcher's rule, not decode's alone: queries of at most MAX_3D_QUERY_LEN (8) tokens
+    run split-KV while the requests' query blocks (BLOCK_Q = 16 // group tokens) are at most
+    the threshold and the scratch's rows (one per query token, the threshold's count) hold
+    every query token. Cases seen to launch so under Triton's interpreter
+    (`scripts/cpu/triton_interpret.py`)."""
+    append = {"kv_lens": (40, 70, 25), "window_left": -1, "sinks": False}
+    assert launch(gpt_oss("append", qo_lens=(3, 4, 2), **append)) == "3d"
+    assert launch(gpt_oss("append", qo_lens=(3, 9, 2), **append)) == "2d"  # 9 > 8 tokens
+    # 8 KV heads: threshold 16; 3 x 8 = 24 query tokens > 16 scratch rows
+    assert launch(gemma2("append", kv_lens=(30, 41, 20), qo_lens=(8, 8, 8))) == "2d"
+    assert launch(gemma2("append", kv_lens=(30, 41), qo_lens=(8, 8))) == "3d"
+    # group 2, BLOCK_Q 8: 16 requests of 2 tokens are 16 blocks <= 16 but 32 tokens > 16 rows
+    assert launch(gemma2("append", kv_lens=(40,) * 16, qo_lens=(2,) * 16)) == "2d"
+
+
+def test_an_fp8_cache_gets_the_fp8_query_forward_hands_the_kernel() -> None:
+    """On CUDA, TRITON_ATTN supports a quantised query: with an fp8 cache, forward casts q to
+    fp8 e4m3 at the layer's scale (1.0) and passes that scale as q_descale."""
+    spec = gemma2(head_dim=32, num_qo_heads=4, num_kv_heads=2, kv_dtype="fp8_e4m3")
+    q = torch.tensor([[[1.0, -500.0, 0.1, 3.3]]], dtype=torch.bfloat16)
+    q8, q_descale = vllm_query(spec, q)
+    assert q8.dtype == torch.float8_e4m3fn
+    assert q8.float().flatten().tolist() == [1.0, -448.0, 0.1015625, 3.25]  # saturated, rounded
+    assert q_descale is not None
+    assert q_descale.item() == 1.0
+    same, none = vllm_query(gemma2(head_dim=32, num_qo_heads=4, num_kv_heads=2), q)
+    assert same is q
+    assert none is None
+
+
+def test_the_vllm_logger_stub_has_the_once_calls_the_launcher_makes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = vllm_logger("vllm.v1.attention.ops.triton_unified_attention")
+    with caplog.at_level("DEBUG", logger=log.name):
+        log.debug_once("Split-K scratch rows < query tokens; using 2D.", scope="local")
+        log.warning_once("w %d", 3)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Split-K scratch rows < query tokens; using 2D.",
+        "w 3",
+    ]
 
 
 def test_pages_are_copied_into_vllms_layout_token_by_token() -> None:
@@ -156,8 +201,9 @@ def test_registry_lists_the_variant_and_it_says_why_it_cannot_run_here() -> None
         gemma2(),
         gemma2(kv_dtype="fp8_e4m3"),
         gpt_oss(kv_lens=(60,) * 200),  # 2D: more requests than 128
+        gpt_oss("append", kv_lens=(300, 1000, 70, 513), qo_lens=(3, 4, 2, 8)),  # 3D
     ],
-    ids=["oss-window", "oss-full", "oss-prefill", "gemma", "gemma-fp8", "oss-2d"],
+    ids=["oss-window", "oss-full", "oss-prefill", "gemma", "gemma-fp8", "oss-2d", "oss-append"],
 )
 def test_gpu_triton_attn_passes_the_gate(spec: WorkloadSpec) -> None:
     from attnbench.measure.config import MeasureConfig
@@ -172,4 +218,19 @@ def test_gpu_triton_attn_passes_the_gate(spec: WorkloadSpec) -> None:
     (row,) = run_case(spec, [backend], ctx)
     assert row.status == "ok", row.reason
     assert row.details["api"] == "unified_attention"
-    assert row.resolved == launch(spec)
+    assert row.resolved == _launched(spec, backend)
+
+
+def _launched(spec: WorkloadSpec, backend: VllmTritonAttn) -> str:
+    """The launch the kernel really took: `3d` when the split-KV reduction (`reduce_segments`)
+    ran, as the profiler saw it, else `2d`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run = backend.plan(spec, make_inputs(spec, "cuda")).run
+    run()  # compiled before the profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events()}
+    assert any("unified_attention" in n for n in names), sorted(names)
+    return "3d" if any("reduce_segments" in n for n in names) else "2d"

@@ -118,6 +118,17 @@ def stub_sglang(pack: Path) -> None:
     )
 
 
+def vllm_logger(name: str) -> Any:
+    """vLLM's `init_logger`: a logger with its `debug_once`, `info_once` and `warning_once`
+    (the launcher calls `debug_once` when the split-KV scratch has fewer rows than query
+    tokens), here the plain calls, with vLLM's extra keywords (`scope`) dropped."""
+    log = logging.getLogger(name)
+    for level in ("debug", "info", "warning"):
+        plain = getattr(log, level)
+        setattr(log, f"{level}_once", lambda msg, *args, _plain=plain, **_: _plain(msg, *args))
+    return log
+
+
 def stub_vllm(pack: Path) -> None:
     """Parents of vLLM's kernel file (see the module docstring)."""
     import torch
@@ -146,7 +157,7 @@ def stub_vllm(pack: Path) -> None:
         VLLM_TRITON_FORCE_FIRST_CONFIG=False,
         VLLM_TRITON_USE_TD=False,
     )
-    _module("vllm.logger", init_logger=logging.getLogger)
+    _module("vllm.logger", init_logger=vllm_logger)
     _module(
         "vllm.platforms",
         current_platform=platform,

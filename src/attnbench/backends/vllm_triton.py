@@ -15,6 +15,12 @@ The call, for a batch of decode, prefill or append requests in one launch:
     softcap     the case's soft-cap, 0 for none    sinks: the case's per-head sinks
     k_descale   the cache scale, [B, Hkv]          expanded as forward does (1.0 for 16-bit)
 
+With an fp8 cache the query is fp8 too, as on CUDA: `Attention.forward` quantises it with the
+layer's query scale (`QuantFP8`, static per tensor; 1.0 without a checkpoint scale) since
+TRITON_ATTN `supports_quant_query_input`, and forward passes that scale as `q_descale`. The
+kernel then takes its fp8 path (fp8 Q.K and P.V products), so the gate's budget is fp8's and
+its reference uses the quantised query (`vllm_query`).
+
 and the split-KV ("3D") scratch the metadata builder allocates: 16 softmax segments, and
 `seq_threshold_3D` = the CUDA-graph capture size nearest 128 // Hkv (MIN_LAUNCH_GRID_SIZE_2D;
 vLLM's default capture sizes), rows for that many single-token requests. A batch of more
@@ -44,6 +50,7 @@ from attnbench.engines.paths import vllm_triton_launch as launch
 from attnbench.engines.paths import vllm_triton_threshold as seq_threshold_3d
 from attnbench.measure.hardware import DeviceInfo
 from attnbench.workload.inputs import AttentionInputs
+from attnbench.workload.quant import quantize
 from attnbench.workload.spec import WorkloadSpec
 
 NAME = "vllm:triton-attn"
@@ -108,6 +115,19 @@ def vllm_cache(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor]:
     return k, v
 
 
+VLLM_Q_SCALE = 1.0
+"""`layer._q_scale` (attention.py `_init_kv_cache_quant`): 1.0 unless a checkpoint sets one."""
+
+
+def vllm_query(spec: WorkloadSpec, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The query forward hands the kernel, and its `q_descale`: with an fp8 cache, q / scale
+    saturated and cast to fp8 e4m3 (`QuantFP8` per tensor), else q itself and None."""
+    if not spec.is_fp8:
+        return q, None
+    q8 = quantize(q, VLLM_Q_SCALE, torch.float8_e4m3fn)
+    return q8, torch.tensor(VLLM_Q_SCALE, device=q.device, dtype=torch.float32)
+
+
 def _scratch(spec: WorkloadSpec, device: torch.device) -> dict[str, torch.Tensor]:
     """The builder's split-KV buffers: rows for seq_threshold_3D single-token requests."""
     rows = seq_threshold_3d(spec.num_kv_heads)
@@ -158,9 +178,10 @@ class VllmTritonAttn:
         unified_attention = vllm_unified_attention(pack_dir())
         dev = inputs.q.device
         k, v = vllm_cache(inputs)
+        q, q_descale = vllm_query(spec, inputs.q)
         descale = (spec.batch_size, spec.num_kv_heads)
         kw: dict[str, Any] = {
-            "q": inputs.q,
+            "q": q,
             "k": k,
             "v": v,
             "out": torch.empty_like(inputs.q),
@@ -173,7 +194,7 @@ class VllmTritonAttn:
             "window_size": (spec.window_left, 0) if spec.window_left >= 0 else (-1, -1),
             "block_table": kvgather.page_table(inputs),
             "softcap": spec.logits_soft_cap,
-            "q_descale": None,
+            "q_descale": q_descale,
             "k_descale": torch.tensor([inputs.k_scale], device=dev).expand(descale),
             "v_descale": torch.tensor([inputs.v_scale], device=dev).expand(descale),
             "seq_threshold_3D": seq_threshold_3d(spec.num_kv_heads),
@@ -199,6 +220,8 @@ class VllmTritonAttn:
                 "softmax_segments": SEGMENTS,
             },
             out=kw["out"],
+            q_effective=None if q_descale is None else q.float() * VLLM_Q_SCALE,
+            precision="fp8_e4m3" if spec.is_fp8 else "",
         )
 
 

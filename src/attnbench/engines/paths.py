@@ -356,12 +356,24 @@ def vllm_triton_threshold(num_kv_heads: int) -> int:
     return min(vllm_capture_sizes(), key=lambda size: abs(size - target))
 
 
+VLLM_TRITON_MAX_3D_QUERY_LEN = 8
+"""MAX_3D_QUERY_LEN (triton_unified_attention.py): longer queries take the 2D kernel."""
+
+
 def vllm_triton_launch(spec: WorkloadSpec) -> str:
-    """The kernel unified_attention launches for this batch: `3d` (split-KV) for single-token
-    queries of at most `vllm_triton_threshold` requests (the builder's scratch holds that many
-    rows), else `2d`."""
-    single = max(spec.qo_lens) == 1
-    return "3d" if single and spec.batch_size <= vllm_triton_threshold(spec.num_kv_heads) else "2d"
+    """The kernel unified_attention launches for this batch on Hopper, as its launcher picks
+    (triton_unified_attention.py): `3d` (split-KV) where every query has at most
+    MAX_3D_QUERY_LEN tokens, the requests' query blocks (BLOCK_Q = BLOCK_M // group tokens
+    each) number at most `vllm_triton_threshold`, and the builder's scratch (that many rows,
+    one query token each, without speculative decoding) holds every query token; else `2d`."""
+    threshold = vllm_triton_threshold(spec.num_kv_heads)
+    group = spec.num_qo_heads // spec.num_kv_heads
+    block_m = 16 if group <= 16 else 1 << (group - 1).bit_length()
+    block_q = block_m // group
+    max_q = max(spec.qo_lens)
+    blocks = spec.batch_size * -(max_q // -block_q)
+    fits = max_q <= VLLM_TRITON_MAX_3D_QUERY_LEN and spec.total_q <= threshold
+    return "3d" if fits and blocks <= threshold else "2d"
 
 
 def _vllm_triton(spec: WorkloadSpec) -> KernelPath | str:
