@@ -5,7 +5,7 @@
 # sglang 0.5.23: 39 MB wheel; vllm 0.34.0: 239 MB wheel (both Apache-2.0; LICENSE files kept).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PY=${PY:-/work/main/.venv/bin/python}
+PY=${PY:-python3}  # any Python with pip: it only downloads and unzips
 WHL=${WHL:-/tmp/engine-wheels}
 OUT=.device-triton
 mkdir -p "$WHL" "$OUT"
