@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -66,3 +67,14 @@ from hypothesis import settings as _hypothesis_settings  # noqa: E402
 _hypothesis_settings.register_profile("ci", derandomize=True)
 _hypothesis_settings.register_profile("explore", derandomize=False)
 _hypothesis_settings.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def committed_findings() -> tuple[Any, list[Any]]:
+    """The findings of the committed `results/`: (inputs, sections), read and built once per
+    test process (several modules check them; each build reads every file, about 10 s).
+    Read-only: a test that changes them must build its own."""
+    from attnbench.report.findings import build, load_inputs
+
+    inputs = load_inputs([Path(__file__).resolve().parents[1] / "results"])
+    return inputs, build(inputs)

@@ -11,6 +11,7 @@ the exceptions), and one timing path.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,9 +122,17 @@ def _graph(*, typing_only: bool = False) -> dict[str, dict[str, int]]:
     return graph
 
 
-GRAPH = _graph()
-FULL_GRAPH = _graph(typing_only=True)
-"""GRAPH with the type-only imports: what the cycle tests read."""
+@functools.cache
+def graph() -> dict[str, dict[str, int]]:
+    """Module -> imported modules (and the line): built when a test first asks, not at
+    collection (every pytest worker collects this file)."""
+    return _graph()
+
+
+@functools.cache
+def full_graph() -> dict[str, dict[str, int]]:
+    """`graph` with the type-only imports: what the cycle tests read."""
+    return _graph(typing_only=True)
 
 
 def package_of(module: str) -> str:
@@ -164,37 +173,37 @@ def _describe(cycle: list[str], where: dict[tuple[str, str], str]) -> str:
 
 def _line(module: str, target: str) -> str:
     path = MODULES[module].relative_to(SRC.parent)
-    return f"{path}:{FULL_GRAPH[module][target]}"
+    return f"{path}:{full_graph()[module][target]}"
 
 
 def test_architecture_sees_the_package() -> None:
     assert {"attnbench.cli", "attnbench.run.sweep", "attnbench.results.loader"} <= set(MODULES)
-    assert "attnbench.measure.engine" in GRAPH["attnbench.run.sweep"]  # module-level import
-    assert "attnbench.run.sweep" in GRAPH["attnbench.run.session"]  # function-level import
+    assert "attnbench.measure.engine" in graph()["attnbench.run.sweep"]  # module-level import
+    assert "attnbench.run.sweep" in graph()["attnbench.run.session"]  # function-level import
     typed = "attnbench.fp8study.config"  # errors.py imports StudyConfig for its annotations only
-    assert typed in FULL_GRAPH["attnbench.fp8study.errors"]
-    assert typed not in GRAPH["attnbench.fp8study.errors"]
+    assert typed in full_graph()["attnbench.fp8study.errors"]
+    assert typed not in graph()["attnbench.fp8study.errors"]
 
 
 def test_architecture_no_module_cycle() -> None:
-    graph = {m: set(edges) for m, edges in FULL_GRAPH.items()}
-    where = {(m, t): _line(m, t) for m, edges in FULL_GRAPH.items() for t in edges}
-    cycle = _find_cycle(graph)
+    edges_of = {m: set(edges) for m, edges in full_graph().items()}
+    where = {(m, t): _line(m, t) for m, edges in full_graph().items() for t in edges}
+    cycle = _find_cycle(edges_of)
     assert cycle is None, _describe(cycle, where)
 
 
 def test_architecture_no_package_cycle() -> None:
-    graph: dict[str, set[str]] = {}
+    packages: dict[str, set[str]] = {}
     where: dict[tuple[str, str], str] = {}
-    for module, edges in FULL_GRAPH.items():
+    for module, edges in full_graph().items():
         src = package_of(module)
-        graph.setdefault(src, set())
+        packages.setdefault(src, set())
         for target in edges:
             dst = package_of(target)
             if dst != src:
-                graph[src].add(dst)
+                packages[src].add(dst)
                 where.setdefault((src, dst), f"{module} imports {target}, {_line(module, target)}")
-    cycle = _find_cycle(graph)
+    cycle = _find_cycle(packages)
     assert cycle is None, _describe(cycle, where)
 
 
@@ -205,7 +214,7 @@ def test_architecture_layers_point_down() -> None:
     upward = [
         f"  {_line(m, t)}: {m} (layer {rank[package_of(m)]}) imports {t} "
         f"(layer {rank[package_of(t)]})"
-        for m, edges in sorted(GRAPH.items())
+        for m, edges in sorted(graph().items())
         for t in sorted(edges)
         if rank[package_of(t)] > rank[package_of(m)]
     ]
@@ -298,6 +307,7 @@ def _functions(tree: ast.AST) -> Iterator[tuple[str, ast.FunctionDef | ast.Async
                 stack.append((prefix, child))
 
 
+@functools.cache
 def function_sizes() -> dict[str, tuple[int, int, int, bool]]:
     """ "path:function" -> (code lines, parameters, nesting, is a typer command), for src/."""
     out: dict[str, tuple[int, int, int, bool]] = {}
@@ -322,9 +332,6 @@ def _over(size: tuple[int, int, int, bool]) -> list[str]:
         )
         if bad
     ]
-
-
-SIZES = function_sizes()
 
 
 def test_architecture_function_size_is_measured() -> None:
@@ -352,7 +359,7 @@ def test_architecture_function_size_is_measured() -> None:
         "9 parameters > 8",
         "nesting 5 > 4",
     ]
-    assert SIZES["cli/show.py:show"][3], "a typer command is recognised"
+    assert function_sizes()["cli/show.py:show"][3], "a typer command is recognised"
 
 
 def test_architecture_functions_stay_readable() -> None:
@@ -360,7 +367,7 @@ def test_architecture_functions_stay_readable() -> None:
     MAX_NESTING levels, unless it is a typer command or FUNCTION_ALLOWLIST says why."""
     bad = sorted(
         f"  {name}: {', '.join(_over(size))}"
-        for name, size in SIZES.items()
+        for name, size in function_sizes().items()
         if _over(size) and not size[3] and name not in FUNCTION_ALLOWLIST
     )
     assert not bad, "functions past the limits (split them):\n" + "\n".join(bad)
@@ -369,7 +376,9 @@ def test_architecture_functions_stay_readable() -> None:
 def test_architecture_function_allowlist_is_live() -> None:
     """Every allowlisted function exists, still exceeds a limit, and says why."""
     stale = sorted(
-        name for name in FUNCTION_ALLOWLIST if name not in SIZES or not _over(SIZES[name])
+        name
+        for name in FUNCTION_ALLOWLIST
+        if name not in function_sizes() or not _over(function_sizes()[name])
     )
     assert not stale, f"FUNCTION_ALLOWLIST names functions within the limits (drop them): {stale}"
     assert all(reason.strip() for reason in FUNCTION_ALLOWLIST.values())

@@ -17,7 +17,7 @@ from attnbench.analysis.evidence import (
     evidence_of_commits,
     is_dirty,
 )
-from attnbench.report.findings import Headline, Section, build, load_inputs
+from attnbench.report.findings import Headline, Inputs, Section, build, load_inputs
 from attnbench.report.findings.gate import annotate
 from attnbench.report.findings.gpus import Part
 from attnbench.report.findings.render import headline_table, table_markdown
@@ -144,8 +144,8 @@ def test_findings_label_every_file_and_cells_headlines_get_the_files_caveat(
 
 
 @pytest.fixture(scope="module")
-def committed_heads() -> list[Headline]:
-    return [h for s in build(load_inputs([ROOT / "results"])) for h in s.headlines]
+def committed_heads(committed_findings: tuple[Inputs, list[Section]]) -> list[Headline]:
+    return [h for s in committed_findings[1] for h in s.headlines]
 
 
 def test_committed_headlines_from_the_dirty_h200_files_say_so(

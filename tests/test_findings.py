@@ -41,9 +41,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def committed() -> tuple[Inputs, list[Section]]:
-    inputs = load_inputs([RESULTS])
-    return inputs, build(inputs)
+def committed(committed_findings: tuple[Inputs, list[Section]]) -> tuple[Inputs, list[Section]]:
+    return committed_findings
 
 
 def test_the_committed_document_and_readme_block_are_what_the_files_give(

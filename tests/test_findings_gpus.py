@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnbench.report.findings import Inputs, Section, Table, build, load_inputs, readme_block
+from attnbench.report.findings import Inputs, Section, Table, readme_block
 from attnbench.report.findings.gpus import (
     ACROSS,
     CPU,
@@ -27,9 +27,8 @@ H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 
 
 @pytest.fixture(scope="module")
-def committed() -> tuple[Inputs, list[Section]]:
-    inputs = load_inputs([ROOT / "results"])
-    return inputs, build(inputs)
+def committed(committed_findings: tuple[Inputs, list[Section]]) -> tuple[Inputs, list[Section]]:
+    return committed_findings
 
 
 def _heading_gpus(title: str, known: set[str]) -> set[str]:
