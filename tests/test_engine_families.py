@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from attnbench.backends import select_backends
-from attnbench.backends.engine_triton import TritonEngineVariant
+from attnbench.backends import engine_triton, select_backends
 from attnbench.backends.engine_variant import EngineVariant
 from attnbench.engines.families import family_default, family_of, family_options
 from attnbench.engines.paths import KernelPath, kernel_path
@@ -147,14 +146,15 @@ def test_triton_engine_variants_are_registered_and_refuse_on_the_cpu() -> None:
     names = [b.name for b in select_backends(["sglang"])]
     assert names[-1] == "sglang:triton"
     cpu = DeviceInfo("cpu", None, "cpu", None, 0, 0, 0)
-    for name in ("sglang:triton", "vllm:triton-attn"):
-        v = TritonEngineVariant(name)
+    variants = [*engine_triton.backends("sglang"), *engine_triton.backends("vllm")]
+    assert [v.name for v in variants] == ["sglang:triton", "vllm:triton-attn"]
+    for v in variants:
         why = v.available()
         assert why is not None
-        assert name in why
-        assert "Triton" in why or "pack_engine_triton.sh" in why or "replay" in why
+        assert v.name in why
+        assert "Triton" in why or "pack_engine_triton.sh" in why
         refused = v.check(layer("gpt-oss-20b", "decode", True), cpu)
         assert refused is not None
-        assert name in refused.reason
-    with pytest.raises(ValueError, match="allowed: sglang:triton, vllm:triton-attn"):
-        TritonEngineVariant("sglang:fa4")
+        assert v.name in refused.reason
+        assert "on a CUDA GPU; this is cpu" in refused.reason
+    assert engine_triton.backends("trtllm") == []

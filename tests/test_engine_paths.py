@@ -98,7 +98,8 @@ def test_every_mapped_path_is_an_attnbench_variant_with_knobs_it_accepts() -> No
         "flashinfer:auto",
         "flashinfer:ragged-fa3",
         "flash-attn:fa3",
-        "vllm:triton-attn",  # the engine's own kernel is its own variant
+        "vllm:triton-attn",  # the engines' own kernels are their own variants
+        "sglang:triton",
     }
 
 

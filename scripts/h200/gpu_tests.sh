@@ -33,7 +33,7 @@ declare -A FILES=(
        tests/test_stream_read.py tests/test_suites.py tests/test_timed_output.py
        tests/test_fidelity_small.py tests/test_flashmla.py"
   [b]="tests/test_flashinfer.py tests/test_fp8study.py"
-  [c]="tests/test_windows.py tests/test_flex.py tests/test_softcap.py tests/test_vllm_triton.py"
+  [c]="tests/test_windows.py tests/test_flex.py tests/test_softcap.py tests/test_vllm_triton.py tests/test_sglang_triton.py"
   [d]="tests/test_flashinfer.py tests/test_mla.py tests/test_windows.py tests/test_softcap.py"
 )
 GROUPS_IN_ORDER="a b c d"

@@ -9,9 +9,8 @@ from attnbench.backends.engine_triton import backends as triton_backends
 from attnbench.backends.engine_variant import EngineVariant, engine_backends
 
 if TYPE_CHECKING:
-    from attnbench.backends.engine_triton import TritonEngineVariant
-    from attnbench.backends.vllm_triton import VllmTritonAttn
+    from attnbench.backends.engine_triton import EngineTriton
 
 
-def backends() -> list[EngineVariant | TritonEngineVariant | VllmTritonAttn]:
+def backends() -> list[EngineVariant | EngineTriton]:
     return [*engine_backends("sglang"), *triton_backends("sglang")]

@@ -7,7 +7,8 @@ is stubbed here with what the kernel files read from it, nothing more.
 - SGLang's `decode_attention.py` and `extend_attention.py` import `sglang.srt.environ` (packed:
   stdlib only) and five helpers of `sglang.srt.utils`, whose package pulls orjson, psutil,
   pybase64, requests, PIL, starlette, zmq...: is_hip, is_cuda, is_gfx95_supported,
-  is_gfx1250_supported and get_device_core_count.
+  is_gfx1250_supported and get_device_core_count. Its `metadata.py` (the decode step's kv-split
+  kernel) imports torch and Triton only.
 - vLLM's `triton_unified_attention.py` reads three flags of `vllm.envs` (VLLM_BATCH_INVARIANT,
   VLLM_TRITON_FORCE_FIRST_CONFIG, VLLM_TRITON_USE_TD, all off by default), the platform's fp8
   dtype and device family, `vllm.logger.init_logger`, `vllm.utils.math_utils.cdiv` and the
@@ -40,6 +41,7 @@ KERNEL_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
         (
             "sglang/kernels/ops/attention/decode_attention.py",
             "sglang/kernels/ops/attention/extend_attention.py",
+            "sglang/kernels/ops/attention/metadata.py",
         ),
     ),
     "vllm:triton-attn": (
@@ -190,6 +192,28 @@ def sglang_decode_attention(pack: Path) -> Any:
     )
 
     return decode_attention_fwd
+
+
+@functools.cache
+def sglang_extend_attention(pack: Path) -> Any:
+    """SGLang 0.5.23's `extend_attention_fwd` (its triton backend's prefill and append)."""
+    stub_sglang(pack)
+    from sglang.kernels.ops.attention.extend_attention import (  # type: ignore[import-not-found]
+        extend_attention_fwd,
+    )
+
+    return extend_attention_fwd
+
+
+@functools.cache
+def sglang_kv_splits_kernel(pack: Path) -> Any:
+    """SGLang 0.5.23's `get_num_kv_splits_triton` (the decode step's per-request kv splits)."""
+    stub_sglang(pack)
+    from sglang.kernels.ops.attention.metadata import (  # type: ignore[import-not-found]
+        get_num_kv_splits_triton,
+    )
+
+    return get_num_kv_splits_triton
 
 
 def vllm_kv_quant_mode(name: str) -> Any:

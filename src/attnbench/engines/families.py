@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from attnbench.engines.paths import SGLANG_HOOK_0523, VLLM_FI_034, Engine, Source
-from attnbench.engines.setting import VLLM_TRITON
+from attnbench.engines.setting import SGLANG_TRITON, VLLM_TRITON
 
 Family = Literal["plain", "window", "sinks", "softcap", "mla"]
 
@@ -33,7 +33,6 @@ _SGLANG = ("sgl-project/sglang", "v0.5.23")
 SGLANG_DEFAULT = Source(*_SGLANG, "python/sglang/srt/arg_groups/model_override_base.py")
 SGLANG_GPT_OSS = Source(*_SGLANG, "python/sglang/srt/arg_groups/model_overrides/gpt_oss.py")
 SGLANG_GEMMA2 = Source(*_SGLANG, "python/sglang/srt/arg_groups/model_overrides/gemma2_gemma3.py")
-SGLANG_TRITON = Source(*_SGLANG, "python/sglang/srt/layers/attention/triton_backend.py")
 SOURCES: tuple[Source, ...] = (
     VLLM_PRIORITY,
     VLLM_VALIDATE,
@@ -133,7 +132,8 @@ _SGLANG_TRITON = Option(
     "triton",
     "sglang:triton",
     "decode_attention_fwd / extend_attention_fwd take sinks and logit_cap; windows read "
-    "window_kv_indices",
+    "window_kv_indices (decode: the last sliding_window_size tokens, one key short: "
+    "sgl-project/sglang#32087)",
     SGLANG_TRITON,
 )
 _SGLANG_FI_SINKS = Option(

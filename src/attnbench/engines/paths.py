@@ -35,6 +35,12 @@ Hopper facts read from the source (SM90; trtllm-gen kernels are SM100-only, so v
 - SGLang fa3: `flash_attn_with_kvcache` on `page_table` at the server's `--page-size`
   (default 1), `num_splits=0` (1 only with deterministic inference), no scheduler metadata
   (FA3 computes it in each call), pack_gqa left to FA3; fp8 KV casts q to fp8.
+- SGLang triton (0.5.23): decode runs `decode_attention_fwd` (stage 1 per kv split, grouped for
+  GQA, then the split reduction, which adds the sinks) on the token pool, its kv splits per
+  request from `get_num_kv_splits_triton` over the CUDA-graph-padded batch (padding rows at
+  seq_len 1; at most `--triton-attention-num-kv-splits` 8); Lean decode is ROCm-only. Window
+  layers read the last min(seq_len, sliding_window_size) tokens. Prefill and append run
+  `extend_attention_fwd` eagerly (the breakable prefill graph runs attention outside it).
 - Windows, sinks, soft-cap (gpt-oss, Gemma-2): both engines' FA3 backends pass the window, the
   soft-cap and the sinks to FA3 (the raw variant reads them from the case); vLLM's FA3 builder
   turns its AOT scheduler off for a model with windowed and full layers. Both FlashInfer
@@ -44,12 +50,15 @@ Hopper facts read from the source (SM90; trtllm-gen kernels are SM100-only, so v
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from attnbench.engines.mla import MLA_SETTINGS, mla_kernel_path
 from attnbench.engines.setting import (  # noqa: F401 (re-exported: callers import them from here)
     ENGINES,
     SGLANG_ARGS,
     SGLANG_FA,
     SGLANG_FI,
+    SGLANG_TRITON,
     SOURCES,
     VLLM_CUDA_GRAPH_SPLITS,
     VLLM_FA,
@@ -130,6 +139,18 @@ SETTINGS: tuple[Setting, ...] = (
         kv_dtypes=("auto", "fp8_e4m3"),
         families=("gqa", "mla"),
         mla_default=True,
+    ),
+    Setting(
+        "sglang",
+        "triton",
+        "sglang:triton",
+        None,
+        1,
+        (SGLANG_TRITON, SGLANG_ARGS),
+        "SGLang's own Triton kernels on its token pool: decode split-KV (stage 1 + reduce), "
+        "kv splits per request from the CUDA-graph-padded batch (at most 8); prefill and "
+        "append: extend_attention_fwd; windows, sinks and logit_cap in the kernels",
+        kv_dtypes=("auto", "fp8_e4m3"),
     ),
     Setting(
         "sglang",
@@ -386,12 +407,102 @@ def _vllm_triton(spec: WorkloadSpec) -> KernelPath | str:
     )
 
 
+SGLANG_TRITON_MAX_KV_SPLITS = 8
+"""`--triton-attention-num-kv-splits` on CUDA (arg_groups/fields/exec_.py; 16 only on ROCm)."""
+SGLANG_TRITON_MIN_BLOCK_KV = 32
+"""_MIN_BLOCK_KV (decode_attention.py): a split's KV length is a multiple of it."""
+SGLANG_TRITON_SMS = 132
+"""`get_device_core_count` on an H100 SXM or H200 (the replay reads the live count)."""
+SGLANG_TRITON_KINDS = ("decode", "shared_prefix", "prefill", "append")
+
+
+def sglang_graph_batch(batch: int, max_bs: int = SGLANG_MAX_CAPTURE["tp<4"]) -> int:
+    """The batch SGLang's decode CUDA graph runs for `batch` requests: the smallest capture
+    size that holds it, its extra rows at seq_len 1 (`get_cuda_graph_seq_len_fill_value`);
+    past the largest capture size the step runs eagerly, unpadded."""
+    if batch > max_bs:
+        return batch
+    return min(size for size in sglang_capture_sizes(max_bs) if size >= batch)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(a // -b)
+
+
+def _f32(x: float) -> float:
+    import struct
+
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def sglang_triton_kv_splits(
+    seq_lens: Sequence[int],
+    num_qo_heads: int,
+    num_kv_heads: int,
+    sms: int = SGLANG_TRITON_SMS,
+    max_kv_splits: int = SGLANG_TRITON_MAX_KV_SPLITS,
+) -> list[int]:
+    """Per request, the kv splits SGLang 0.5.23's `get_num_kv_splits_triton` (kernels/ops/
+    attention/metadata.py) writes for a decode batch of `seq_lens` (the padded batch under
+    CUDA graphs), mirrored in Python, its float32 steps rounded as float32 (the replay runs
+    the kernel itself)."""
+    import math
+
+    longest, shortest = max(seq_lens), min(seq_lens)
+    if longest * 8 < shortest * 10:
+        shortest = longest
+    chunk_1 = _cdiv(longest, min(_cdiv(longest, shortest), max_kv_splits))
+    ext = _f32(_f32(float(longest)) / 64.0)
+    cores = int(_f32(sms * max(_f32(math.log2(ext)), 1.0)))
+    group = num_qo_heads // num_kv_heads
+    tiles = num_qo_heads if group == 1 else _cdiv(num_qo_heads, min(16, group))
+    chunk_2 = _cdiv(longest, min(_cdiv(cores, len(seq_lens) * tiles), max_kv_splits))
+    return [max(_cdiv(n, chunk_1), _cdiv(n, chunk_2)) for n in seq_lens]
+
+
+def sglang_triton_decode(spec: WorkloadSpec, sms: int = SGLANG_TRITON_SMS) -> tuple[int, list[int]]:
+    """A decode step of `spec` on SGLang's triton backend: the batch its kernels launch for
+    (`sglang_graph_batch`) and the real requests' kv splits, computed over the padded batch's
+    seq lens (full lengths also for window layers: forward_decode passes `num_kv_splits`,
+    not `window_num_kv_splits`)."""
+    graph = sglang_graph_batch(spec.batch_size)
+    lens = [*spec.kv_lens, *[1] * (graph - spec.batch_size)]
+    splits = sglang_triton_kv_splits(lens, spec.num_qo_heads, spec.num_kv_heads, sms)
+    return graph, splits[: spec.batch_size]
+
+
+def sglang_triton_launch(spec: WorkloadSpec) -> str:
+    """The kernels SGLang's triton backend launches for `spec` on Hopper: `extend` for a
+    prefill or append batch, else decode's stage 1 (`grouped` for GQA, `mha` for one query
+    head per KV head) and its split reduction."""
+    if spec.kind in ("prefill", "append"):
+        return "extend"
+    return "grouped" if spec.group_size > 1 else "mha"
+
+
+def _sglang_triton(spec: WorkloadSpec) -> KernelPath | str:
+    """No raw library call: the engine's own kernels are the variant (`backends.sglang_triton`)."""
+    if spec.kind not in SGLANG_TRITON_KINDS or not spec.causal:
+        return f"sglang:triton: kind={spec.kind} (causal={spec.causal}) is not replayed"
+    launch = sglang_triton_launch(spec)
+    if launch == "extend":
+        what = "extend_attention_fwd (prefix from the pool, new tokens contiguous)"
+    else:
+        graph, splits = sglang_triton_decode(spec)
+        what = (
+            f"decode_attention_fwd {launch}, batch {spec.batch_size} run as {graph}, kv splits "
+            f"{min(splits)}..{max(splits)} of {SGLANG_TRITON_MAX_KV_SPLITS}"
+        )
+    return KernelPath("sglang:triton", {}, f"{what} from the wheel ({SGLANG_TRITON.cite()})")
+
+
 _RULES = {
     "vllm:flashinfer": _vllm_flashinfer,
     "vllm:triton-attn": _vllm_triton,
     "vllm:flash-attn": _vllm_flash_attn,
     "sglang:flashinfer": _sglang_flashinfer,
     "sglang:fa3": _sglang_fa3,
+    "sglang:triton": _sglang_triton,
 }
 
 

@@ -48,6 +48,10 @@ SGLANG_FA = Source(
     "python/sglang/srt/layers/attention/flashattention_backend.py",
 )
 SGLANG_ARGS = Source("sgl-project/sglang", "001067ff", "python/sglang/srt/server_args.py")
+SGLANG_TRITON = Source(
+    "sgl-project/sglang", "v0.5.23", "python/sglang/srt/layers/attention/triton_backend.py"
+)
+"""SGLang 0.5.23's triton attention backend (the wheel's release tag)."""
 SOURCES: tuple[Source, ...] = (VLLM_FI, VLLM_FA, VLLM_GRAPHS, SGLANG_FI, SGLANG_FA, SGLANG_ARGS)
 
 VLLM_MAX_CAPTURE = 512
