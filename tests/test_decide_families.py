@@ -151,3 +151,21 @@ def test_a_default_missing_from_the_pack_names_the_builds_own_refusal(tmp_path: 
     assert ans.default_refused is not None
     assert "not installed" in ans.default_refused
     assert "a run with the library refused by its build: " + build in ans.default_refused
+
+
+def test_an_option_whose_decode_failed_the_gate_says_so_with_its_errors(tmp_path: Path) -> None:
+    """A variant whose decode cases are `mismatch` rows prices no decode: the answer names it,
+    how many of its decode cases failed and their rel-L2 errors against the budget."""
+    rows = [r for r in _mla_rows() if r.backend != "sglang:flashmla"]
+    failed = []
+    for r in [r for r in rows if r.backend == "sglang:flashinfer"][:3]:
+        bad = r.model_copy(update={"backend": "sglang:flashmla", "status": "mismatch"})
+        assert bad.accuracy is not None
+        acc = bad.accuracy.model_copy(update={"rel_l2_err": 0.05, "budget": 0.007})
+        failed.append(bad.model_copy(update={"accuracy": acc, "measurement": None}))
+    path = write_results(tmp_path / "h200-mla.jsonl", rows + failed)
+    ans = deploy.answer(load([path]).frame, deploy.model_shape("deepseek-v3", 8), "sglang")
+    (gap,) = [g for g in ans.gaps if "failed the accuracy gate" in g.text]
+    assert gap.text.startswith("sglang:flashmla failed the accuracy gate on 3 of 3 decode cases")
+    assert gap.text.endswith(": rel-L2 error 0.05 against budgets of at most 0.007")
+    assert not deploy.gate_gaps(load([path]).frame.iloc[:0], ans)

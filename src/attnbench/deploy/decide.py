@@ -447,6 +447,7 @@ def answer(
     ans.fp8 = fp8_decision(ans, options, strata)
     ans.gaps += coverage_gaps(ans, trace)
     ans.gaps += setting_gaps(frame, ans, {o.key.variant for o in options}, trace)
+    ans.gaps += gate_gaps(frame, ans)
     return ans
 
 
@@ -549,6 +550,35 @@ def setting_gaps(
             cmd = measure_command(ans.shape, ans.engine, trace, ans.kv_dtype)
             out.append(Gap(f"{s.name} ({s.variant}) has no rows here", cmd))
     return out
+
+
+def gate_gaps(frame: pd.DataFrame, ans: Answer) -> list[Gap]:
+    """One line per variant whose decode rows of this shape on this GPU include cases that
+    failed the accuracy gate (`mismatch`): how many, of how many, and the most frequent
+    reason. A failed case prices nothing, so where they are a layer kind's every case the
+    option shows no decode; the line says why."""
+    if ans.engine == "none" or frame.empty or not {"gpu", "status", "kind"} <= set(frame):
+        return []
+    rows = shape_rows(frame, ans.shape)
+    on = (rows["gpu"].astype(str) == ans.gpu).to_numpy() & (rows["kind"] == "decode").to_numpy()
+    out = []
+    for variant, mine in rows[on].groupby("backend", sort=True):
+        bad = mine[mine["status"] == "mismatch"]
+        if bad.empty:
+            continue
+        text = f"{variant} failed the accuracy gate on {len(bad)} of {len(mine)} decode cases"
+        out.append(Gap(f"{text} here{_error_range(bad)}", ""))
+    return out
+
+
+def _error_range(bad: pd.DataFrame) -> str:
+    """`: rel-L2 error 0.012-0.50 against budgets of 0.0070` (every failed row's), or ''."""
+    if "rel_l2_err" not in bad or "budget" not in bad or bad["rel_l2_err"].isna().all():
+        return ""
+    err, budget = bad["rel_l2_err"].dropna(), bad["budget"].dropna()
+    span = f"{err.min():.2g}" if err.min() == err.max() else f"{err.min():.2g}-{err.max():.2g}"
+    most = f" against budgets of at most {budget.max():.2g}" if not budget.empty else ""
+    return f": rel-L2 error {span}{most}"
 
 
 def prefill_command(ans: Answer, trace: str | None) -> str:
