@@ -169,3 +169,13 @@ def test_an_option_whose_decode_failed_the_gate_says_so_with_its_errors(tmp_path
     assert gap.text.startswith("sglang:flashmla failed the accuracy gate on 3 of 3 decode cases")
     assert gap.text.endswith(": rel-L2 error 0.05 against budgets of at most 0.007")
     assert not deploy.gate_gaps(load([path]).frame.iloc[:0], ans)
+
+
+def test_another_engines_failed_rows_are_not_this_answers(tmp_path: Path) -> None:
+    rows = _mla_rows()
+    bad = next(r for r in rows if r.backend == "sglang:flashinfer")
+    assert bad.accuracy is not None
+    other = bad.model_copy(update={"backend": "vllm:flashinfer", "status": "mismatch"})
+    path = write_results(tmp_path / "h200-mla.jsonl", [*rows, other])
+    ans = deploy.answer(load([path]).frame, deploy.model_shape("deepseek-v3", 8), "sglang")
+    assert not [g for g in ans.gaps if "failed the accuracy gate" in g.text]

@@ -553,14 +553,15 @@ def setting_gaps(
 
 
 def gate_gaps(frame: pd.DataFrame, ans: Answer) -> list[Gap]:
-    """One line per variant whose decode rows of this shape on this GPU include cases that
-    failed the accuracy gate (`mismatch`): how many, of how many, and the most frequent
-    reason. A failed case prices nothing, so where they are a layer kind's every case the
-    option shows no decode; the line says why."""
+    """One line per variant of the engine whose decode rows of this shape on this GPU include
+    cases that failed the accuracy gate (`mismatch`): how many, of how many, and their rel-L2
+    errors against the budget. A failed case prices nothing, so where they are a layer kind's
+    every case the option shows no decode; the line says why."""
     if ans.engine == "none" or frame.empty or not {"gpu", "status", "kind"} <= set(frame):
         return []
     rows = shape_rows(frame, ans.shape)
     on = (rows["gpu"].astype(str) == ans.gpu).to_numpy() & (rows["kind"] == "decode").to_numpy()
+    on &= rows["backend"].astype(str).str.startswith(f"{ans.engine}:").to_numpy()
     out = []
     for variant, mine in rows[on].groupby("backend", sort=True):
         bad = mine[mine["status"] == "mismatch"]
