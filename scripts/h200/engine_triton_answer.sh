@@ -5,6 +5,7 @@
 # through the device tool, carry [".device", ".device-triton"]:
 #   source .device/setup.sh; trap - EXIT
 #   ATTNBENCH_GIT_SHA=<clean short sha> [ENGINE=sglang] bash scripts/h200/engine_triton_answer.sh
+# (name the sha here, from this checkout: the device copy's own git HEAD can be stale)
 # Steps, each under its own limit (about 540 s in all on a fresh machine):
 #   probe   scripts/h200/engine_triton_probe.py: both engines' kernels load and agree with
 #           float64 (SGLang's decode; vLLM's 2D and split-KV launches)       -> $OUT/engine-triton-probe-<gpu>.txt
