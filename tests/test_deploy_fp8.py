@@ -5,6 +5,7 @@ the study's verdict on its bounds."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +172,17 @@ def test_the_committed_study_is_scoped() -> None:
     assert e["within_bounds"] is False
     assert e["query_quantised"] is True
     assert "not this answer's" in e["scope"]
+
+
+def test_the_studies_folder_reads_a_long_list_of_results_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`$ATTNBENCH_RESULTS` may join many files (the committed set is over 4 kB of paths):
+    the studies' folder is the first folder it names, else results/, never an OSError."""
+    from attnbench.deploy.fp8 import results_dir
+
+    files = [str(tmp_path / f"h100-run-{i:03d}-{'x' * 40}.jsonl.gz") for i in range(120)]
+    monkeypatch.setenv("ATTNBENCH_RESULTS", os.pathsep.join(files))
+    assert results_dir() == Path("results")
+    monkeypatch.setenv("ATTNBENCH_RESULTS", os.pathsep.join([*files[:3], str(tmp_path)]))
+    assert results_dir() == tmp_path

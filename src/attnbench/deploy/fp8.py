@@ -74,8 +74,12 @@ class Study:
 
 
 def results_dir() -> Path:
-    root = os.environ.get("ATTNBENCH_RESULTS")
-    return Path(root) if root and Path(root).is_dir() else Path("results")
+    """Where the fp8 studies are: the first folder `$ATTNBENCH_RESULTS` names (it may name
+    files, folders or globs, several joined by the path separator), else `results/`."""
+    for entry in os.environ.get("ATTNBENCH_RESULTS", "").split(os.pathsep):
+        if entry and Path(entry).is_dir():
+            return Path(entry)
+    return Path("results")
 
 
 def study_path() -> Path:
