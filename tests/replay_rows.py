@@ -44,11 +44,11 @@ COEFS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]
 }
 
 
-def header(run_id: str = "replay-fake") -> Header:
+def header(run_id: str = "replay-fake", gpu: str = GPU) -> Header:
     return Header(
         run_id=run_id,
-        provenance={"attnbench": "0.1.0", "gpu": GPU, "time": "2026-09-01T00:00:00+00:00"},
-        device={"name": GPU, "kind": "cuda", "sm": 90},
+        provenance={"attnbench": "0.1.0", "gpu": gpu, "time": "2026-09-01T00:00:00+00:00"},
+        device={"name": gpu, "kind": "cuda", "sm": 90},
         ceilings={
             "copy_bandwidth_gbps": COPY_GBPS,
             "matmul_tflops": {"bfloat16": MATMUL_TFLOPS},
@@ -155,9 +155,9 @@ def rows(
     return out
 
 
-def write(path: Path, result_rows: list[ResultRow] | None = None) -> Path:
+def write(path: Path, result_rows: list[ResultRow] | None = None, gpu: str = GPU) -> Path:
     with ResultWriter(path) as w:
-        w.write(header())
+        w.write(header(gpu=gpu))
         for r in result_rows if result_rows is not None else rows():
             w.write(r)
     return path

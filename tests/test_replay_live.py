@@ -108,11 +108,21 @@ def test_measure_samples_runs_the_sweep_and_scores_the_model(tmp_path: Path) -> 
 
 @pytest.mark.gpu
 def test_live_replay_on_the_gpu(tmp_path: Path) -> None:
-    """On the H200: replay a slice with (fake-coefficient) flashinfer:fa2 rows and measure 3
-    replayed decode steps with the real kernel; the rows file and the error summary come back."""
+    """On the GPU: replay a slice with (fake-coefficient) flashinfer:fa2 rows named for this
+    GPU and measure 3 replayed decode steps with the real kernel; the rows file and the error
+    summary come back. Rows of another GPU are refused (one GPU's figures in one error)."""
+    import torch
+
     from attnbench.cli import app
 
-    results = rr.write(tmp_path / "rows.jsonl", rr.rows(("flashinfer:fa2",)))
+    here = torch.cuda.get_device_name(0)
+    other = rr.write(tmp_path / "other.jsonl", rr.rows(("flashinfer:fa2",)), gpu="NVIDIA B200")
+    res = CliRunner().invoke(
+        app, ["replay", str(other), "--trace", "azure-conv", "--limit", "60", "--live", "3"]
+    )
+    assert res.exit_code != 0
+    assert f"this GPU is {here}" in " ".join(res.output.split())
+    results = rr.write(tmp_path / "rows.jsonl", rr.rows(("flashinfer:fa2",)), gpu=here)
     out, live_out = tmp_path / "replay.json", tmp_path / "live.jsonl"
     res = CliRunner().invoke(
         app,
@@ -125,7 +135,7 @@ def test_live_replay_on_the_gpu(tmp_path: Path) -> None:
     import json
 
     doc = json.loads(out.read_text())
-    assert "H200" in doc["provenance"]["gpu"]  # the replay ran where the steps were measured
+    assert doc["provenance"]["gpu"] == doc["gpu"] == here  # timed where the steps were measured
     live = doc["live"]
     assert live["samples"], live
     assert all(
@@ -138,3 +148,27 @@ def test_live_replay_on_the_gpu(tmp_path: Path) -> None:
 
     if importlib.util.find_spec("flashinfer") is not None:
         assert live["summary"]["flashinfer:fa2 decode"]["measured"] >= 1
+
+
+def test_live_replay_refuses_rows_of_another_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU is the boundary of a figure: `replay --live` on an H100 with H200 rows (the
+    predictions fitted there, the steps timed here) is refused with both names, before any
+    step is timed; the GPU test checks the same on the real card."""
+    from attnbench.cli import app
+    from attnbench.measure import hardware
+
+    here = hardware.DeviceInfo("cuda", 0, "NVIDIA H100 80GB HBM3", (9, 0), 132, 0, 0)
+    monkeypatch.setattr(hardware, "resolve_device", lambda device: ("cuda:0", None))
+    monkeypatch.setattr(hardware, "detect", lambda device: here)
+    timed: list[object] = []
+    monkeypatch.setattr("attnbench.replay.live.run_live", lambda *a, **k: timed.append(a))
+    rows = rr.write(tmp_path / "rows.jsonl", rr.rows(("flashinfer:fa2",)))
+    res = CliRunner().invoke(
+        app, ["replay", str(rows), "--trace", "azure-conv", "--limit", "60", "--live", "3"]
+    )
+    said = " ".join(res.output.split())
+    assert res.exit_code == 3, res.output
+    assert "step costs come from NVIDIA H200 rows and this GPU is NVIDIA H100 80GB HBM3" in said
+    assert not timed

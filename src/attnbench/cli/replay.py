@@ -341,6 +341,20 @@ def _check_live_device(device: str, command: str = "replay") -> None:
         )
 
 
+def _check_live_gpu(rows_gpu: str, device: str) -> None:
+    """--live compares the replay's predictions, fitted on `rows_gpu`'s rows, with steps timed
+    here: on another GPU that would be two GPUs' figures in one error, so it refuses."""
+    from attnbench.measure.hardware import detect, resolve_device
+
+    here = detect(resolve_device(device)[0]).name
+    if here != rows_gpu:
+        fail(
+            f"--live: the replay's step costs come from {rows_gpu} rows and this GPU is {here}; "
+            f"pass rows measured on {here} (or replay without --live)",
+            EXIT_NOTHING_RAN,
+        )
+
+
 def _live_path(live_out: Path | None, out: Path | None) -> Path:
     if live_out is not None:
         return live_out
@@ -360,6 +374,7 @@ def _live(
     from attnbench.replay.live import LiveOptions, run_live
     from attnbench.report.replay_tables import escape, live_table
 
+    _check_live_gpu(outcome.document.gpu, device)
     path = _live_path(live_out, out)
     study = outcome.study
     try:
