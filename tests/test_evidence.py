@@ -13,6 +13,7 @@ from attnbench.analysis.evidence import (
     GATE_EAGER,
     GATE_TIMED,
     Evidence,
+    caveat_by_gpu,
     evidence,
     evidence_of_commits,
     is_dirty,
@@ -178,3 +179,24 @@ def test_the_reports_overview_gives_each_files_gate_and_tree(tmp_path: Path) -> 
     overview = md.split("## Overview\n", 1)[1].split("\n## ", 1)[0]
     assert f"| h200-new.jsonl | 1 | {GATE_TIMED} | clean |" in overview
     assert f"| h200-old.jsonl | 1 | {GATE_EAGER} | dirty ({DIRTY}) |" in overview
+
+
+def test_a_headline_over_two_gpus_says_which_gpus_rows_are_behind_todays_gate() -> None:
+    rows = pd.concat(
+        [
+            _frame(("ok", "abc1234", 1e-3), ("ok", "abc1234", 2e-3)).assign(
+                gpu="NVIDIA H100 80GB HBM3"
+            ),
+            _frame(("ok", DIRTY, None), ("ok", "def5678", None)).assign(gpu="NVIDIA H200"),
+        ]
+    )
+    assert caveat_by_gpu(rows) == (
+        f"H200: 1 of 2 rows from an uncommitted tree ({DIRTY}), 2 of 2 rows eager gate only "
+        "(no timed-output check); H100 80GB HBM3: at today's gate"
+    )
+    assert (
+        caveat_by_gpu(rows[rows["gpu"] == "NVIDIA H200"])
+        == evidence(rows[rows["gpu"] == "NVIDIA H200"]).caveat()
+    )  # one GPU: the plain caveat
+    assert caveat_by_gpu(rows[rows["gpu"] != "NVIDIA H200"]) == ""
+    assert Headline.of("t", "1.0x", rows).caveat == caveat_by_gpu(rows)

@@ -127,3 +127,25 @@ def test_a_section_of_two_gpus_is_split_and_a_mixed_row_keeps_a_gpu_column() -> 
     assert m.title == "M (H100 80GB HBM3, H200)"
     assert m.tables[0].columns[0] == GPU_COLUMN
     assert m.tables[0].rows == [["H100 80GB HBM3, H200", "1", "a-1.jsonl, b-1.jsonl"]]
+
+
+def test_a_suite_is_read_on_every_gpu_that_measured_it(
+    committed: tuple[Inputs, list[Section]],
+) -> None:
+    """`Inputs.stems_of`: the GPU tag, a dash, the suite's name, and nothing after it; the
+    raggedness section then gives one headline per GPU, each from its own file."""
+    inputs, sections = committed
+    assert inputs.stems_of("ragged") == ["h100-ragged", "h200-ragged"]
+    assert "h200-brief70b-paged" not in inputs.stems_of("brief")
+    assert inputs.stems_of("fp8-study") == ["h100-fp8-study", "h200-fp8-study"]
+    assert set(inputs.of_suite("ragged")["file"]) == {
+        "h100-ragged.jsonl.gz",
+        "h200-ragged.jsonl.gz",
+    }
+    ragged = next(s for s in sections if s.key == "ragged")
+    assert sorted(h.file for h in ragged.headlines) == [
+        "h100-ragged.jsonl.gz",
+        "h200-ragged.jsonl.gz",
+    ]
+    h100 = next(h for h in ragged.headlines if h.file.startswith("h100"))
+    assert h100.caveat == ""  # measured at a clean commit with the timed-output check

@@ -114,3 +114,22 @@ def test_findings_warns_when_the_pass_is_stale_and_keeps_its_exit_status(
     flat = " ".join(res.output.split())
     assert f"warning: GPU tests (h200): last full pass at {tested}, 1 commits ago" in flat
     assert f"({later})" in flat
+
+
+def test_a_failing_group_is_listed_and_its_headline_names_the_failure() -> None:
+    """The findings' GPU-tests table keeps a failing group's report (failures are data), and
+    its headline says `1 failed, 133 passed`, not a pass."""
+    import pandas as pd
+
+    from attnbench.report.findings import Inputs
+    from attnbench.report.findings.runs import gpu_tests
+
+    summary = "1 failed, 133 passed, 3 skipped, 245 deselected, 2 warnings"
+    texts = {
+        "h100-gpu-tests-a.txt": _report("a", "5dde9ff", summary, rc=1),
+        "h100-gpu-tests-b.txt": _report("b", "5dde9ff", "21 passed, 107 deselected"),
+    }
+    sec = gpu_tests(Inputs(rows=pd.DataFrame(), texts=texts))
+    assert sec is not None
+    assert [r[2] for r in sec.tables[0].rows] == [summary, "21 passed, 107 deselected"]
+    assert sec.headlines[0].figure == "a: 1 failed, 133 passed; b: 21 passed; at 5dde9ff"

@@ -11,18 +11,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMIT_BYTES = 14_000_000
-"""The tracked tree's budget: 14.0 MB beside the 51.8 MB pack and the 0.5 MB engine Triton pack
-(`.device-triton`) leaves 0.8 MB under 64 MiB (67.1 MB) for what a call carries besides: less
-than the largest JIT cache ever carried (session 10's, 4.8 MB), but calls now chain on a warm
-machine and prebuild instead (session 18 carried none). It was 8 MB until the head_dim,
-held-out replay and fidelity suites landed at 8.4 MB, 10 MB until session 17's H100 default
-runs, then 10.5 MB until session 18's H100 deployment evidence (2,368 rows, 1.4 MB, with its
-traffic and two fp8 studies), then 12.8 MB until session 19's H100 rows of the outside anchors
-and the MLA, gpt-oss and Gemma-2 deployments (0.45 MB), then 13.4 MB until session 21's
-engine Triton answers (gpt-oss and Gemma-2 on vLLM and SGLang, azure-conv and mooncake-conv,
-0.35 MB; the files they supersede kept in `results/archive/`). The MLA pack (`.device-mla`,
-FlashMLA without FA3) is 31 MB."""
+LIMIT_BYTES = 14_600_000
+"""The tracked tree's budget: 14.6 MB beside the 51.8 MB pack and the 0.5 MB engine Triton pack
+(`.device-triton`) leaves 0.2 MB under 64 MiB (67.1 MB) for what a call carries besides: the
+next growth needs room made first (xz instead of gzip would take the committed rows from 8.0
+to about 5.4 MB: 33-34% smaller on three files measured). Calls chain on a warm machine and
+prebuild instead of carrying a JIT cache (session 10's was 4.8 MB). The budget was 8 MB until
+the head_dim, held-out replay and fidelity suites landed at 8.4 MB, 10 MB until session 17's
+H100 default runs, then 10.5 MB until session 18's H100 deployment evidence (2,368 rows,
+1.4 MB, with its traffic and two fp8 studies), then 12.8 MB until session 19's H100 rows of
+the outside anchors and the MLA, gpt-oss and Gemma-2 deployments (0.45 MB), then 13.4 MB
+until session 21's engine Triton answers (0.35 MB), then 14.0 MB until session 22's clean
+H100 headline suites and fp8 study (0.75 MB); superseded files are kept in
+`results/archive/`. The MLA pack (`.device-mla`, FlashMLA without FA3) is 31 MB."""
 BIG_BYTES = 150_000
 """A plain file over this is worth compressing."""
 PACKED = (".gz", ".png", ".jpg", ".jpeg", ".zip", ".tgz", ".whl")

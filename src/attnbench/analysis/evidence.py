@@ -26,6 +26,7 @@ __all__ = [
     "GATE_EAGER",
     "GATE_TIMED",
     "Evidence",
+    "caveat_by_gpu",
     "evidence",
     "evidence_of_commits",
     "is_dirty",
@@ -125,3 +126,23 @@ def evidence(rows: pd.DataFrame, sha: str = "commit") -> Evidence:
 def evidence_of_commits(commits: Iterable[object]) -> Evidence:
     """The tree of documents or reports, from the commits they name (no rows, no gate)."""
     return Evidence(dirty_commits=_dirty_commits(commits))
+
+
+def caveat_by_gpu(rows: pd.DataFrame, sha: str = "commit") -> str:
+    """`evidence(rows).caveat()`, told per GPU where `rows` span GPUs (column `gpu`): a
+    headline over an H100 at today's gate and an H200 from an older tree says which is which
+    ("H200: 214 of 555 rows from an uncommitted tree (...); H100 80GB HBM3: at today's gate")."""
+    if rows.empty or "gpu" not in rows.columns or rows["gpu"].nunique() < 2:
+        return evidence(rows, sha).caveat()
+    behind: list[str] = []
+    at_gate: list[str] = []
+    for gpu, mine in rows.groupby(rows["gpu"].astype(str), sort=True):
+        name = str(gpu).removeprefix("NVIDIA ").strip()
+        caveat = evidence(mine, sha).caveat()
+        if caveat:
+            behind.append(f"{name}: {caveat.replace('; ', ', ')}")
+        else:
+            at_gate.append(name)
+    if behind and at_gate:
+        behind.append(f"{', '.join(at_gate)}: at today's gate")
+    return "; ".join(behind)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.analysis.evidence import evidence, evidence_of_commits
+from attnbench.analysis.evidence import caveat_by_gpu, evidence_of_commits
 from attnbench.analysis.frame import (
     NoResultsError,
     dtype_label,
@@ -49,6 +49,12 @@ def stem(name: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+def _suite_of(file_stem: str) -> str:
+    """`h100-ragged` -> `ragged`: the name after a file's GPU tag (`h100`, `h200`, `gpu`...)."""
+    tag, _, rest = file_stem.partition("-")
+    return rest if (tag[:1].isalpha() and tag[1:].isdigit()) or tag == "gpu" else ""
 
 
 def header_commit(header: Header | None) -> str:
@@ -93,6 +99,15 @@ class Inputs:
             if stem(name) == file_stem:
                 return name
         return None
+
+    def stems_of(self, suite: str) -> list[str]:
+        """The loaded files of one suite on every GPU, by stem: `ragged` -> `h100-ragged`,
+        `h200-ragged` (a GPU tag, a dash, the suite's name; `h200-ragged-x` is another)."""
+        return sorted({stem(n) for n in [*self.headers, *self.docs] if _suite_of(stem(n)) == suite})
+
+    def of_suite(self, *suites: str) -> pd.DataFrame:
+        """Rows of these suites' files on every GPU (`stems_of`), every status."""
+        return self.of(*(s for suite in suites for s in self.stems_of(suite)))
 
     def of(self, *stems: str) -> pd.DataFrame:
         """Rows of the files with these stems, every status."""
@@ -196,8 +211,8 @@ class Headline:
         of the named files' rows."""
         if isinstance(rows, pd.DataFrame):
             files, commits = list(rows["file"]), list(rows["commit"])
-            ev = evidence(rows) if gated else evidence_of_commits(commits)
-            return cls(topic, figure, abbreviated(files), abbreviated(commits), ev.caveat())
+            caveat = caveat_by_gpu(rows) if gated else evidence_of_commits(commits).caveat()
+            return cls(topic, figure, abbreviated(files), abbreviated(commits), caveat)
         files = [f.strip() for f in rows[0].split(",")]
         commits = [c.strip() for c in rows[1].split(",")]
         caveat = evidence_of_commits(commits).caveat()

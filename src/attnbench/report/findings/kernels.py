@@ -31,16 +31,17 @@ FA3 = "flash-attn:fa3"
 FA3_CONTIGUOUS = "flash-attn:fa3-contiguous"
 FLASHINFER_DEFAULT = "flashinfer:auto"
 SUITES = (
-    "h200-brief",
-    "h200-default-fresh",
-    "h200-default-warm",
-    "h200-fp8",
-    "h200-paged64",
-    "h200-traces",
-    "h200-trees",
-    "h200-read-ceiling",
+    "brief",
+    "default-fresh",
+    "default-warm",
+    "fp8",
+    "paged64",
+    "traces",
+    "trees",
+    "read-ceiling",
 )
-"""Suites whose every case gets a fastest-variant row (the studies have sections of their own)."""
+"""Suites whose every case gets a fastest-variant row, per GPU's file (`h100-brief`,
+`h200-brief`); the studies have sections of their own."""
 
 
 def _library_kernel(name: str) -> bool:
@@ -267,7 +268,7 @@ WINNER_COLUMNS = [
 def suites(inputs: Inputs) -> Section | None:
     """The fastest variant of every case of each suite file."""
     tables = []
-    for name in SUITES:
+    for name in (s for suite in SUITES for s in inputs.stems_of(suite)):
         rows = inputs.of(name)
         if not rows.empty:
             tables.append(Table(WINNER_COLUMNS, winners(rows), title=f"`{name}`"))
@@ -288,7 +289,7 @@ def suites(inputs: Inputs) -> Section | None:
 @section("variants-per-case")
 def variants_per_case(inputs: Inputs) -> Section | None:
     """Every variant of the brief suite's prefill cases (where the kernels differ most)."""
-    ok = _ok(_raw(inputs.of("h200-brief")))
+    ok = _ok(_raw(inputs.of_suite("brief")))
     ok = ok[ok["kind"] == "prefill"]
     if ok.empty:
         return None
@@ -298,9 +299,15 @@ def variants_per_case(inputs: Inputs) -> Section | None:
             str(r["backend"]),
             fnum(r["latency_us"]),
             _binding(r),
-            *sources(ok[(ok["case_id"] == r["case_id"]) & (ok["backend"] == r["backend"])]),
+            *sources(
+                ok[
+                    (ok["file"] == r["file"])
+                    & (ok["case_id"] == r["case_id"])
+                    & (ok["backend"] == r["backend"])
+                ]
+            ),
         ]
-        for _, r in ok.sort_values(["case_id", "latency_us"]).iterrows()
+        for _, r in ok.sort_values(["file", "case_id", "latency_us"]).iterrows()
     ]
     text = "Every ok variant of each prefill case of the brief suite, fastest first."
     cols = ["case", "variant", "µs", "of ceiling", "file", "commit"]

@@ -28,7 +28,12 @@ from attnbench.report.findings.gate import file_evidence
 
 COMMIT_LINE = re.compile(r"^(?:=== )?commit (\S+?);?(?:\s|$)", re.M)
 ROWS_LINE = re.compile(r"^rows: (.+?) in (\d+) s -> (\S+)$", re.M)
-PYTEST_SUMMARY = re.compile(r"^(\d+ passed.*) in ([\d.]+)s(?: \(.*\))?$", re.M)
+PYTEST_SUMMARY = re.compile(
+    r"^(\d+ (?:passed|failed|errors?|skipped|deselected).*) in ([\d.]+)s(?: \(.*\))?$", re.M
+)
+"""pytest's last line, a failing one too (`1 failed, 133 passed, ... in 144.13s (0:02:24)`)."""
+OUTCOMES = ("failed", "error", "passed")
+"""The outcomes a headline names (skips and deselections left to the table)."""
 GROUP_LINE = re.compile(r"^=== group (\w+): (.+): exit (\d+) after (\d+) s$", re.M)
 COMPILED = re.compile(r"^compiled (\d+) s ", re.M)
 GPU_TESTS = re.compile(r"^(\w+)-gpu-tests-(\w+)\.txt$")
@@ -214,6 +219,11 @@ def _gpu_group(name: str, text: str) -> list[str] | None:
     ]
 
 
+def _outcomes(summary: str) -> str:
+    """`1 failed, 133 passed, 3 skipped` -> `1 failed, 133 passed`."""
+    return ", ".join(p for p in summary.split(", ") if p.split(" ")[-1].rstrip("s") in OUTCOMES)
+
+
 @section("gpu-tests")
 def gpu_tests(inputs: Inputs) -> Section | None:
     """`pytest -m gpu` in the groups of `scripts/h200/gpu_tests.sh`: each group's report, per
@@ -232,7 +242,7 @@ def gpu_tests(inputs: Inputs) -> Section | None:
     heads = []
     for gpu in dict.fromkeys(r[0] for r in rows):
         mine = [r for r in rows if r[0] == gpu]
-        figure = "; ".join(f"{r[1]}: {r[2].split(', ')[0]}" for r in mine)
+        figure = "; ".join(f"{r[1]}: {_outcomes(r[2])}" for r in mine)
         at = joined(r[7] for r in mine)
         cells = [", ".join(r[6] for r in mine), ", ".join(r[7] for r in mine)]
         heads.append(

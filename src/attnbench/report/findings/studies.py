@@ -24,7 +24,9 @@ from attnbench.report.findings.core import (
 )
 from attnbench.report.findings.workloads import every_variant, ok_kernels
 
-MLA, GPTOSS, SHARED, GQA = "h200-mla", "h200-gptoss", "h200-shared-prefix", "h200-gqa"
+MLA, GPTOSS, GQA = "h200-mla", "h200-gptoss", "h200-gqa"
+SHARED = "shared-prefix"
+"""The shared-prefix suite, on every GPU (`h100-shared-prefix`, `h200-shared-prefix`)."""
 MLA_FA3, MLA_FA2, SDPA_MLA = "flashinfer:mla-fa3", "flashinfer:mla-fa2", "sdpa:mla"
 XQA, FA3 = "flashinfer:xqa", "flash-attn:fa3"
 FAILED = ("error", "mismatch", "oom", "timeout")
@@ -169,29 +171,31 @@ def _refusals(every: pd.DataFrame) -> list[list[str]]:
 
 @section("shared-prefix")
 def shared_prefix(inputs: Inputs) -> Section | None:
-    ok = ok_kernels(inputs.of(SHARED))
-    points = prefix_points(ok) if not ok.empty else []
-    if not points:
-        return None
-    src = sources(ok)
-    rows = [
-        [
-            p.group,
-            str(p.prefix_len),
-            str(p.batch_size),
-            f"{p.cascade} {fnum(p.cascade_us)}",
-            f"{p.plain} {fnum(p.plain_us)}",
-            fx(p.speedup),
-            p.verdict,
-            *src,
+    rows: list[list[str]] = []
+    cross: list[list[str]] = []
+    for _, ok in ok_kernels(inputs.of_suite(SHARED)).groupby("file"):  # each GPU's file
+        points = prefix_points(ok)
+        src = sources(ok)
+        rows += [
+            [
+                p.group,
+                str(p.prefix_len),
+                str(p.batch_size),
+                f"{p.cascade} {fnum(p.cascade_us)}",
+                f"{p.plain} {fnum(p.plain_us)}",
+                fx(p.speedup),
+                p.verdict,
+                *src,
+            ]
+            for p in points
         ]
-        for p in points
-    ]
-    cross = [
-        [c.group, str(n), str(c.min_batch(n) or "never"), *src]
-        for c in crossovers(points)
-        for n in c.prefix_lens
-    ]
+        cross += [
+            [c.group, str(n), str(c.min_batch(n) or "never"), *src]
+            for c in crossovers(points)
+            for n in c.prefix_lens
+        ]
+    if not rows:
+        return None
     text = (
         "A prefix shared by every request, with short suffixes: the best cascade (FlashInfer's, "
         "or FA3 run twice and merged) against the best plain decode, per prefix length and "

@@ -19,17 +19,13 @@ from attnbench.report.findings.core import (
     kernels,
     section,
     sources,
+    stem,
 )
 
-RAGGED = "h200-ragged"
-MODEL_70B = "h200-brief70b-paged"
-FP8_FILES = (
-    "h200-brief70b-paged",
-    "h200-fp8",
-    "h200-ragged",
-    "h200-default-fresh",
-    "h200-default-warm",
-)
+RAGGED = "ragged"
+MODEL_70B = "brief70b-paged"
+FP8_FILES = ("brief70b-paged", "fp8", "ragged", "default-fresh", "default-warm")
+"""Suites whose files pair each fp8-KV case with its 16-bit case, on every GPU (`h100-fp8`)."""
 UNIFORM, GIANT = "skew-uniform", "skew-giant"
 HEADLINE_VARIANTS = ("flash-attn:fa3", "flashinfer:tc", "flashinfer:xqa", "flashinfer:fa2")
 
@@ -62,11 +58,12 @@ def _padding_cost(ok: pd.DataFrame, variant: str, kv_dtype: str) -> str:
 def ragged(inputs: Inputs) -> Section | None:
     """Per variant and KV dtype over the ragged suite: latency, copy fraction, the uniform and
     one-giant-request ends, and what padding to the longest request costs."""
-    ok = ok_kernels(inputs.of(RAGGED))
+    ok = ok_kernels(inputs.of_suite(RAGGED))
     if ok.empty:
         return None
     rows = []
-    for (variant, kv), g in ok.groupby(["backend", "kv_dtype"]):
+    by_file: dict[str, list[list[str]]] = {}
+    for (file, variant, kv), g in ok.groupby(["file", "backend", "kv_dtype"]):
         plain = g[~g["padded"]]
         rows.append(
             [
@@ -77,10 +74,11 @@ def ragged(inputs: Inputs) -> Section | None:
                 frange(plain["bandwidth_frac_measured"], fpct),
                 _at(plain, UNIFORM),
                 _at(plain, GIANT),
-                _padding_cost(ok, str(variant), str(kv)),
+                _padding_cost(ok[ok["file"] == file], str(variant), str(kv)),
                 *sources(g),
             ]
         )
+        by_file.setdefault(str(file), []).append(rows[-1])
     text = (
         "32 decode requests always holding the same total of KV tokens, from uniform lengths "
         "to one giant request beside tiny ones (`skew-*`), and each batch padded to its longest "
@@ -99,25 +97,30 @@ def ragged(inputs: Inputs) -> Section | None:
         "file",
         "commit",
     ]
-    bf16 = [r for r in rows if r[1] == "bfloat16" and r[0] in HEADLINE_VARIANTS]
-    head = Headline.of(
-        "raggedness, bf16 decode at a fixed total of KV tokens",
-        "µs from uniform to one giant request: "
-        + ", ".join(f"{r[0]} {r[5]} -> {r[6]}" for r in bf16),
-        ok,
-    )
-    return Section("Raggedness", text, [Table(cols, rows)], [head] if bf16 else [])
+    heads = []
+    for file, file_rows in by_file.items():  # one headline per GPU's file
+        bf16 = [r for r in file_rows if r[1] == "bfloat16" and r[0] in HEADLINE_VARIANTS]
+        if bf16:
+            heads.append(
+                Headline.of(
+                    "raggedness, bf16 decode at a fixed total of KV tokens",
+                    "µs from uniform to one giant request: "
+                    + ", ".join(f"{r[0]} {r[5]} -> {r[6]}" for r in bf16),
+                    ok[ok["file"] == file],
+                )
+            )
+    return Section("Raggedness", text, [Table(cols, rows)], heads)
 
 
 @section("llama-70b")
 def llama_70b(inputs: Inputs) -> Section | None:
     """Llama-3.1-70B at TP 8: attention per generated token, every variant, per case and dtype."""
-    ok = ok_kernels(inputs.of(MODEL_70B))
+    ok = ok_kernels(inputs.of_suite(MODEL_70B))
     ok = ok[ok["per_token_ms"].notna()]
     if ok.empty:
         return None
     rows = []
-    for _, g in ok.groupby("case_id", sort=False):
+    for _, g in ok.groupby(["file", "case_id"], sort=False):
         rows.append([case_label(g.iloc[0]), every_variant(g, "per_token_ms", 2), *sources(g)])
     text = (
         "Attention per generated token (`per_token_ms` = one plan + 80 layers x one run, paged "
@@ -143,12 +146,12 @@ def _err(g: pd.DataFrame, col: str) -> str:
 @section("fp8-kv")
 def fp8_kv(inputs: Inputs) -> Section | None:
     """Per file, variant and fp8 format: 16-bit KV latency / fp8 KV latency of the same case."""
-    ok = ok_kernels(inputs.of(*FP8_FILES))
+    ok = ok_kernels(inputs.of_suite(*FP8_FILES))
     if ok.empty:
         return None
     both = _fp8_pairs(ok)
     rows: list[list[str]] = []
-    heads: list[list[str]] = []
+    heads: dict[str, list[str]] = {}
     for (f, variant, kv), g in both.groupby(["file", "backend", "kv_dtype"], sort=False):
         faster = int((g["speedup"] > 1).sum())
         rows.append(
@@ -164,8 +167,8 @@ def fp8_kv(inputs: Inputs) -> Section | None:
                 joined_commits(g),
             ]
         )
-        if f.startswith(MODEL_70B) and kv == "fp8_e4m3":
-            heads.append([f"{variant} {frange(g['speedup'], fx)}", f, joined_commits(g)])
+        if stem(str(f)).endswith(f"-{MODEL_70B}") and kv == "fp8_e4m3":  # a headline per GPU
+            heads.setdefault(str(f), []).append(f"{variant} {frange(g['speedup'], fx)}")
     text = (
         "The same case with a 16-bit and an fp8 KV cache, same variant, same file: 16-bit "
         "latency / fp8 latency (above 1: fp8 is faster), with each side's relative L2 error "
@@ -182,17 +185,14 @@ def fp8_kv(inputs: Inputs) -> Section | None:
         "file",
         "commit",
     ]
-    head = (
-        [
-            Headline.of(
-                "fp8 e4m3 KV speed-up, Llama-3.1-70B",
-                ", ".join(h[0] for h in heads),
-                [", ".join(h[1] for h in heads), ", ".join(h[2] for h in heads)],
-            )
-        ]
-        if heads
-        else []
-    )
+    head = [
+        Headline.of(
+            "fp8 e4m3 KV speed-up, Llama-3.1-70B",
+            ", ".join(figures),
+            [f, joined_commits(both[(both["file"] == f) & (both["kv_dtype"] == "fp8_e4m3")])],
+        )
+        for f, figures in heads.items()
+    ]
     return Section("FP8 KV cache: speed-up per variant", text, [Table(cols, rows)], head)
 
 
