@@ -73,3 +73,27 @@ def test_a_small_budget_starts_no_step_it_cannot_hold(tmp_path: Path) -> None:
     assert "gpu_tests.sh" not in res.stdout  # group a needs ~185 s x 1.3
     assert "left for the next call" in res.stdout
     assert "gpu-tests-a gpu-tests-b gpu-tests-c gpu-tests-d" in res.stdout
+
+
+def test_an_earlier_calls_finished_files_are_done_and_stay_out_of_the_returned_files(
+    tmp_path: Path,
+) -> None:
+    """A call returns at most 8 files: a finished suite (its footer last) or a passed group in
+    RESUME_DIR is done and not copied to $OUT; an unfinished suite is copied and continued."""
+    resume = tmp_path / "resume"
+    resume.mkdir()
+    (resume / "gpu-ragged.jsonl").write_text('{"type": "footer", "interrupted": false}\n')
+    (resume / "gpu-fp8.jsonl").write_text('{"type": "header"}\n')
+    (resume / "gpu-gpu-tests-a.txt").write_text("=== group a: -m gpu: exit 0 after 151 s\n")
+    res = _run(
+        tmp_path, "suites tests", ATTNBENCH_GIT_SHA="abc1234", DRY_RUN="1",
+        RESUME_DIR=str(resume), GPU_TAG="gpu",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    planned = set(re.findall(r"--out \S+/gpu-([\w-]+)\.jsonl", res.stdout))
+    assert planned == HEADLINE_FILES - {"ragged"}
+    assert "gpu_tests.sh a" not in res.stdout
+    assert "gpu_tests.sh b" in res.stdout
+    returned = {p.name for p in (tmp_path / "out").iterdir()}
+    assert "gpu-fp8.jsonl" in returned
+    assert not returned & {"gpu-ragged.jsonl", "gpu-gpu-tests-a.txt"}

@@ -20,7 +20,11 @@
 # command). A GPU test group starts only when what is left covers its estimate (a cut group is
 # no pass). Run the same command again, in chained calls, until it prints `nothing left`: each
 # call's $OUT starts empty, so copy the files a call returned into runs/headline/ (git-ignored)
-# and add "runs/headline" to the carry; the script starts from them (RESUME_DIR), per GPU tag.
+# and add "runs/headline" to the carry; the script starts from them (RESUME_DIR), per GPU tag:
+# a finished file there is done (and stays out of $OUT, which returns at most 8 files), an
+# unfinished one is continued. A finished suite file may be cut to its last line (the footer)
+# to carry less. The fp8 suite compiles FlashInfer's e4m3/e5m2 modules on a fresh machine:
+# session 22's first try kept no row in 166 s, the next call (modules built) took 240 s.
 # Estimates (warm machine, FlashInfer modules cached; from the committed files): suites at
 # ~0.5 s a row (h200-headdim's footer: 53 s for 112 rows at 868e48a) times the committed files'
 # rows, plus 110-180 s of prebuild on a fresh machine (the H100 default runs' footers);
@@ -57,9 +61,6 @@ if changed=$(git status --porcelain --untracked-files=no 2>/dev/null) && [ -n "$
   echo "note: git status here lists changes (a stale .git on the device?): $changed" | head -5
 fi
 RESUME_DIR=${RESUME_DIR:-runs/headline}
-for f in "$RESUME_DIR/$GPU_TAG"-*; do  # an earlier call's files: resumed, not redone
-  [ -f "$f" ] && [ ! -e "$OUT/$(basename "$f")" ] && cp "$f" "$OUT/" && echo "resuming $f"
-done
 parts=${1:-all}
 [ "$parts" = all ] && parts="suites study fidelity tests"
 
@@ -77,6 +78,20 @@ step() {  # step NAME LIMIT_S CMD...: under min(LIMIT_S, what is left); Ctrl-C k
 done_file() {  # a finished run writes its footer last: `"type": "footer"` on the last line
   [ -f "$1" ] && tail -1 "$1" | grep -q '"type": *"footer"' && ! tail -1 "$1" | grep -q '"interrupted": *true'
 }
+finished() {  # finished() NAME: a finished suite file, this call's or an earlier call's
+  done_file "$OUT/$1" || done_file "$RESUME_DIR/$1"
+}
+passed() {  # passed() NAME: a GPU test group's report with a pass, this call's or an earlier one's
+  grep -qs "exit 0 after" "$OUT/$1" "$RESUME_DIR/$1"
+}
+# An earlier call's unfinished files are continued here; its finished ones stay where they are
+# (not redone, and not sent back: a call returns at most 8 files).
+for f in "$RESUME_DIR/$GPU_TAG"-*; do
+  [ -f "$f" ] || continue
+  name=$(basename "$f")
+  if done_file "$f" || grep -qs "exit 0 after" "$f"; then echo "done before: $f"; continue; fi
+  [ -e "$OUT/$name" ] || { cp "$f" "$OUT/" && echo "resuming $f"; }
+done
 skipped=()
 
 run_suites() {
@@ -84,7 +99,7 @@ run_suites() {
   while IFS='|' read -r file suite variants ctimeout est limit; do
     [ -n "$file" ] || continue
     out="$OUT/$GPU_TAG-$file.jsonl"
-    if done_file "$out"; then echo "=== $file: done ($out has its footer)"; continue; fi
+    if finished "$(basename "$out")"; then echo "=== $file: done (its file has its footer)"; continue; fi
     [ "$(left)" -ge "$MIN_STEP_S" ] || continue  # listed as open at the end
     # shellcheck disable=SC2086  # variants is a word list
     step "$file" "$limit" $AB run --device cuda --suite "$suite" $variants --max-time-ms 60 \
@@ -108,7 +123,7 @@ run_fidelity() {
 run_tests() {
   local g
   for g in a b c d; do
-    if grep -q "exit 0 after" "$OUT/$GPU_TAG-gpu-tests-$g.txt" 2>/dev/null; then
+    if passed "$GPU_TAG-gpu-tests-$g.txt"; then
       echo "=== gpu-tests-$g: passed already"; continue
     fi
     [ "$(left)" -ge $((TEST_EST[$g] * 13 / 10)) ] || continue  # listed as open at the end
@@ -132,11 +147,11 @@ for part in $parts; do
 done
 open=()  # what is not finished, started or not: a suite without its closing footer, a group
 for line in $(echo "$SUITES" | cut -d'|' -f1); do  # without a pass
-  case " $parts " in *" suites "*) done_file "$OUT/$GPU_TAG-$line.jsonl" || open+=("$line") ;; esac
+  case " $parts " in *" suites "*) finished "$GPU_TAG-$line.jsonl" || open+=("$line") ;; esac
 done
 for g in a b c d; do
   case " $parts " in *" tests "*)
-    grep -q "exit 0 after" "$OUT/$GPU_TAG-gpu-tests-$g.txt" 2>/dev/null || open+=("gpu-tests-$g") ;;
+    passed "$GPU_TAG-gpu-tests-$g.txt" || open+=("gpu-tests-$g") ;;
   esac
 done
 if [ ${#open[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then
