@@ -11,6 +11,10 @@
 #   tests     GPU test groups a-d (scripts/h200/gpu_tests.sh: $OUT/$GPU_TAG-gpu-tests-<g>.txt)
 # Through the device tool, carry [".device", "jit-cache.txz"] (see session.sh):
 #   tar xJf jit-cache.txz -C /tmp; source .device/setup.sh; trap - EXIT
+# (Without jit-cache.txz, the first call compiles every FlashInfer module. With the pack
+# recompressed by repack_xz9.sh there is room to carry one: leave setup.sh's EXIT trap on in
+# the last call of a session, whose jit-cache.tgz.part* come back, and build it with
+# `bash scripts/h200/jit_cache.sh <files_at>`.)
 #   ATTNBENCH_GIT_SHA=<clean short sha> BUDGET_S=570 bash scripts/h200/headline_clean.sh all
 # Give the commit literally (`git rev-parse --short HEAD` here, with `git status` clean): the
 # script refuses none or a `-dirty` one. BUDGET_S (default 570, under one command's 600 s) bounds
