@@ -89,6 +89,13 @@ def test_worker_pool_survives_hangs_and_crashes(tmp_path: Path) -> None:
     assert {r.details.get("worker") for r in rows if r.status == "ok"} <= {0, 1}
 
 
+def _sigint_default() -> None:
+    """Ctrl-C as a terminal gives it: a test run in the background (`pytest ... &`, as a CI
+    script may start it) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+    handler, so the run would sleep through the signal (session 23's CI run did)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
@@ -112,7 +119,13 @@ def test_ctrl_c_keeps_rows_and_resume_finishes(tmp_path: Path) -> None:
         "-b",
         "faulty:hang",
     ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_sigint_default,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until the first row is on disk
         if out.exists() and len(out.read_text().splitlines()) >= 2:
