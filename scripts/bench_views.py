@@ -5,7 +5,7 @@ warm cache (<= 3 s; one untimed run fills the cache first) and `replay` with no 
 and CPU seconds of each run, the median against the goal, and the load average before it (the
 machine may be shared). A benchmark that prints figures, not a timed test: this machine's
 speed varies run to run (the same report took 24-32 s of CPU in session 16; in session 23 the
-same fixed figure workload, REFERENCE below, took 3.3-6.0 s in one hour). The versions and the
+same fixed figure workload, REFERENCE below, took 3.3-4.5 s within one hour). The versions and the
 reference time come first, so that a change of the report's time can be told from a change of
 the machine's (report s / reference s) or of a library.
 
